@@ -1,0 +1,448 @@
+"""The run spec: the single source of truth for a training run's configuration.
+
+The control plane imports exactly this module of `workers` (to validate configs and to serve
+the JSON Schema that drives the launcher form), so it must stay light: pydantic and PyYAML
+only — never torch, transformers or a rollout engine.
+
+Names follow what the RL field already uses (NeMo-RL, verl): `algorithm.num_generations` is
+the group size G, `clip_eps_low/high` the asymmetric PPO clip range, and so on.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "RunSpec",
+    "SpecError",
+    "apply_overrides",
+    "load_spec",
+    "spec_errors",
+    "spec_json_schema",
+]
+
+# Error type used by cross-field checks that must point at a field other than the one being
+# validated; `spec_errors` reads the path from its context.
+_FIELD_ERROR = "spec_field"
+
+
+def _field_error(path: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(
+        _FIELD_ERROR, "{path}: {message}", {"path": path, "message": message}
+    )
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
+
+
+# --------------------------------------------------------------------------------------------
+# model / lora
+# --------------------------------------------------------------------------------------------
+
+
+class TinyModelSpec(_Section):
+    """Recipe of the built-in tiny Qwen2 model (used when `model.path` is unset)."""
+
+    task: Literal["arithmetic", "reverse"] = Field(
+        "arithmetic", description="built-in task used for the supervised warm-up"
+    )
+    hidden_size: int = Field(128, gt=0)
+    num_layers: int = Field(2, gt=0)
+    num_heads: int = Field(4, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    warmup_steps: int = Field(
+        150,
+        ge=0,
+        description="supervised steps on the task: enough to be weak, not random",
+    )
+
+    @field_validator("hidden_size")
+    @classmethod
+    def _hidden_divisible(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError("must be even (rotary embeddings)")
+        return v
+
+
+class ModelSpec(_Section):
+    path: str | None = Field(
+        None,
+        description="local Hugging Face model directory; unset builds the tiny model under "
+        "PADDOCK_HOME",
+    )
+    tiny: TinyModelSpec = Field(default_factory=TinyModelSpec)
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="auto: bfloat16 autocast on GPU, float32 on CPU"
+    )
+    # Remote code would let a config make a worker run arbitrary code.
+    trust_remote_code: Literal[False] = False
+
+
+class LoraSpec(_Section):
+    r: int = Field(8, gt=0, description="LoRA rank")
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# algorithm
+# --------------------------------------------------------------------------------------------
+
+
+class AlgorithmSpec(_Section):
+    num_generations: int = Field(8, ge=2, description="group size G: samples per prompt")
+    advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
+    advantage_eps: float = Field(1e-6, gt=0, description="ε in (r − mean) / (std + ε)")
+    clip_eps_low: float = Field(0.2, gt=0, lt=1)
+    clip_eps_high: float = Field(0.28, gt=0, description="DAPO clip-higher: 0.28")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    kl_coef: float = Field(0.0, ge=0, description="β of the KL term to the base model")
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    bypass_mode: bool = Field(
+        True,
+        description="use the engine's logprobs as π_old (no extra trainer forward)",
+    )
+    rollout_is: Literal["none", "token", "sequence"] = "none"
+    rollout_is_mode: Literal["truncate", "mask"] = "truncate"
+    rollout_is_threshold: float = Field(2.0, gt=0, description="TIS cap C, or mask upper bound")
+    rollout_is_threshold_low: float | None = Field(
+        None, gt=0, description="mask lower bound (default 1 / rollout_is_threshold)"
+    )
+    dynamic_sampling: bool = Field(False, description="drop groups whose rewards are all equal")
+
+    @field_validator("rollout_is_threshold_low")
+    @classmethod
+    def _low_below_high(cls, v: float | None, info: Any) -> float | None:
+        high = info.data.get("rollout_is_threshold")
+        if v is not None and high is not None and v >= high:
+            raise ValueError(f"must be < rollout_is_threshold ({high})")
+        return v
+
+    @model_validator(mode="after")
+    def _is_needs_decoupled(self) -> AlgorithmSpec:
+        # In bypass mode π_old is the engine's own distribution, so w = π_old / π_rollout ≡ 1.
+        if self.bypass_mode and self.rollout_is != "none":
+            raise _field_error(
+                "rollout_is",
+                "needs bypass_mode: false (in bypass mode π_old = π_rollout, w ≡ 1)",
+            )
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# rollout: a discriminated union on `backend`
+# --------------------------------------------------------------------------------------------
+
+
+class _RolloutBase(_Section):
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 = off")
+    max_new_tokens: int = Field(8, gt=0)
+    stop: list[str] = Field(default_factory=list, description="stop strings (besides EOS)")
+
+    # The trainer computes logprobs over the full softmax; samples drawn from a truncated
+    # distribution would make every importance ratio wrong (TRL #4159), so refuse them.
+    @field_validator("top_p")
+    @classmethod
+    def _no_top_p(cls, v: float) -> float:
+        if v != 1.0:
+            raise ValueError(
+                "must be 1.0 for training: the trainer scores the untruncated distribution"
+            )
+        return v
+
+    @field_validator("top_k")
+    @classmethod
+    def _no_top_k(cls, v: int) -> int:
+        if v != 0:
+            raise ValueError(
+                "must be 0 (off) for training: the trainer scores the untruncated distribution"
+            )
+        return v
+
+
+class TorchRolloutSpec(_RolloutBase):
+    backend: Literal["torch"] = "torch"
+    max_batch_size: int = Field(256, gt=0, description="sequences decoded together")
+
+
+class VllmRolloutSpec(_RolloutBase):
+    backend: Literal["vllm"]
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    max_loras: int = Field(2, ge=1)
+    enforce_eager: bool = False
+    cpu_kvcache_space_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU")
+
+
+class TrtllmRolloutSpec(_RolloutBase):
+    backend: Literal["trtllm"]
+    kv_cache_free_gpu_memory_fraction: float = Field(0.5, gt=0, le=1)
+    max_loras: int = Field(2, ge=1)
+    max_cpu_loras: int = Field(4, ge=1)
+
+
+RolloutSpec = Annotated[
+    TorchRolloutSpec | VllmRolloutSpec | TrtllmRolloutSpec,
+    Field(discriminator="backend"),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# async / data / reward / train / checkpoint / resources
+# --------------------------------------------------------------------------------------------
+
+
+class AsyncSpec(_Section):
+    enabled: bool = False
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="max trainer_version − adapter_version of a trained group, in steps",
+    )
+    weight_update: Literal["abort", "keep", "wait"] = Field(
+        "abort",
+        description="how the backend takes a new adapter while requests are in flight",
+    )
+    buffer_groups: int | None = Field(
+        None,
+        gt=0,
+        description="trajectory buffer capacity in groups (default 2 steps' worth)",
+    )
+
+
+class DataSpec(_Section):
+    task: Literal["arithmetic", "reverse", "jsonl"] = "arithmetic"
+    path: str | None = Field(None, description="JSONL of {prompt, answer} (task: jsonl)")
+    eval_path: str | None = Field(None, description="held-out JSONL (task: jsonl)")
+    eval_size: int = Field(200, gt=0, description="held-out prompts scored by eval/accuracy")
+
+    @model_validator(mode="after")
+    def _jsonl_needs_path(self) -> DataSpec:
+        if self.task == "jsonl" and not self.path:
+            raise _field_error("path", "required when task is jsonl")
+        if self.task != "jsonl" and (self.path or self.eval_path):
+            raise _field_error("path", f"only used with task: jsonl (task is {self.task})")
+        return self
+
+
+class RewardTerm(_Section):
+    name: Literal["exact_match", "numeric_match", "format_regex"]
+    weight: float = 1.0
+    pattern: str | None = Field(None, description="regex the completion must match (format_regex)")
+
+    @model_validator(mode="after")
+    def _pattern(self) -> RewardTerm:
+        if self.name == "format_regex":
+            if not self.pattern:
+                raise _field_error("pattern", "required for format_regex")
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise _field_error("pattern", f"invalid regex: {exc}") from None
+        elif self.pattern is not None:
+            raise _field_error("pattern", f"only used by format_regex (name is {self.name})")
+        return self
+
+
+class RewardSpec(_Section):
+    functions: list[RewardTerm] = Field(
+        default_factory=lambda: [RewardTerm(name="exact_match")], min_length=1
+    )
+
+
+class TrainSpec(_Section):
+    steps: int = Field(50, gt=0)
+    prompts_per_step: int = Field(8, gt=0)
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(64, gt=0, description="sequences per forward/backward")
+    logprob_chunk_size: int = Field(
+        1024,
+        gt=0,
+        description="token rows per chunk of the logits → logprobs computation",
+    )
+    eval_every: int = Field(10, ge=0, description="steps between eval/accuracy; 0 = only at end")
+    log_samples: int = Field(4, ge=0, description="samples per step sent to the inspector")
+    threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
+
+
+class CheckpointSpec(_Section):
+    every: int = Field(0, ge=0, description="steps between checkpoints; 0 = only at end/pause")
+    keep_last: int | None = Field(None, gt=0)
+    resume_from: str | None = Field(None, description="checkpoint directory to resume from")
+
+
+class ResourcesSpec(_Section):
+    trainer_gpus: int = Field(0, ge=0)
+    trainer_cpus: float = Field(1, gt=0)
+    rollout_replicas: int = Field(1, ge=1)
+    rollout_gpus: float = Field(0, ge=0, description="GPUs per rollout replica")
+    max_restarts: int = Field(2, ge=0, description="actor restarts inside one job")
+    release_on_pause: bool = Field(False, description="exit on pause, resume from checkpoint")
+    max_attempts: int = Field(3, ge=1, description="dispatches the control plane may start")
+
+
+class RunSpec(_Section):
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    lora: LoraSpec = Field(default_factory=LoraSpec)
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
+    rollout: RolloutSpec = Field(default_factory=TorchRolloutSpec)
+    async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async")
+    data: DataSpec = Field(default_factory=DataSpec)
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_backend(cls, data: Any) -> Any:
+        # `rollout: {temperature: 0.7}` means the default (torch) backend, not an error.
+        rollout = data.get("rollout") if isinstance(data, dict) else None
+        if isinstance(rollout, dict) and "backend" not in rollout:
+            data = {**data, "rollout": {"backend": "torch", **rollout}}
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict with the public key names (`async`, not `async_`)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+class SpecError(ValueError):
+    """A spec that failed validation; `.errors` holds `[{"field", "message"}]`."""
+
+    def __init__(self, errors: list[dict[str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{e['field']}: {e['message']}" for e in errors))
+
+
+_UNION_MEMBERS = {"torch", "vllm", "trtllm"}
+
+
+def _num(v: Any) -> Any:
+    # 0.0 → 0 so messages read "must be > 0", as users write it.
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    simple = {
+        "greater_than": "must be > {gt}",
+        "greater_than_equal": "must be >= {ge}",
+        "less_than": "must be < {lt}",
+        "less_than_equal": "must be <= {le}",
+        "missing": "required",
+        "extra_forbidden": "unknown key",
+        "too_short": "must have at least {min_length} item(s)",
+    }
+    if kind in simple:
+        return simple[kind].format(**{k: _num(v) for k, v in ctx.items()})
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '')}"
+    if kind == "union_tag_invalid":
+        return f"must be one of {ctx.get('expected_tags', '')}"
+    if kind == _FIELD_ERROR:
+        return str(ctx["message"])
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")
+
+
+def _path(err: dict[str, Any]) -> str:
+    loc = [str(p) for p in err["loc"]]
+    # Discriminated unions put the chosen tag in the location: rollout.torch.top_p → rollout.top_p
+    if len(loc) >= 2 and loc[0] == "rollout" and loc[1] in _UNION_MEMBERS:
+        loc = [loc[0], *loc[2:]]
+    if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+        loc = [*loc, "backend"]
+    if err["type"] == _FIELD_ERROR:
+        loc = [*loc, str(err["ctx"]["path"])]
+    return ".".join(loc) or "(root)"
+
+
+def spec_errors(data: Any) -> list[dict[str, str]]:
+    """Validate `data` (a dict, as parsed from YAML/JSON) and return its errors as
+    `[{"field": "algorithm.clip_eps_high", "message": "must be > 0"}]`; empty when valid."""
+    try:
+        RunSpec.model_validate(data)
+    except ValidationError as exc:
+        return [{"field": _path(e), "message": _message(e)} for e in exc.errors()]
+    return []
+
+
+def parse_spec(data: Any) -> RunSpec:
+    """`RunSpec.model_validate` with errors reported as a `SpecError` naming field paths."""
+    errors = spec_errors(data)
+    if errors:
+        raise SpecError(errors)
+    return RunSpec.model_validate(data)
+
+
+def load_spec(path_or_text: str | Path, overrides: list[str] | None = None) -> RunSpec:
+    """Load a spec from a YAML/JSON file path or from YAML/JSON text, then apply
+    `key.path=value` overrides."""
+    text = str(path_or_text)
+    is_text = isinstance(path_or_text, str) and ("\n" in text or text.lstrip().startswith("{"))
+    if not is_text:
+        path = Path(path_or_text)
+        if not path.is_file():
+            raise FileNotFoundError(f"spec file not found: {path}")
+        text = path.read_text()
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise SpecError([{"field": "(root)", "message": "must be a mapping of sections"}])
+    return parse_spec(apply_overrides(data, overrides or []))
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of `data` with each `"a.b.c=value"` set; values are parsed as YAML
+    (`3` → int, `true` → bool, `[a, b]` → list, `null` → None)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"override {item!r} is not of the form key.path=value")
+        parts = key.strip().split(".")
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise ValueError(f"override {item!r}: {where} is not a section")  # noqa: TRY004
+            node = child
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """JSON Schema of the spec, with public key names (`async`)."""
+    return RunSpec.model_json_schema(by_alias=True)
