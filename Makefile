@@ -1,0 +1,51 @@
+# The README's two commands: `make up` runs Paddock, `make test` runs the whole suite.
+# Both are idempotent and quick on a second run (stamps skip what is already installed).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --disable-pip-version-check -q -c constraints-cpu.txt
+STAMPS := .make
+
+.PHONY: up test lint format frontend vllm clean
+
+up: $(STAMPS)/runtime $(STAMPS)/frontend
+	$(BIN)/paddock up $(ARGS)
+
+test: $(STAMPS)/dev $(STAMPS)/frontend
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint:
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format:
+	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q --upgrade pip
+
+# torch is installed first and alone: the constraint pins the CPU build that lies on disk,
+# so no resolver step can pull a multi-GB CUDA build.
+$(STAMPS)/runtime: pyproject.toml constraints-cpu.txt | $(BIN)/python
+	$(PIP) torch
+	$(PIP) -e .
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/dev: $(STAMPS)/runtime
+	$(PIP) -e '.[dev]'
+	@mkdir -p $(STAMPS) && touch $@
+
+# The browser app, built once into frontend/dist (served by Django at /).
+$(STAMPS)/frontend: $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -type f -print 2>/dev/null)
+	@if [ -f frontend/package.json ]; then \
+	  cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run build; \
+	fi
+	@mkdir -p $(STAMPS) && touch $@
+
+frontend: $(STAMPS)/frontend
+
+clean:
+	rm -rf $(VENV) $(STAMPS) frontend/node_modules frontend/dist

@@ -1,0 +1,11 @@
+"""The Celery app. Tasks live in each app's tasks.py and take ids, never model instances."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddock.settings")
+
+app = Celery("paddock")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

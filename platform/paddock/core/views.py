@@ -1,0 +1,27 @@
+from django.conf import settings
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+
+from .health import health_report
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 while the server can reach its database (so it can serve), with every component's
+    state in the body; `?strict=1` answers 503 unless every component is healthy."""
+    report = health_report()
+    down = not report["components"]["database"]["ok"]
+    if request.GET.get("strict") in ("1", "true"):
+        down = report["status"] != "ok"
+    return JsonResponse(report, status=503 if down else 200)
+
+
+def spa(request: HttpRequest) -> HttpResponse:
+    """The browser app: frontend/dist/index.html for every client-side route."""
+    index = settings.FRONTEND_DIST / "index.html"
+    if index.is_file():
+        return FileResponse(index.open("rb"), content_type="text/html")
+    return HttpResponse(
+        "<!doctype html><title>Paddock</title><h1>Paddock</h1>"
+        "<p>The browser app is not built. Run <code>make up</code>, which builds it, or use "
+        "the API at <a href='/api/v1/docs/'>/api/v1/docs/</a>.</p>",
+        content_type="text/html",
+    )

@@ -1,0 +1,169 @@
+"""Django settings. Everything variable comes from the environment (see environment.py and
+docs/configuration.md); nothing here is a secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from .environment import celery_broker_url, read_environment, secret_key
+
+ENV = read_environment()
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PADDOCK_HOME = ENV.home
+PADDOCK_PUBLIC_URL = ENV.public_url
+PADDOCK_ARTIFACTS_URI = ENV.artifacts_uri
+RAY_ADDRESS = ENV.ray_address
+REDIS_URL = ENV.redis_url
+
+SECRET_KEY = secret_key(ENV.home)
+DEBUG = ENV.debug
+ALLOWED_HOSTS = ENV.allowed_hosts
+CSRF_TRUSTED_ORIGINS = [
+    origin for origin in (ENV.public_url,) if origin.startswith(("http://", "https://"))
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "paddock.core",
+    "paddock.teams",
+    "paddock.experiments",
+    "paddock.clusters",
+    "paddock.live",
+    "paddock.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "paddock.urls"
+ASGI_APPLICATION = "paddock.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+
+def _database(url: str) -> dict:
+    config = dj_database_url.parse(url, conn_max_age=0, conn_health_checks=True)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # The ASGI server, the Celery worker and beat share this file: WAL lets readers run
+        # beside the writer, IMMEDIATE transactions take the write lock up front so two
+        # writers queue (timeout) instead of failing with "database is locked" mid-way.
+        config["OPTIONS"] = {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    return config
+
+
+DATABASES = {"default": _database(ENV.database_url)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = ENV.home / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+FRONTEND_DIST = REPO_ROOT / "frontend" / "dist"
+STATICFILES_DIRS = [p for p in (FRONTEND_DIST / "assets",) if p.is_dir()]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# --- Celery (broker: Redis; the embedded mode runs a bundled Redis on a unix socket) ---
+CELERY_BROKER_URL = celery_broker_url(ENV.redis_url)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the task to be redelivered
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(ENV.home / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- Channels: a layer that a Celery task in another process can reach, in both modes ---
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [ENV.redis_url], "capacity": 2000, "expiry": 30},
+    }
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Paddock API",
+    "DESCRIPTION": "Asynchronous LoRA GRPO training, managed: teams, experiments, runs, metrics.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+}
+
+# --- Security: production-safe unless PADDOCK_DEBUG is set or the URL is plain http ---
+_https = ENV.public_url.startswith("https://")
+SESSION_COOKIE_SECURE = _https
+CSRF_COOKIE_SECURE = _https
+SECURE_SSL_REDIRECT = _https and not DEBUG
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_HSTS_SECONDS = 31536000 if _https else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _https
+SECURE_HSTS_PRELOAD = _https
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

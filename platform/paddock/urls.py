@@ -1,0 +1,11 @@
+from django.contrib import admin
+from django.urls import include, path, re_path
+
+from paddock.core.views import healthz, spa
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("paddock.api.urls")),
+    re_path(r"^(?!api/|admin/|static/|ws/).*$", spa, name="spa"),
+]

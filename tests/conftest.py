@@ -1,0 +1,125 @@
+"""Fixtures shared by the whole suite: real services, started once per test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def service_env(**extra: str) -> dict[str, str]:
+    """The environment a child process of the platform (worker, server) gets in tests:
+    the same database, Redis and PADDOCK_HOME as this test session."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "platform"), str(REPO)])
+    env.setdefault("DJANGO_SETTINGS_MODULE", "tests.django_settings")
+    env.update(extra)
+    return env
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+def pytest_collection_modifyitems(config, items):
+    has_gpu = False
+    try:
+        has_gpu = shutil.which("nvidia-smi") is not None
+    except Exception:
+        pass
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU; this machine has none")
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory):
+    """One local Ray head for the whole session, on free ports, stopped at the end.
+    Yields its Jobs API address (http://127.0.0.1:PORT). Never a bare `ray stop`."""
+    ray_bin = Path(sys.executable).parent / "ray"
+    gcs_port, dash_port = free_port(), free_port()
+    temp_dir = Path("/tmp") / f"ray-paddock-{os.getpid()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", f"--port={gcs_port}",
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
+         "--include-dashboard=true", "--disable-usage-stats", "--num-cpus=2",
+         f"--temp-dir={temp_dir}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    address = f"http://127.0.0.1:{dash_port}"
+
+    def up():
+        import requests
+
+        try:
+            return requests.get(f"{address}/api/version", timeout=1).ok
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(up, 120, "the local Ray head")
+        yield {"jobs_address": address, "gcs_address": f"127.0.0.1:{gcs_port}"}
+    finally:
+        import psutil
+
+        family = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+        for pid in family:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker):
+    """A real Celery worker process on the session's broker and test database."""
+    from django.conf import settings
+
+    db_name = settings.DATABASES["default"]["NAME"]
+    env = service_env(PADDOCK_TEST_DB_NAME=str(db_name))
+    log = open(Path(os.environ["PADDOCK_HOME"]) / "celery-worker-test.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "paddock", "worker", "--loglevel=INFO",
+         "--concurrency=1", "--pool=solo", f"--hostname=test-{os.getpid()}@%h"],
+        env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    from paddock.celery import app
+
+    try:
+        wait_for(lambda: app.control.ping(timeout=0.5), 60, "the Celery worker")
+        yield proc
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+        log.close()

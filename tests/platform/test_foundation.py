@@ -1,0 +1,93 @@
+"""The foundation's promises: layout, settings from the environment, health report."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_platform_dir_never_shadows_the_standard_library():
+    out = subprocess.run(
+        [sys.executable, "-c", "import platform; print(platform.system())"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "Linux"
+
+
+def test_check_deploy_is_clean_under_production_settings(tmp_path):
+    env = {
+        "PATH": os.environ["PATH"],
+        "PADDOCK_HOME": str(tmp_path),
+        "PADDOCK_SECRET_KEY": "x" * 20 + "production-secret-key-from-a-vault-0123456789",
+        "PADDOCK_PUBLIC_URL": "https://paddock.example.com",
+        "PADDOCK_ALLOWED_HOSTS": "paddock.example.com",
+        "DATABASE_URL": "postgres://paddock@db.internal:5432/paddock",
+        "REDIS_URL": "redis://redis.internal:6379/0",
+        "RAY_ADDRESS": "http://ray-head.internal:8265",
+    }
+    out = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "no issues" in out.stdout
+
+
+def test_debug_is_off_unless_asked():
+    from django.conf import settings
+
+    assert os.environ.get("PADDOCK_DEBUG") or settings.DEBUG is False
+
+
+def test_embedded_mode_keeps_its_state_under_paddock_home(tmp_path):
+    code = (
+        "import json; from paddock.environment import read_environment as r, secret_key;"
+        "e = r(); secret_key(e.home);"
+        "print(json.dumps([e.database_url, e.redis_url, e.artifacts_uri, e.embedded_redis]))"
+    )
+    env = {"PATH": os.environ["PATH"], "PADDOCK_HOME": str(tmp_path / "home")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO / "platform", env=env,
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    database, redis, artifacts, embedded = json.loads(out.stdout)
+    home = str(tmp_path / "home")
+    assert database == f"sqlite:///{home}/paddock.sqlite3"
+    assert redis == f"unix://{home}/redis/redis.sock"
+    assert artifacts == f"file://{home}/artifacts"
+    assert embedded is True
+    # the generated secret key is readable by its owner only
+    assert (tmp_path / "home" / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.django_db
+def test_healthz_reports_every_component(client):
+    reply = client.get("/healthz")
+    assert reply.status_code == 200
+    body = reply.json()
+    assert set(body["components"]) == {"database", "broker", "channel_layer", "celery", "ray"}
+    assert body["components"]["database"]["ok"] is True
+    assert body["components"]["broker"]["ok"] is True
+    assert body["components"]["channel_layer"]["ok"] is True
+    # no Ray address in this test session: reported, not hidden
+    assert body["components"]["ray"]["ok"] is False
+    assert "RAY_ADDRESS" in body["components"]["ray"]["error"]
+    assert body["status"] == "degraded"
+    assert client.get("/healthz?strict=1").status_code == 503
+
+
+def test_paddock_train_never_loads_django_and_up_never_loads_torch():
+    code = (
+        "import sys; from workers import cli; p = cli.build_parser();"
+        "import workers.spec;"
+        "assert 'django' not in sys.modules, 'spec/cli loaded django';"
+        "sys.path.insert(0, 'platform'); import paddock.embedded.up, paddock.core.doctor;"
+        "assert 'torch' not in sys.modules, 'the up verb loaded torch'; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
