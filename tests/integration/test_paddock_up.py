@@ -1,0 +1,69 @@
+"""`paddock up` as a user runs it: a real subprocess on embedded defaults, then Ctrl-C."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from tests.conftest import free_port, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_paddock_up_comes_up_healthy_and_ctrl_c_leaves_no_process(tmp_path):
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE")
+    }
+    env["PADDOCK_HOME"] = str(tmp_path / "home")
+    paddock = Path(sys.executable).parent / "paddock"
+    proc = subprocess.Popen(
+        [str(paddock), "up", "--no-demo", "--port", str(port)],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    family: dict[int, psutil.Process] = {}
+    try:
+
+        def healthy():
+            assert proc.poll() is None, f"paddock up exited early:\n{proc.stdout.read()}"
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                family.setdefault(child.pid, child)
+            try:
+                body = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json()
+            except (requests.RequestException, ValueError):
+                return None
+            parts = body["components"]
+            return body if all(parts[name]["ok"] for name in parts) else None
+
+        body = wait_for(healthy, 240, "paddock up to report every component healthy", 1.0)
+        parts = body["components"]
+        assert parts["database"]["vendor"] == "sqlite"  # the embedded default
+        assert parts["celery"]["workers"], "a real Celery worker answers"
+        assert parts["ray"]["ray_version"], "the local Ray head answers"
+        assert (tmp_path / "home" / "paddock.sqlite3").exists()
+        assert "admin" in (tmp_path / "home" / "admin-credentials").read_text()
+        names = " ".join(" ".join(p.cmdline()) for p in family.values() if p.is_running())
+        for part in ("uvicorn", "celery", "worker", "beat", "ray", "redis-server"):
+            assert part in names, f"no {part} process under paddock up"
+
+        os.kill(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+        output, _ = proc.communicate(timeout=90)
+        assert proc.returncode == 0, output
+        assert "stopped" in output
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(1.0)
+    survivors = [p for p in family.values() if p.is_running() and p.status() != "zombie"]
+    assert not survivors, [" ".join(p.cmdline()) for p in survivors]
