@@ -43,13 +43,14 @@ def cmd_spec(args: argparse.Namespace) -> int:
     if args.spec_verb == "schema":
         print(json.dumps(spec.spec_json_schema(), indent=2))
         return 0
-    text = Path(args.file).read_text()
-    errors = spec.spec_errors(spec.parse_spec_text(text))
-    for error in errors:
-        print(f"{args.file}: {error['field']}: {error['message']}", file=sys.stderr)
-    if not errors:
-        print(f"{args.file}: valid")
-    return 1 if errors else 0
+    try:
+        spec.load_spec(Path(args.file))
+    except spec.SpecError as exc:
+        for error in exc.errors:
+            print(f"{args.file}: {error['field']}: {error['message']}", file=sys.stderr)
+        return 1
+    print(f"{args.file}: valid")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

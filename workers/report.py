@@ -1,0 +1,240 @@
+"""The reporter: a job's events travel to the platform's ingest endpoint (DESIGN.md).
+
+Promises, and how they are kept:
+- **Never blocks training.** `emit` only appends to an in-memory queue; a background thread
+  does all I/O.
+- **Nothing acknowledged is lost, nothing is stored twice.** Every batch is written to the
+  spool directory *before* it is sent, with its `(dispatch, seq)`, and deleted only after the
+  platform acknowledged that seq. A platform that is down, restarting or slow makes batches
+  pile up on disk; they are replayed strictly in seq order once it answers. The server
+  acknowledges a pair it already stored without storing it again, so a resend after a lost
+  reply is harmless.
+- **Control within about a second.** The thread sends at least once per `interval_s` (an
+  empty heartbeat when there is nothing to say); each reply carries the run's
+  `desired_state`, handed to `on_desired_state`.
+
+`seq` survives a restart of the job's process: the next seq is kept in the spool directory,
+so a restarted reporter of the same dispatch never reuses a seq that the server would take
+for a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+log = logging.getLogger(__name__)
+
+Event = dict[str, Any]
+
+
+class ReporterRejected(RuntimeError):
+    """The platform refused the batch for good (bad token, finished run, invalid event)."""
+
+
+@dataclass(frozen=True)
+class ReporterConfig:
+    url: str  # the platform's public URL, e.g. http://127.0.0.1:8000
+    run_id: int | str
+    token: str
+    dispatch: int
+    spool_dir: Path
+    interval_s: float = 1.0  # a batch (or a heartbeat) at least this often
+    max_events: int = 2000  # a batch is sent early once it holds this many events
+    timeout_s: float = 10.0
+    max_backoff_s: float = 10.0
+
+
+class Reporter:
+    def __init__(
+        self,
+        config: ReporterConfig,
+        on_desired_state: Callable[[str], None] | None = None,
+        session: requests.Session | None = None,
+    ):
+        self.config = config
+        self.on_desired_state = on_desired_state
+        self.desired_state: str | None = None
+        self.last_ack = 0
+        self.rejected: ReporterRejected | None = None
+        self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._session = session or requests.Session()
+        self._session.headers["Authorization"] = f"Bearer {config.token}"
+        self._endpoint = f"{config.url.rstrip('/')}/api/v1/runs/{config.run_id}/ingest"
+        self._spool = Path(config.spool_dir) / f"dispatch-{config.dispatch}"
+        self._spool.mkdir(parents=True, exist_ok=True)
+        self._next_seq = self._load_next_seq()
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._pending = 0  # events emitted but not yet acknowledged
+        self._thread = threading.Thread(target=self._run, name="paddock-reporter", daemon=True)
+        self._thread.start()
+
+    # ---- the API the training loop calls: cheap, never blocking --------------------------
+
+    def emit(self, event: Event) -> None:
+        with self._idle:
+            self._pending += 1
+        self._queue.put(event)
+
+    def metric(self, step: int, values: dict[str, float], at: float | None = None) -> None:
+        clean = {k: float(v) for k, v in values.items() if v is not None}
+        self.emit({"type": "metric", "step": int(step), "time": at or time.time(), "values": clean})
+
+    def log(self, message: str, level: str = "info") -> None:
+        self.emit({"type": "log", "time": time.time(), "level": level, "message": message})
+
+    def status(self, state: str, detail: str = "") -> None:
+        self.emit({"type": "status", "state": state, "detail": detail, "time": time.time()})
+
+    def checkpoint(self, step: int, uri: str, adapter_version: int, size: int = 0) -> None:
+        self.emit(
+            {
+                "type": "checkpoint",
+                "step": step,
+                "uri": uri,
+                "adapter_version": adapter_version,
+                "size": size,
+            }
+        )
+
+    def samples(self, step: int, items: list[dict[str, Any]]) -> None:
+        self.emit({"type": "samples", "step": step, "items": items})
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything emitted so far is acknowledged; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            while self._pending and self.rejected is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.2))
+        return self.rejected is None
+
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Flush, then stop the thread. What could not be sent stays in the spool for the
+        next reporter of this dispatch to replay."""
+        done = self.flush(timeout_s)
+        self._stop.set()
+        self._thread.join(timeout=self.config.timeout_s + 1)
+        return done
+
+    # ---- the background thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.0
+        next_beat = time.monotonic()
+        while not self._stop.is_set():
+            self._spool_queued(wait_s=min(self.config.interval_s, max(backoff, 0.05)))
+            if self.rejected is not None:
+                continue
+            try:
+                sent = self._send_spooled()
+                if not sent and time.monotonic() >= next_beat:
+                    self._post(
+                        {"dispatch": self.config.dispatch, "seq": self.last_ack, "events": []}
+                    )
+                    sent = True
+                if sent:
+                    next_beat = time.monotonic() + self.config.interval_s
+                backoff = 0.0
+            except ReporterRejected as exc:
+                log.error("the platform refused this job's events: %s", exc)
+                self.rejected = exc
+                with self._idle:
+                    self._idle.notify_all()
+            except (requests.RequestException, _Retry) as exc:
+                backoff = min(max(backoff * 2, 0.25), self.config.max_backoff_s)
+                log.warning("platform unreachable (%s); retrying in %.2f s", exc, backoff)
+                self._stop.wait(backoff)
+
+    def _spool_queued(self, wait_s: float) -> None:
+        """Move queued events into one spool file per batch (at most max_events each)."""
+        events: list[Event] = []
+        deadline = time.monotonic() + wait_s
+        while len(events) < self.config.max_events:
+            try:
+                left = deadline - time.monotonic()
+                events.append(
+                    self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                )
+            except queue.Empty:
+                break
+        if not events:
+            return
+        seq = self._next_seq
+        body = {"dispatch": self.config.dispatch, "seq": seq, "events": events}
+        tmp = self._spool / f".{seq:010d}.tmp"
+        tmp.write_text(json.dumps(body, separators=(",", ":")))
+        os.replace(tmp, self._spool / f"{seq:010d}.json")  # atomic: a batch is whole or absent
+        self._next_seq = seq + 1
+        (self._spool / "next_seq").write_text(str(self._next_seq))
+
+    def _send_spooled(self) -> bool:
+        """Send spooled batches oldest first; stop at the first failure (order matters)."""
+        sent = False
+        for path in sorted(self._spool.glob("*.json")):
+            body = json.loads(path.read_text())
+            self._post(body)
+            path.unlink()
+            with self._idle:
+                self._pending = max(0, self._pending - len(body["events"]))
+                self._idle.notify_all()
+            sent = True
+        return sent
+
+    def _post(self, body: dict[str, Any]) -> None:
+        reply = self._session.post(self._endpoint, json=body, timeout=self.config.timeout_s)
+        if reply.status_code >= 500 or reply.status_code == 429:
+            raise _Retry(f"HTTP {reply.status_code}")
+        if reply.status_code >= 400:
+            raise ReporterRejected(f"HTTP {reply.status_code}: {reply.text[:500]}")
+        answer = reply.json()
+        if body["events"]:
+            if answer.get("ack") != body["seq"]:
+                raise _Retry(f"acknowledged {answer.get('ack')} for seq {body['seq']}")
+            self.last_ack = body["seq"]
+        desired = answer.get("desired_state")
+        if desired and desired != self.desired_state:
+            self.desired_state = desired
+            if self.on_desired_state is not None:
+                self.on_desired_state(desired)
+
+    def _load_next_seq(self) -> int:
+        marker = self._spool / "next_seq"
+        spooled = [int(p.stem) for p in self._spool.glob("*.json")]
+        stored = int(marker.read_text()) if marker.exists() else 1
+        return max([stored, *(s + 1 for s in spooled)])
+
+
+class _Retry(Exception):
+    """A transient failure: keep the batch and try again after a backoff."""
+
+
+def reporter_from_env(on_desired_state: Callable[[str], None] | None = None) -> Reporter | None:
+    """The reporter of a job started by the platform (PADDOCK_* variables), or None when the
+    job runs on its own (`paddock train`, a test)."""
+    url, run_id = os.environ.get("PADDOCK_PUBLIC_URL"), os.environ.get("PADDOCK_RUN_ID")
+    token = os.environ.get("PADDOCK_RUN_TOKEN")
+    if not (url and run_id and token):
+        return None
+    spool = Path(os.environ.get("PADDOCK_SPOOL_DIR", f".paddock-spool/run-{run_id}"))
+    config = ReporterConfig(
+        url=url,
+        run_id=run_id,
+        token=token,
+        dispatch=int(os.environ.get("PADDOCK_DISPATCH", "1")),
+        spool_dir=spool,
+    )
+    return Reporter(config, on_desired_state=on_desired_state)
