@@ -1,0 +1,259 @@
+"""The GRPO driver: one loop for sync and async training.
+
+Sync: each step generates its groups inline, trains, and publishes the adapter.
+Async: a producer task generates up to `async.max_staleness` steps ahead while the trainer
+trains; after each optimizer step the adapter is published as `async.weight_update` says.
+
+Determinism: prompts and sampling seeds are functions of (seed, step, group), and the
+producer may start step s only once s − max_staleness steps are published. With
+max_staleness 0 nothing is in flight at a publish, so async reproduces sync exactly; with
+weight_update "wait" the trainer publishes only after step + max_staleness is fully
+generated, so every step's groups come from a fixed adapter version and a resumed run
+repeats an uninterrupted one. (abort/keep trade that for fresher samples: when a publish
+lands mid-generation depends on timing.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..rollout.base import RolloutBackend
+from ..spec import RunSpec
+from .batching import groups_to_samples
+from .buffer import TrajectoryBuffer
+from .checkpoint import save_checkpoint
+from .control import ControlSource
+from .evaluate import evaluate
+from .events import Emitter
+from .executor import TrainerExecutor
+from .producer import Producer, RolloutContext, StepWatch
+from .types import RunState, ScoredGroup
+
+
+@dataclass
+class Outcome:
+    state: str  # succeeded | paused | aborted
+    step: int
+    adapter_version: int
+    checkpoint: Path | None = None
+
+
+class Driver:
+    def __init__(
+        self,
+        spec: RunSpec,
+        executor: TrainerExecutor,
+        rollout: RolloutContext,
+        buffer: TrajectoryBuffer,
+        state: RunState,
+        emitter: Emitter,
+        control: ControlSource,
+        checkpoint_dir: Path,
+        resumed: bool = False,
+    ):
+        self.spec, self.executor, self.rollout = spec, executor, rollout
+        self.backend: RolloutBackend = rollout.backend
+        self.buffer, self.state, self.emitter, self.control = buffer, state, emitter, control
+        self.checkpoint_dir = checkpoint_dir
+        self.resumed = resumed
+        self.is_async = spec.async_.enabled
+        self.max_staleness = spec.async_.max_staleness if self.is_async else 0
+        self.watch = StepWatch(state.step)
+        self.producer = Producer(rollout, buffer, self.watch, control, lookahead=self.max_staleness)
+        self.last_checkpoint: Path | None = None
+
+    # ---------------------------------------------------------------- the loop
+
+    async def run(self) -> Outcome:
+        steps = self.spec.train.steps
+        await self._publish()  # the engine serves nothing until it acknowledges a version
+        self.emitter.status("running", "resumed" if self.resumed else "started")
+        if not self.resumed:
+            self.emitter.metric(0, {"eval/accuracy": await evaluate(self.rollout)}, advance=False)
+        if self.is_async:
+            self.producer.start(self.state.step, steps)
+        t_prev = time.perf_counter()
+        while self.state.step < steps:
+            desired = self.control.desired_state()
+            if desired == "aborted":
+                return await self._abort()
+            if desired == "paused":
+                outcome = await self._pause()
+                if outcome is not None:
+                    return outcome
+                t_prev = time.perf_counter()
+            t_prev = await self._step(t_prev)
+        if self.producer.task is not None:
+            await self.producer.task  # finished its range; surfaces any failure
+        ckpt = await self._checkpoint()
+        self.emitter.status("succeeded")
+        return Outcome("succeeded", self.state.step, self.state.adapter_version, ckpt)
+
+    async def _step(self, t_prev: float) -> float:
+        spec, step = self.spec, self.state.step
+        gen_inline = 0.0
+        if not self.is_async:
+            t0 = time.perf_counter()
+            await self.producer.produce(step)
+            gen_inline = time.perf_counter() - t0
+        t_wait = time.perf_counter()
+        groups = await self.buffer.take(step)
+        wait_s = time.perf_counter() - t_wait
+        version_before = self.executor.adapter_version
+        fresh, stale = TrajectoryBuffer.filter_stale(groups, version_before, self.max_staleness)
+        self.state.dropped_stale_total += len(stale)
+        if stale:
+            self.emitter.log(
+                f"step {step + 1}: dropped {len(stale)} groups older than "
+                f"max_staleness={self.max_staleness}",
+                "warning",
+            )
+        samples, advantages, batch_metrics = groups_to_samples(fresh, spec.algorithm)
+        t_train = time.perf_counter()
+        train_metrics = await self.executor.train_step(samples) if samples else {}
+        train_s = time.perf_counter() - t_train
+
+        t_sync = time.perf_counter()
+        if self.is_async and spec.async_.weight_update == "wait" and self.max_staleness > 0:
+            ahead = min(step + self.max_staleness, spec.train.steps - 1)
+            await self.producer.produced(ahead).wait()
+        if self.executor.adapter_version != self.backend.served_version:
+            await self._publish()
+        sync_s = time.perf_counter() - t_sync
+        self.state.step += 1
+        self.state.adapter_version = self.executor.adapter_version
+        await self.watch.set(self.state.step)
+
+        now = time.perf_counter()
+        step_s, t_prev = now - t_prev, now
+        values = self._metrics(fresh, version_before, step_s)
+        values.update(batch_metrics)
+        values.update(train_metrics)
+        values.update(
+            {
+                "time/step_s": step_s,
+                "time/generate_s": gen_inline
+                if not self.is_async
+                else (fresh or groups)[0].generate_s,
+                "time/train_s": train_s,
+                "time/weight_sync_s": sync_s,
+                "time/wait_s": wait_s,
+                "staleness/dropped_groups": float(len(stale)),
+            }
+        )
+        n = self.state.step
+        every = spec.train.eval_every
+        if n == spec.train.steps or (every and n % every == 0):
+            values["eval/accuracy"] = await evaluate(self.rollout)
+        self.emitter.metric(n, values)
+        self.emitter.samples(n, self._sample_items(fresh, advantages))
+        ck = spec.checkpoint.every
+        if ck and n % ck == 0 and n < spec.train.steps:
+            await self._checkpoint()
+        return t_prev
+
+    def _metrics(self, groups: list[ScoredGroup], version: int, step_s: float) -> dict[str, float]:
+        rewards = [r for g in groups for r in g.rewards]
+        correct = [c for g in groups for c in g.correct]
+        lengths = [len(s.token_ids) for g in groups for s in g.result.samples]
+        stale = [version - g.min_version for g in groups]
+        tokens = sum(lengths)
+        self.state.tokens_total += tokens
+        out = {
+            "adapter_version": float(self.state.adapter_version),
+            "tokens/total": float(self.state.tokens_total),
+            "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+        }
+        if rewards:
+            out.update(
+                {
+                    "reward/mean": statistics.fmean(rewards),
+                    "reward/std": statistics.pstdev(rewards),
+                    "accuracy": statistics.fmean(map(float, correct)),
+                    "response_length/mean": statistics.fmean(lengths),
+                    "staleness/mean": statistics.fmean(stale),
+                    "staleness/max": float(max(stale)),
+                }
+            )
+        return out
+
+    def _sample_items(self, groups: list[ScoredGroup], advantages: list[list[float]]) -> list[dict]:
+        items = []
+        for g, group in enumerate(groups):
+            for s, sample in enumerate(group.result.samples):
+                if len(items) >= self.spec.train.log_samples:
+                    return items
+                items.append(
+                    {
+                        "prompt": group.prompt,
+                        "completion": sample.text,
+                        "answer": group.answer,
+                        "reward": group.rewards[s],
+                        "advantage": advantages[g][s],
+                        "adapter_version": min(sample.versions, default=-1),
+                    }
+                )
+        return items
+
+    # ---------------------------------------------------------------- adapter sync
+
+    async def _publish(self) -> None:
+        """Hand the trainer's adapter to the engine and check the acknowledgement: a sample
+        is labelled with a version only after the engine confirmed it serves it."""
+        update = await self.executor.adapter_update()
+        mode = self.spec.async_.weight_update if self.is_async else "wait"
+        await self.backend.pause(mode)
+        try:
+            ack = await self.backend.load_adapter(update)
+        finally:
+            await self.backend.resume()
+        if ack != update.version:
+            raise RuntimeError(
+                f"rollout backend {self.backend.name!r} acknowledged adapter version {ack}, "
+                f"expected {update.version}: the weight sync did not reach the engine"
+            )
+
+    # ---------------------------------------------------------------- control
+
+    async def _checkpoint(self) -> Path:
+        path = await save_checkpoint(
+            self.checkpoint_dir,
+            self.state,
+            self.executor,
+            self.buffer,
+            self.spec.checkpoint.keep_last,
+        )
+        self.last_checkpoint = path
+        self.emitter.checkpoint(
+            self.state.step, path.resolve().as_uri(), self.state.adapter_version
+        )
+        return path
+
+    async def _pause(self) -> Outcome | None:
+        """Abort in-flight generation (partials stay in the buffer), checkpoint, report
+        paused; then wait for resume, or exit if `release_on_pause`. None = resumed."""
+        await self.producer.stop()
+        await self.backend.pause("abort")
+        ckpt = await self._checkpoint()
+        self.emitter.status("paused", f"checkpoint {ckpt.name}")
+        if self.spec.resources.release_on_pause:
+            return Outcome("paused", self.state.step, self.state.adapter_version, ckpt)
+        while (desired := self.control.desired_state()) == "paused":
+            await asyncio.sleep(0.05)
+        if desired == "aborted":
+            return await self._abort()
+        await self.backend.resume()
+        self.emitter.status("running", "resumed")
+        if self.is_async:
+            self.producer.start(self.state.step, self.spec.train.steps)
+        return None
+
+    async def _abort(self) -> Outcome:
+        await self.producer.stop()
+        await self.backend.abort()
+        self.emitter.status("aborted")
+        return Outcome("aborted", self.state.step, self.state.adapter_version, self.last_checkpoint)

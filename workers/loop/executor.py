@@ -1,0 +1,72 @@
+"""Where train steps run. The driver talks to an executor, never to the policy directly, so
+the Ray executor (trainer actors) reuses the same loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from ..policy import LoraPolicy, TrainSample, collate
+from ..rollout.base import AdapterUpdate
+
+
+class TrainerExecutor(Protocol):
+    @property
+    def adapter_version(self) -> int: ...
+
+    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]: ...
+
+    async def adapter_update(self) -> AdapterUpdate:
+        """The current adapter as tensors, labelled with its version."""
+
+    async def save(self, out: Path) -> None:
+        """Adapter (PEFT directory), optimizer and RNG states into `out`."""
+
+    async def load(self, src: Path) -> None: ...
+
+
+class LocalExecutor:
+    """Runs the policy in this process; train steps go to a thread so the async driver's
+    rollout task keeps generating meanwhile."""
+
+    def __init__(self, policy: LoraPolicy):
+        self.policy = policy
+
+    @property
+    def adapter_version(self) -> int:
+        return self.policy.adapter_version
+
+    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
+        batch = collate(samples, self.policy.tokenizer.pad_token_id)
+        return await asyncio.to_thread(self.policy.train_step, batch)
+
+    async def adapter_update(self) -> AdapterUpdate:
+        return AdapterUpdate(self.policy.adapter_version, tensors=self.policy.adapter_tensors())
+
+    async def save(self, out: Path) -> None:
+        self.policy.save_adapter(out / "adapter")
+        torch.save(self.policy.optimizer_state(), out / "optimizer.pt")
+        torch.save(_rng_state(), out / "rng.pt")
+
+    async def load(self, src: Path) -> None:
+        self.policy.load_adapter_dir(src / "adapter")
+        self.policy.load_optimizer_state(torch.load(src / "optimizer.pt", weights_only=True))
+        _set_rng_state(torch.load(src / "rng.pt", weights_only=False))
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

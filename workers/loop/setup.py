@@ -1,0 +1,108 @@
+"""Assembling a local run: model directory, task, policy, backend, buffer, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..data import load_task
+from ..models import tiny_model_dir
+from ..policy import LoraPolicy
+from ..rewards import make_reward
+from ..rollout import SamplingParams, make_backend
+from ..spec import RunSpec
+from .buffer import TrajectoryBuffer
+from .checkpoint import latest_checkpoint, load_checkpoint
+from .control import ControlSource, StaticControl
+from .driver import Driver, Outcome
+from .events import Emitter, EventHook, MetricsHook
+from .executor import LocalExecutor
+from .producer import RolloutContext
+from .types import RunState
+
+
+def model_dir_for(spec: RunSpec) -> Path:
+    if spec.model.path:
+        path = Path(spec.model.path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"model.path {path} is not a Hugging Face model directory (no config.json)"
+            )
+        return path
+    return tiny_model_dir(spec.model.tiny)
+
+
+def buffer_capacity(spec: RunSpec) -> int:
+    if spec.async_.buffer_groups:
+        return spec.async_.buffer_groups
+    lookahead = spec.async_.max_staleness if spec.async_.enabled else 0
+    return (lookahead + 2) * spec.train.prompts_per_step
+
+
+def resume_path(spec: RunSpec, out: Path) -> Path | None:
+    src = spec.checkpoint.resume_from
+    if src is None:
+        return None
+    if src == "latest":  # the newest checkpoint of this output directory, if any
+        return latest_checkpoint(out / "checkpoints")
+    return Path(src)
+
+
+async def run_training(
+    spec: RunSpec,
+    out: Path,
+    control: ControlSource | None = None,
+    on_metrics: MetricsHook | None = None,
+    on_event: EventHook | None = None,
+    progress: bool = True,
+) -> Outcome:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spec.yaml").write_text(spec.to_yaml())
+    if spec.train.threads:
+        torch.set_num_threads(spec.train.threads)
+    torch.manual_seed(spec.seed)
+    model_dir = model_dir_for(spec)
+    task = load_task(spec.data)
+    policy = LoraPolicy(spec, model_dir)
+    executor = LocalExecutor(policy)
+    backend = make_backend(spec, model_dir)
+    buffer = TrajectoryBuffer(buffer_capacity(spec))
+    state = RunState()
+    src = resume_path(spec, out)
+    if src is not None:
+        state = await load_checkpoint(src, executor, buffer)
+    r = spec.rollout
+    rollout = RolloutContext(
+        task=task,
+        tokenizer=policy.tokenizer,
+        backend=backend,
+        reward=make_reward(spec.reward),
+        params=SamplingParams(r.temperature, r.max_new_tokens, tuple(r.stop)),
+        seed=spec.seed,
+        prompts_per_step=spec.train.prompts_per_step,
+        group_size=spec.algorithm.num_generations,
+    )
+    emitter = Emitter(out, spec.train.steps, state.step, on_metrics, on_event, progress)
+    driver = Driver(
+        spec,
+        executor,
+        rollout,
+        buffer,
+        state,
+        emitter,
+        control or StaticControl(),
+        out / "checkpoints",
+        resumed=src is not None,
+    )
+    try:
+        if src is not None:
+            emitter.log(f"resumed from {src} at step {state.step}")
+        return await driver.run()
+    except BaseException as exc:
+        emitter.status("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        await driver.producer.stop()
+        await backend.close()
+        emitter.close()

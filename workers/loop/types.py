@@ -1,0 +1,43 @@
+"""What flows through the loop: scored groups, and the run's counters."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..rollout.base import GroupResult
+
+
+@dataclass
+class ScoredGroup:
+    step: int  # the train step this group was drawn for (0-based)
+    index: int  # group index within the step
+    prompt: str
+    answer: str
+    result: GroupResult
+    rewards: list[float]
+    correct: list[bool]
+    generate_s: float = 0.0  # wall time of the rollout batch this group came from
+
+    @property
+    def min_version(self) -> int:
+        return self.result.min_version
+
+
+@dataclass
+class RunState:
+    """Counters that a checkpoint carries; `step` counts completed optimizer steps."""
+
+    step: int = 0
+    adapter_version: int = 0
+    tokens_total: int = 0
+    elapsed_s: float = 0.0
+    dropped_stale_total: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def draw(seed: int, step: int, group: int, n_examples: int) -> tuple[int, int]:
+    """(example index, sampling seed) for one group, a pure function of (seed, step, group):
+    no RNG state to save, and sync and async drivers draw the same prompts."""
+    rng = random.Random(f"paddock:{seed}:{step}:{group}")  # str seeds hash stably (sha512)
+    return rng.randrange(n_examples), rng.getrandbits(62)

@@ -1,0 +1,141 @@
+"""The built-in tiny model: a small Qwen2 with a character tokenizer, warmed up on a task.
+
+Built offline (no model hub) into PADDOCK_HOME/models/tiny-<recipe hash>/ as a standard
+Hugging Face directory (config.json, model.safetensors, tokenizer files) that transformers
+and vLLM load as they are. The directory name is a hash of the recipe, so a changed recipe
+builds a new model, and a file lock makes concurrent processes build it once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from ..data.tasks import Example, arithmetic_examples, reverse_examples
+from ..spec import TinyModelSpec
+from .tokenizer import CHARSET, build_char_tokenizer
+
+# Bump when the build procedure changes in a way the recipe fields do not capture.
+_BUILD_VERSION = 1
+_MAX_POSITIONS = 64
+
+
+def paddock_home() -> Path:
+    return Path(os.environ.get("PADDOCK_HOME", "./.paddock")).resolve()
+
+
+def recipe_hash(spec: TinyModelSpec) -> str:
+    recipe = {"spec": spec.model_dump(), "charset": CHARSET, "build": _BUILD_VERSION}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def tiny_model_dir(spec: TinyModelSpec | None = None, home: Path | None = None) -> Path:
+    """Return the directory of the tiny model for `spec`, building it first if needed."""
+    spec = spec or TinyModelSpec()
+    root = (home or paddock_home()) / "models"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"tiny-{recipe_hash(spec)}"
+    if (final / "config.json").exists():
+        return final
+    with open(root / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if (final / "config.json").exists():  # another process built it while we waited
+            return final
+        tmp = root / f"{final.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        build_tiny_model(spec, tmp)
+        tmp.rename(final)  # atomic: readers never see a half-written directory
+    return final
+
+
+def _config(spec: TinyModelSpec, tok: PreTrainedTokenizerFast) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=_MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        rope_theta=10000.0,
+        torch_dtype="float32",
+    )
+
+
+def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
+    t0 = time.perf_counter()
+    tok = build_char_tokenizer()
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(_config(spec, tok))
+    train, _held_out = (arithmetic_examples if spec.task == "arithmetic" else reverse_examples)()
+    warm_up(model, tok, train, spec.warmup_steps)
+    out.mkdir(parents=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    (out / "paddock_recipe.json").write_text(
+        json.dumps(
+            {
+                "spec": spec.model_dump(),
+                "build": _BUILD_VERSION,
+                "seconds": time.perf_counter() - t0,
+            },
+            indent=2,
+        )
+    )
+
+
+def sft_batch(
+    tok: PreTrainedTokenizerFast, examples: list[Example]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded `prompt + answer + EOS`; labels only on the answer and EOS."""
+    rows = []
+    for ex in examples:
+        p = tok.encode(ex.prompt, add_special_tokens=False)
+        a = tok.encode(ex.answer, add_special_tokens=False) + [tok.eos_token_id]
+        rows.append((p + a, [-100] * len(p) + a))
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id)  # [B, L]
+    labels = torch.full((len(rows), width), -100)  # [B, L]
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (x, y) in enumerate(rows):
+        ids[i, : len(x)], labels[i, : len(y)], attn[i, : len(x)] = (
+            torch.tensor(x),
+            torch.tensor(y),
+            1,
+        )
+    return ids, attn, labels
+
+
+def warm_up(
+    model: Qwen2ForCausalLM,
+    tok: PreTrainedTokenizerFast,
+    train: list[Example],
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+) -> None:
+    """Short supervised warm-up: enough steps to learn the format and some of the task, few
+    enough that RL has room to improve it."""
+    rng = random.Random(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    for _ in range(steps):
+        ids, attn, labels = sft_batch(tok, rng.sample(train, batch_size))
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()

@@ -1,0 +1,88 @@
+"""Loading a base model with a PEFT LoRA adapter, and moving adapters in and out of it.
+
+The adapter is applied unmerged (PEFT's LoRA layers add B·A·x beside the frozen base): the
+base weights are never rewritten, so trainer and engine see the same base bits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft.utils import get_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from ..spec import LoraSpec
+
+ADAPTER_NAME = "default"
+VERSION_FILE = "paddock_adapter.json"
+
+
+def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerBase:
+    tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_lora_model(
+    model_dir: str | Path, lora: LoraSpec, device: torch.device, seed: int = 0
+) -> PeftModel:
+    """Base model in float32 (autocast handles bf16 on GPU) with a fresh LoRA adapter. `seed`
+    fixes the adapter's initial A matrices (B starts at zero, so the policy starts at the
+    base either way)."""
+    base = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=torch.float32, trust_remote_code=False
+    ).to(device)
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = get_peft_model(base, config)
+    return model
+
+
+def adapter_tensors(model: PeftModel) -> dict[str, torch.Tensor]:
+    """The adapter as a CPU tensor dict with PEFT's file key names (a detached copy)."""
+    state = get_peft_model_state_dict(model, adapter_name=ADAPTER_NAME)
+    return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in state.items()}
+
+
+def load_adapter_tensors(model: PeftModel, tensors: dict[str, torch.Tensor]) -> None:
+    result = set_peft_model_state_dict(model, tensors, adapter_name=ADAPTER_NAME)
+    unexpected = [k for k in result.unexpected_keys if "lora_" in k]
+    if unexpected:
+        raise ValueError(f"adapter has keys this model lacks: {unexpected[:3]}…")
+
+
+def save_adapter_dir(model: PeftModel, out: str | Path, version: int) -> Path:
+    """Write a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) that
+    `peft` and vLLM load as it is, plus a small file naming its version."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    (out / VERSION_FILE).write_text(json.dumps({"adapter_version": version}))
+    return out
+
+
+def read_adapter_dir(path: str | Path) -> tuple[dict[str, torch.Tensor], int]:
+    path = Path(path)
+    file = path / "adapter_model.safetensors"
+    if not file.is_file():
+        raise FileNotFoundError(f"no adapter_model.safetensors in {path}")
+    meta = path / VERSION_FILE
+    version = json.loads(meta.read_text())["adapter_version"] if meta.is_file() else 0
+    return load_file(str(file)), int(version)
+
+
+def write_adapter_file(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))

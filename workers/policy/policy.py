@@ -1,0 +1,156 @@
+"""The trainer's policy: a causal LM with a LoRA adapter, its optimizer, and one GRPO step."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
+from ..spec import RunSpec
+from . import lora as lora_io
+from .batch import TrainBatch
+from .logprobs import chunked_token_logprobs
+
+
+def pick_device(spec: RunSpec) -> torch.device:
+    return torch.device(
+        "cuda" if spec.resources.trainer_gpus > 0 and torch.cuda.is_available() else "cpu"
+    )
+
+
+class LoraPolicy:
+    """Holds the model, the optimizer and `adapter_version`, which increases by one with every
+    optimizer step and names the adapter the engine must acknowledge before serving it."""
+
+    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
+        self.spec = spec
+        self.device = device or pick_device(spec)
+        self.tokenizer = lora_io.load_tokenizer(model_dir)
+        self.model = lora_io.load_lora_model(model_dir, spec.lora, self.device, seed=spec.seed)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        t = spec.train
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=t.lr, weight_decay=t.weight_decay, betas=t.betas
+        )
+        self.adapter_version = 0
+        use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
+        self._autocast = (
+            (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+            if use_bf16
+            else contextlib.nullcontext
+        )
+
+    # ---------------------------------------------------------------- forward passes
+
+    def _lm_parts(self) -> tuple[torch.nn.Module, torch.Tensor]:
+        causal_lm = self.model.get_base_model()  # LoRA layers are injected in place
+        return causal_lm.model, causal_lm.lm_head.weight
+
+    def token_logprobs(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logprobs `[B, T]` (after the rollout temperature) and entropy `[B, T]` of the
+        response tokens; differentiable when grad is enabled."""
+        body, head = self._lm_parts()
+        with self._autocast():
+            hidden = body(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask
+            ).last_hidden_state  # [B, L, H]
+        rows, cols = batch.mask.nonzero(as_tuple=True)  # only response tokens: N of them
+        sel = hidden[rows, batch.resp_pos[rows, cols]]  # [N, H]
+        lp_flat, ent_flat = chunked_token_logprobs(
+            sel,
+            batch.resp_tokens[rows, cols],
+            head,
+            temperature=self.spec.rollout.temperature,
+            chunk_size=self.spec.train.logprob_chunk_size,
+        )
+        lp = torch.zeros(batch.mask.shape, dtype=lp_flat.dtype, device=lp_flat.device)
+        ent = torch.zeros(batch.mask.shape, dtype=ent_flat.dtype, device=ent_flat.device)
+        lp = lp.index_put((rows, cols), lp_flat)
+        ent = ent.index_put((rows, cols), ent_flat)
+        return lp, ent
+
+    @torch.no_grad()
+    def _reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        # The base model is the same weights with the adapter switched off: no second copy.
+        with self.model.disable_adapter():
+            return self.token_logprobs(batch)[0]
+
+    @torch.no_grad()
+    def _old_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        self.model.eval()  # π_old without dropout
+        try:
+            return self.token_logprobs(batch)[0]
+        finally:
+            self.model.train()
+
+    # ---------------------------------------------------------------- the step
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step over `batch`, in micro-batches whose gradients accumulate.
+        Loss denominators are those of the whole batch, so the result does not depend on
+        the micro-batch size."""
+        algo, t = self.spec.algorithm, self.spec.train
+        batch = batch.to(self.device)
+        norm = AggNorm.of(batch.mask, max_len=self.spec.rollout.max_new_tokens)
+        # With one optimizer step per batch, the training forward runs at exactly π_old's
+        # parameters, so π_old is that forward, detached — unless dropout makes it differ.
+        separate_old = not algo.bypass_mode and self.spec.lora.dropout > 0
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = defaultdict(float)
+        weights: dict[str, float] = defaultdict(float)
+        for start in range(0, len(batch), t.micro_batch_size):
+            mb = batch.slice(start, start + t.micro_batch_size)
+            lp, ent = self.token_logprobs(mb)
+            lp_old = None
+            if not algo.bypass_mode:
+                lp_old = self._old_logprobs(mb) if separate_old else lp.detach()
+            lp_ref = self._reference_logprobs(mb) if algo.kl_coef > 0 else None
+            same = (mb.versions == self.adapter_version).to(mb.mask.dtype)
+            loss, metrics = grpo_loss(
+                LossInputs(lp, mb.lp_roll, mb.advantages, mb.mask, lp_old, lp_ref, ent, same),
+                algo,
+                norm,
+            )
+            loss.backward()
+            n_tok = mb.mask.sum().item()
+            n_same = (mb.mask * same).sum().item()
+            for k, v in metrics.items():
+                if k in ADDITIVE_METRICS:
+                    sums[k] += v
+                    weights[k] = 1.0
+                else:  # token-weighted mean across micro-batches
+                    w = n_same if k in ("token_mult_prob_error", "gen_kl_error") else n_tok
+                    sums[k] += v * w
+                    weights[k] += w
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
+        self.optimizer.step()
+        self.adapter_version += 1
+        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out["grad_norm"] = float(grad_norm)
+        return out
+
+    # ---------------------------------------------------------------- adapter I/O
+
+    def adapter_tensors(self) -> dict[str, torch.Tensor]:
+        return lora_io.adapter_tensors(self.model)
+
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        lora_io.load_adapter_tensors(self.model, tensors)
+        self.adapter_version = version
+
+    def save_adapter(self, out: str | Path) -> Path:
+        return lora_io.save_adapter_dir(self.model, out, self.adapter_version)
+
+    def load_adapter_dir(self, path: str | Path) -> None:
+        tensors, version = lora_io.read_adapter_dir(path)
+        self.load_adapter_tensors(tensors, version)
+
+    def optimizer_state(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)

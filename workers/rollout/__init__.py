@@ -1,0 +1,24 @@
+"""Rollout backends behind one protocol, chosen by `rollout.backend`."""
+
+from .base import (
+    AdapterUpdate,
+    GroupRequest,
+    GroupResult,
+    PauseMode,
+    RolloutBackend,
+    Sample,
+    SamplingParams,
+)
+from .registry import BACKENDS, make_backend
+
+__all__ = [
+    "BACKENDS",
+    "AdapterUpdate",
+    "GroupRequest",
+    "GroupResult",
+    "PauseMode",
+    "RolloutBackend",
+    "Sample",
+    "SamplingParams",
+    "make_backend",
+]

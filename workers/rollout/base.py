@@ -1,0 +1,114 @@
+"""The rollout backend protocol: one interface for the torch, vLLM and TensorRT-LLM engines.
+
+Every method is a coroutine so that engines with native async APIs (vLLM's AsyncLLM,
+TensorRT-LLM's AsyncLLM) implement it directly and blocking engines (torch) run their work in
+a thread. Requests are groups: one prompt × n samples, the unit GRPO scores.
+
+Two promises every backend keeps:
+- logprobs are those of the sampled token under softmax(logits / temperature), untruncated;
+- a token is labelled with adapter version v only if the engine had acknowledged serving v
+  when it produced the token (`load_adapter` returns only after that acknowledgement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+
+PauseMode = Literal["abort", "keep", "wait"]
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    max_new_tokens: int = 8
+    stop: tuple[str, ...] = ()
+    greedy: bool = False  # eval: argmax; logprobs still reported under the temperature
+
+
+@dataclass
+class Sample:
+    token_ids: list[int] = field(default_factory=list)  # includes EOS when it stopped on EOS
+    logprobs: list[float] = field(default_factory=list)  # one per token
+    versions: list[int] = field(default_factory=list)  # adapter version per token
+    finish_reason: FinishReason | None = None
+    text: str = ""  # decoded completion, special tokens skipped
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason in ("stop", "length")
+
+
+@dataclass
+class GroupRequest:
+    request_id: str
+    prompt_ids: list[int]
+    n: int
+    seed: int
+    params: SamplingParams
+    # Resubmission after an abort: the partial samples to continue (their tokens, logprobs
+    # and versions are kept as they are).
+    partial: list[Sample] | None = None
+
+
+@dataclass
+class GroupResult:
+    request_id: str
+    prompt_ids: list[int]
+    samples: list[Sample]
+
+    @property
+    def aborted(self) -> bool:
+        return any(not s.done for s in self.samples)
+
+    @property
+    def min_version(self) -> int:
+        """The group's staleness is that of its oldest token."""
+        versions = [v for s in self.samples for v in s.versions]
+        return min(versions) if versions else -1
+
+    def resubmission(self, request: GroupRequest) -> GroupRequest:
+        return GroupRequest(
+            request.request_id,
+            request.prompt_ids,
+            request.n,
+            request.seed,
+            request.params,
+            partial=self.samples,
+        )
+
+
+@dataclass
+class AdapterUpdate:
+    version: int
+    tensors: dict[str, torch.Tensor] | None = None  # PEFT key names, CPU tensors
+    path: str | None = None  # or a PEFT adapter directory
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    name: str
+
+    @property
+    def served_version(self) -> int: ...
+
+    async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        """Generate every request; requests cut short by an abort come back with unfinished
+        samples (finish_reason "abort") so the caller can resubmit them."""
+
+    async def load_adapter(self, update: AdapterUpdate) -> int:
+        """Apply the adapter and return the version the engine now serves (the ack)."""
+
+    async def pause(self, mode: PauseMode) -> None:
+        """abort: end in-flight requests now; keep: freeze them until resume; wait: let them
+        finish and hold new ones. Requests submitted while paused wait for resume."""
+
+    async def resume(self) -> None: ...
+
+    async def abort(self) -> list[GroupResult]:
+        """Abort everything in flight; returns the partial results."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,245 @@
+"""The torch rollout backend: batched sampling with a KV cache in plain PyTorch + PEFT.
+
+The embedded default and the reference the other engines are compared with. Its model is a
+separate copy from the trainer's, so an adapter reaches it only through `load_adapter` —
+exactly like a remote engine. Work runs in a thread (torch releases the GIL), so the async
+driver's trainer can run beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import torch
+
+from ..policy import lora as lora_io
+from ..spec import RunSpec
+from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
+        use_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
+        self.device = device or torch.device("cuda" if use_gpu else "cpu")
+        self.max_batch_size = getattr(spec.rollout, "max_batch_size", 256)
+        self.tokenizer = lora_io.load_tokenizer(model_dir)
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id
+        self.model = lora_io.load_lora_model(model_dir, spec.lora, self.device, seed=spec.seed)
+        self.model.eval()
+        self._version = -1  # nothing acknowledged yet: generate() refuses to run
+        self._step_lock = threading.Lock()  # one forward step or one adapter load at a time
+        self._cond = threading.Condition()  # guards _admitting and _inflight
+        self._admitting = True
+        self._inflight = 0
+        self._running = threading.Event()  # cleared by pause("keep"): decode steps wait
+        self._running.set()
+        self._abort = threading.Event()
+        self._aborted: list[GroupResult] = []
+        self.served_log: list[int] = []  # every version acknowledged, in order (for tests)
+
+    @property
+    def served_version(self) -> int:
+        return self._version
+
+    # ---------------------------------------------------------------- protocol
+
+    async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        return await asyncio.to_thread(self._generate, requests)
+
+    async def load_adapter(self, update: AdapterUpdate) -> int:
+        return await asyncio.to_thread(self._load_adapter, update)
+
+    async def pause(self, mode: PauseMode) -> None:
+        if mode not in ("abort", "keep", "wait"):
+            raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
+        if mode == "abort":
+            self._abort.set()
+        elif mode == "keep":
+            self._running.clear()
+        with self._cond:
+            self._admitting = False
+            self._cond.notify_all()
+        if mode != "keep":  # abort: in-flight requests end at their next step; wait: finish
+            await asyncio.to_thread(self._wait_idle)
+
+    async def resume(self) -> None:
+        self._abort.clear()
+        self._running.set()
+        with self._cond:
+            self._admitting = True
+            self._cond.notify_all()
+
+    async def abort(self) -> list[GroupResult]:
+        self._aborted = []
+        self._abort.set()
+        self._running.set()
+        with self._cond:
+            self._cond.notify_all()  # frozen requests must wake up to end
+        await asyncio.to_thread(self._wait_idle)
+        self._abort.clear()
+        return list(self._aborted)
+
+    async def close(self) -> None:
+        await self.abort()
+        self.model = None  # type: ignore[assignment]
+
+    # ---------------------------------------------------------------- internals
+
+    def _wait_idle(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._inflight == 0)
+
+    def _load_adapter(self, update: AdapterUpdate) -> int:
+        if update.tensors is not None:
+            tensors = update.tensors
+        elif update.path is not None:
+            tensors, _ = lora_io.read_adapter_dir(update.path)
+        else:
+            raise ValueError(f"adapter update {update.version} has neither tensors nor a path")
+        with self._step_lock:  # between two decode steps, never inside one
+            lora_io.load_adapter_tensors(self.model, tensors)
+            self._version = update.version
+            self.served_log.append(update.version)
+        return self._version
+
+    def _generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        if self._version < 0:
+            raise RuntimeError(
+                "torch backend: no adapter acknowledged yet; call load_adapter first"
+            )
+        with self._cond:
+            # Held while paused; but under an abort, come back at once with the requests as
+            # aborted partials (the caller may be stopping and must not block here).
+            self._cond.wait_for(lambda: self._admitting or self._abort.is_set())
+            self._inflight += 1
+        try:
+            results = []
+            # Chunk by whole groups so a group's samples share one batch (and its RNG stream).
+            chunk: list[GroupRequest] = []
+            for req in requests:
+                if chunk and sum(r.n for r in chunk) + req.n > self.max_batch_size:
+                    results += self._generate_batch(chunk)
+                    chunk = []
+                chunk.append(req)
+            if chunk:
+                results += self._generate_batch(chunk)
+            aborted = [r for r in results if r.aborted]
+            if aborted:
+                self._aborted += aborted
+            return results
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    @torch.no_grad()
+    def _generate_batch(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        params = requests[0].params
+        if any(r.params != params for r in requests):
+            raise ValueError("torch backend: one batch must share sampling params")
+        # One row per sample still to generate; finished partial samples are carried over.
+        samples: list[list[Sample]] = []
+        rows: list[tuple[int, int]] = []  # (request index, sample index)
+        row_prompts: list[list[int]] = []
+        gens: list[torch.Generator] = []
+        for i, req in enumerate(requests):
+            group = [
+                Sample(list(s.token_ids), list(s.logprobs), list(s.versions), None, s.text)
+                for s in (req.partial or [Sample() for _ in range(req.n)])
+            ]
+            samples.append(group)
+            already = sum(len(s.token_ids) for s in group)
+            gens.append(torch.Generator().manual_seed(req.seed + 1_000_003 * already))
+            for j, s in enumerate(group):
+                if req.partial is not None and req.partial[j].done:
+                    s.finish_reason = req.partial[j].finish_reason
+                    continue
+                rows.append((i, j))
+                row_prompts.append(req.prompt_ids + s.token_ids)
+        if rows:
+            self._decode(requests, samples, rows, row_prompts, gens, params)
+        for group in samples:
+            for s in group:
+                s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
+        return [
+            GroupResult(r.request_id, r.prompt_ids, g)
+            for r, g in zip(requests, samples, strict=True)
+        ]
+
+    def _decode(self, requests, samples, rows, row_prompts, gens, params) -> None:
+        r = len(rows)
+        width = max(len(p) for p in row_prompts)
+        ids = torch.full((r, width), self.pad_id, dtype=torch.long)  # [R, P] left-padded
+        attn = torch.zeros((r, width), dtype=torch.long)
+        for k, p in enumerate(row_prompts):
+            ids[k, width - len(p) :] = torch.tensor(p)
+            attn[k, width - len(p) :] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [R, P]
+        budget = [params.max_new_tokens - len(samples[i][j].token_ids) for i, j in rows]
+        active = [b > 0 for b in budget]
+        for k, (i, j) in enumerate(rows):
+            if not active[k]:
+                samples[i][j].finish_reason = "length"
+        # Rows of each request, to draw that request's noise from its own generator: a
+        # group's samples then do not depend on which other groups share the batch.
+        by_req: dict[int, list[int]] = {}
+        for k, (i, _) in enumerate(rows):
+            by_req.setdefault(i, []).append(k)
+        past, step_input, step_pos = None, ids, pos
+        for _ in range(max(budget)):
+            if not any(active):
+                break
+            self._running.wait()
+            with self._step_lock:
+                if self._abort.is_set():
+                    break
+                version = self._version
+                out = self.model(
+                    input_ids=step_input,
+                    attention_mask=attn,
+                    position_ids=step_pos,
+                    past_key_values=past,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float() / params.temperature  # [R, V]
+            logp = torch.log_softmax(logits, dim=-1)
+            if params.greedy:
+                tokens = logits.argmax(dim=-1)
+            else:
+                noise = torch.empty_like(logits)
+                for i, ks in by_req.items():
+                    u = torch.rand((len(ks), logits.shape[1]), generator=gens[i])
+                    noise[ks] = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7))).to(noise.device)
+                tokens = (logits + noise).argmax(dim=-1)  # Gumbel-max: a draw from softmax
+            token_lp = logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+            for k, (i, j) in enumerate(rows):
+                if not active[k]:
+                    continue
+                s, tok = samples[i][j], int(tokens[k])
+                s.token_ids.append(tok)
+                s.logprobs.append(float(token_lp[k]))
+                s.versions.append(version)
+                if tok == self.eos_id or self._hit_stop(s, params.stop):
+                    s.finish_reason, active[k] = "stop", False
+                elif len(s.token_ids) >= params.max_new_tokens:
+                    s.finish_reason, active[k] = "length", False
+            step_input = tokens.unsqueeze(1).to(self.device)  # [R, 1]
+            attn = torch.cat([attn, torch.ones((r, 1), dtype=attn.dtype, device=self.device)], 1)
+            step_pos = step_pos[:, -1:] + 1
+        for k, (i, j) in enumerate(rows):
+            if active[k]:  # cut short by an abort
+                samples[i][j].finish_reason = "abort"
+
+    def _hit_stop(self, sample: Sample, stop: tuple[str, ...]) -> bool:
+        if not stop:
+            return False
+        text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+        return any(text.endswith(s) for s in stop)
