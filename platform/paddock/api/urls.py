@@ -1,9 +1,24 @@
-"""/api/v1/ routes. The control-plane work registers its routers here."""
+"""/api/v1/ routes: no trailing slashes (`/api/v1/runs/7/metrics`), as DESIGN.md spells them."""
 
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from paddock.api import views_experiments, views_runs, views_teams
+
+router = SimpleRouter(trailing_slash=False)
+router.register("teams", views_teams.TeamViewSet, basename="team")
+router.register("experiments", views_experiments.ExperimentViewSet, basename="experiment")
+router.register("configs", views_experiments.ConfigVersionViewSet, basename="config")
+router.register("runs", views_runs.RunViewSet, basename="run")
+router.register("clusters", views_experiments.ClusterViewSet, basename="cluster")
+router.register("datasets", views_experiments.DatasetViewSet, basename="dataset")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("me", views_teams.me, name="me"),
+    path("metrics", views_runs.multi_metrics, name="metrics"),
+    path("spec/schema", views_experiments.spec_schema, name="spec-schema"),
+    path("", include(router.urls)),
 ]

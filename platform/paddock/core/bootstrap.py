@@ -25,3 +25,39 @@ def admin_ensure(*, home: Path, username: str = "admin") -> tuple[object, bool]:
     with os.fdopen(fd, "w") as fh:
         fh.write(f"{username} / {password}\n")
     return user, True
+
+
+def demo_team_ensure(*, owner, slug: str = "demo") -> tuple[object, bool]:
+    """The demo team, with `owner` as its owner (again, if someone demoted them)."""
+    from paddock.teams.models import Membership, Role, Team, TeamQuota
+
+    with transaction.atomic():
+        team, created = Team.objects.get_or_create(slug=slug, defaults={"name": "Demo"})
+        TeamQuota.objects.get_or_create(team=team)
+        Membership.objects.update_or_create(team=team, user=owner, defaults={"role": Role.OWNER})
+    return team, created
+
+
+def local_cluster_ensure(*, address: str, name: str = "local") -> tuple[object | None, bool]:
+    """Register the Ray head at `address` (settings.RAY_ADDRESS) as a shared cluster that
+    runs the torch backend. Idempotent: a later start updates the address, and keeps the
+    backends and labels an operator may have added. None when no address is set."""
+    from paddock.clusters.models import RayCluster
+
+    if not address:
+        return None, False
+    with transaction.atomic():
+        cluster, created = RayCluster.objects.get_or_create(
+            name=name,
+            defaults={"address": address, "backends": ["torch"], "labels": {"embedded": True}},
+        )
+        changed = []
+        if cluster.address != address:
+            cluster.address = address
+            changed.append("address")
+        if "torch" not in cluster.backends:
+            cluster.backends = [*cluster.backends, "torch"]
+            changed.append("backends")
+        if changed:
+            cluster.save(update_fields=changed)
+    return cluster, created

@@ -1,0 +1,41 @@
+"""`Authorization: Bearer pdk_…`: personal API tokens (the CLI, scripts). Browsers use the
+session (with CSRF), through DRF's SessionAuthentication."""
+
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+
+from paddock.api.errors import DomainError
+from paddock.teams.services import api_token_authenticate
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    keyword = "bearer"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword.encode():
+            return None
+        if len(parts) != 2:
+            raise AuthenticationFailed("use 'Authorization: Bearer <token>'", code="token_invalid")
+        try:
+            raw = parts[1].decode("ascii")
+            token = api_token_authenticate(raw=raw)
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("unknown API token", code="token_invalid") from None
+        except DomainError as exc:
+            raise AuthenticationFailed(exc.message, code=exc.code) from None
+        return token.user, token
+
+    def authenticate_header(self, request) -> str:
+        return 'Bearer realm="paddock"'
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = BearerTokenAuthentication
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "a personal API token, pdk_…"}

@@ -1,0 +1,165 @@
+"""Experiments (launch, clone, edit), config versions and their diff, clusters, datasets,
+and the spec's JSON Schema."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.decorators import action, api_view
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+
+from paddock.api import serializers as s
+from paddock.api.base import ActorViewSet, body, parse_id, query
+from paddock.api.pagination import NewestFirst
+from paddock.api.views_teams import ERRORS
+from paddock.experiments import selectors
+from paddock.experiments.artifacts import dataset_upload
+from paddock.experiments.configs import spec_diff
+from paddock.experiments.launch import (
+    LaunchResult,
+    experiment_clone,
+    experiment_launch,
+    experiment_update,
+)
+from paddock.experiments.models import ConfigVersion, Dataset, Experiment
+from paddock.teams.selectors import team_get
+from workers.spec import spec_json_schema
+
+
+def _launch_response(result: LaunchResult, actor) -> Response:
+    if result.experiment is None:  # validate_only
+        runs = result.plan.runs if result.plan else []
+        report = {"valid": result.valid, "errors": result.errors, "runs": runs}
+        return Response(s.ValidationReportSerializer(report).data)
+    experiment = selectors.experiment_get(actor=actor, experiment_id=result.experiment.pk)
+    return Response(
+        {
+            "experiment": s.ExperimentSerializer(experiment).data,
+            "runs": s.RunSerializer(result.runs, many=True).data,
+        },
+        status=status.HTTP_201_CREATED,
+    )
+
+
+LAUNCH_RESPONSES = {200: s.ValidationReportSerializer, 201: OpenApiTypes.OBJECT, **ERRORS}
+
+
+class ExperimentViewSet(ActorViewSet):
+    serializer_class = s.ExperimentSerializer
+    queryset = Experiment.objects.none()
+    pagination_class = NewestFirst
+
+    def _experiment(self, pk) -> Experiment:
+        return selectors.experiment_get(actor=self.actor, experiment_id=parse_id(pk, "experiment"))
+
+    @extend_schema(parameters=[s.ExperimentFilterSerializer])
+    def list(self, request):
+        experiments = selectors.experiment_list(
+            actor=self.actor, **_renamed(query(s.ExperimentFilterSerializer, request))
+        )
+        page = self.paginate_queryset(experiments)
+        return self.get_paginated_response(s.ExperimentSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=s.LaunchSerializer,
+        responses=LAUNCH_RESPONSES,
+        description="Launch: one experiment, its config version, and a queued run per "
+        "backend × seed. With validate_only, only the report (200), nothing created.",
+    )
+    def create(self, request):
+        data = body(s.LaunchSerializer, request)
+        team = team_get(actor=self.actor, team_id=data.pop("team"))
+        data["cluster_id"] = data.pop("cluster", None)
+        result = experiment_launch(actor=self.actor, team=team, **data)
+        return _launch_response(result, self.actor)
+
+    @extend_schema(responses={200: s.ExperimentSerializer, **ERRORS})
+    def retrieve(self, request, pk=None):
+        return Response(s.ExperimentSerializer(self._experiment(pk)).data)
+
+    @extend_schema(
+        request=s.ExperimentUpdateSerializer, responses={200: s.ExperimentSerializer, **ERRORS}
+    )
+    def partial_update(self, request, pk=None):
+        experiment = experiment_update(
+            actor=self.actor,
+            experiment=self._experiment(pk),
+            **body(s.ExperimentUpdateSerializer, request),
+        )
+        return Response(s.ExperimentSerializer(self._experiment(experiment.pk)).data)
+
+    @extend_schema(request=s.CloneSerializer, responses=LAUNCH_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def clone(self, request, pk=None):
+        experiment = self._experiment(pk)
+        data = body(s.CloneSerializer, request)
+        if "config" in data:
+            data["config"] = selectors.config_get(actor=self.actor, config_id=data["config"])
+        data["cluster_id"] = data.pop("cluster", None)
+        result = experiment_clone(actor=self.actor, experiment=experiment, **data)
+        return _launch_response(result, self.actor)
+
+
+def _renamed(filters: dict) -> dict:
+    if "team" in filters:
+        filters["team_id"] = filters.pop("team")
+    return filters
+
+
+class ConfigVersionViewSet(ActorViewSet):
+    serializer_class = s.ConfigVersionSerializer
+    queryset = ConfigVersion.objects.none()
+
+    @extend_schema(responses={200: s.ConfigVersionSerializer, **ERRORS})
+    def retrieve(self, request, pk=None):
+        config = selectors.config_get(actor=self.actor, config_id=parse_id(pk, "config version"))
+        return Response(s.ConfigVersionSerializer(config).data)
+
+    @extend_schema(parameters=[s.DiffQuerySerializer], responses={200: s.DiffSerializer, **ERRORS})
+    @action(detail=False, methods=["get"])
+    def diff(self, request):
+        ids = query(s.DiffQuerySerializer, request)
+        a = selectors.config_get(actor=self.actor, config_id=ids["a"])
+        b = selectors.config_get(actor=self.actor, config_id=ids["b"])
+        return Response({"a": a.pk, "b": b.pk, "changes": spec_diff(a=a.spec, b=b.spec)})
+
+
+class ClusterViewSet(ActorViewSet):
+    serializer_class = s.ClusterSerializer
+
+    def get_queryset(self):
+        return selectors.cluster_list(actor=self.actor)
+
+    def list(self, request):
+        return Response(s.ClusterSerializer(self.get_queryset(), many=True).data)
+
+
+class DatasetViewSet(ActorViewSet):
+    serializer_class = s.DatasetSerializer
+    queryset = Dataset.objects.none()
+    pagination_class = NewestFirst
+    parser_classes = [MultiPartParser, FormParser]
+
+    def list(self, request):
+        page = self.paginate_queryset(selectors.dataset_list(actor=self.actor))
+        return self.get_paginated_response(s.DatasetSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=s.DatasetUploadSerializer, responses={201: s.DatasetSerializer, **ERRORS}
+    )
+    def create(self, request):
+        data = body(s.DatasetUploadSerializer, request)
+        team = team_get(actor=self.actor, team_id=data["team"])
+        dataset = dataset_upload(
+            actor=self.actor, team=team, name=data["name"], data=data["file"].read()
+        )
+        return Response(s.DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(responses=OpenApiTypes.OBJECT)
+@api_view(["GET"])
+def spec_schema(request):
+    """The RunSpec JSON Schema: what the launcher form is built from."""
+    return Response(spec_json_schema())

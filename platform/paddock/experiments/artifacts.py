@@ -1,0 +1,161 @@
+"""The artifact store (fsspec URI, PADDOCK_ARTIFACTS_URI): checkpoint downloads and
+uploaded datasets.
+
+A URI is served only when it lies inside the artifact store: a checkpoint URI comes from a
+job's report, and a job must not be able to make the platform serve /etc/passwd."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import posixpath
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import fsspec
+from django.conf import settings
+from django.db import transaction
+
+from paddock.api.errors import DomainError
+from paddock.experiments.models import Checkpoint, Dataset
+from paddock.teams.access import Actor
+from paddock.teams.models import Role, Team
+from paddock.teams.services import audit_record
+
+CHUNK = 1024 * 1024
+MAX_DATASET_BYTES = 256 * 1024 * 1024
+
+
+def _split(uri: str) -> tuple[str, str]:
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        scheme, rest = "file", uri
+    return scheme, posixpath.normpath("/" + rest.lstrip("/")) if scheme == "file" else rest
+
+
+def artifact_uri_allowed(uri: str) -> bool:
+    """True when `uri` names something inside the artifact store (no `..` escapes)."""
+    root_scheme, root = _split(settings.PADDOCK_ARTIFACTS_URI.rstrip("/"))
+    scheme, path = _split(uri)
+    if scheme != root_scheme or ".." in path.split("/"):
+        return False
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@dataclass
+class Download:
+    filename: str
+    content_type: str
+    size: int | None
+    chunks: Iterator[bytes]
+
+
+class _Sink(io.RawIOBase):
+    """A write-only file whose bytes a generator drains between tar members."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def drain(self) -> Iterator[bytes]:
+        parts, self.parts = self.parts, []
+        yield from parts
+
+
+def _tar_chunks(fs, root: str, top: str) -> Iterator[bytes]:
+    # A streaming tar ("w|"): one member at a time goes through memory, never the whole
+    # checkpoint; a LoRA checkpoint's largest member (optimizer state) is small.
+    sink = _Sink()
+    with tarfile.open(fileobj=sink, mode="w|") as tar:
+        for path in sorted(fs.find(root)):
+            info = tarfile.TarInfo(name=posixpath.join(top, posixpath.relpath(path, root)))
+            info.size = fs.size(path)
+            with fs.open(path, "rb") as fh:
+                tar.addfile(info, fh)
+            yield from sink.drain()
+    yield from sink.drain()
+
+
+def _file_chunks(fs, path: str) -> Iterator[bytes]:
+    with fs.open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
+def checkpoint_download(*, checkpoint: Checkpoint) -> Download:
+    """Stream a checkpoint from the artifact store: a file as is, a directory as a tar.
+    The caller has checked that the actor may read the checkpoint's run."""
+    if not artifact_uri_allowed(checkpoint.uri):
+        raise DomainError(
+            "artifact_outside_store", "this checkpoint is not in the artifact store", status=404
+        )
+    fs, path = fsspec.core.url_to_fs(checkpoint.uri)
+    if not fs.exists(path):
+        raise DomainError("artifact_missing", "the checkpoint's files are gone", status=404)
+    name = f"run{checkpoint.run_id}-step{checkpoint.step}"
+    if fs.isdir(path):
+        return Download(f"{name}.tar", "application/x-tar", None, _tar_chunks(fs, path, name))
+    ext = posixpath.splitext(path)[1]
+    return Download(
+        f"{name}{ext}", "application/octet-stream", fs.size(path), _file_chunks(fs, path)
+    )
+
+
+def _check_jsonl(data: bytes) -> int:
+    rows = 0
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DomainError(
+                "invalid", f"line {number}: not JSON ({exc.msg})", field="file"
+            ) from None
+        if not (isinstance(row, dict) and isinstance(row.get("prompt"), str) and "answer" in row):
+            raise DomainError(
+                "invalid", f"line {number}: needs a string 'prompt' and an 'answer'", field="file"
+            )
+        rows += 1
+    if rows == 0:
+        raise DomainError("invalid", "the file has no rows", field="file")
+    return rows
+
+
+def dataset_upload(*, actor: Actor, team: Team, name: str, data: bytes) -> Dataset:
+    """Store a JSONL dataset of {prompt, answer} rows under the team in the artifact store,
+    named by its SHA-256 (the same bytes twice give the same dataset)."""
+    actor.require(team.pk, Role.MEMBER, what="team")
+    if len(data) > MAX_DATASET_BYTES:
+        raise DomainError("too_large", f"at most {MAX_DATASET_BYTES} bytes", field="file")
+    try:
+        rows = _check_jsonl(data)
+    except UnicodeDecodeError:
+        raise DomainError("invalid", "must be UTF-8 text", field="file") from None
+    digest = hashlib.sha256(data).hexdigest()
+    uri = f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/teams/{team.pk}/datasets/{digest}.jsonl"
+    fs, path = fsspec.core.url_to_fs(uri)
+    if not fs.exists(path):
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        with fs.open(path, "wb") as fh:
+            fh.write(data)
+    with transaction.atomic():
+        dataset, created = Dataset.objects.get_or_create(
+            team=team, sha256=digest,
+            defaults={"name": name, "uri": uri, "size_bytes": len(data), "rows": rows,
+                      "created_by": actor.user},
+        )  # fmt: skip
+        if created:
+            audit_record(
+                actor=actor, team_id=team.pk, action="dataset.upload", target_type="dataset",
+                target_id=dataset.pk, data={"name": name, "sha256": digest, "rows": rows},
+            )  # fmt: skip
+    return dataset

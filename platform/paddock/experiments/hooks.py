@@ -1,0 +1,21 @@
+"""Where the experiments app hands over to dispatch (clusters) and the live stream (live).
+
+Each hook is called from `transaction.on_commit` with ids only, so the receiver re-fetches
+what it needs and copes with a row that changed or vanished meanwhile. They are no-ops
+until the dispatch and live work fill them in (e.g. `run_dispatch.delay(run_id)`)."""
+
+from __future__ import annotations
+
+
+def run_enqueued(run_id: int) -> None:
+    """A run entered `queued` by a launch: dispatch should try to start it."""
+
+
+def run_state_changed(run_id: int, state: str) -> None:
+    """`Run.state` changed (any transition): broadcast to the run's viewers."""
+
+
+def run_control_requested(run_id: int, desired_state: str) -> None:
+    """A user asked for pause / resume / abort: `Run.desired_state` changed. The job learns
+    it from its next ingest reply; dispatch may need to act (resume of a released run, a
+    hard stop after the abort grace period)."""

@@ -1,0 +1,283 @@
+"""Launch and clone: one experiment, its launched config version, and for each rollout
+backend × seed one queued run whose effective spec is its own child config version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from paddock.api.errors import DomainError
+from paddock.clusters.models import RayCluster
+from paddock.experiments import hooks
+from paddock.experiments.configs import (
+    config_version_create,
+    rollout_backends,
+    spec_apply_edits,
+    spec_for_run,
+    spec_gpus,
+    spec_normalize,
+)
+from paddock.experiments.models import ConfigVersion, Experiment, ExperimentTag, Run
+from paddock.teams.access import Actor
+from paddock.teams.models import Role, Team, TeamQuota
+from paddock.teams.selectors import team_usage
+from paddock.teams.services import audit_record
+
+MAX_SEEDS = 16
+QUEUED_REASON = "waiting for a cluster"
+
+
+@dataclass
+class PlannedRun:
+    backend: str
+    seed: int
+    spec: dict
+    gpus: float
+
+
+@dataclass
+class LaunchPlan:
+    spec: dict
+    runs: list[PlannedRun]
+    cluster: RayCluster | None
+
+
+@dataclass
+class LaunchResult:
+    plan: LaunchPlan | None = None
+    experiment: Experiment | None = None
+    runs: list[Run] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+def _visible_clusters(team: Team):
+    return RayCluster.objects.filter(Q(team__isnull=True) | Q(team=team))
+
+
+def _check_backends(*, team: Team, backends: list[str], cluster_id: int | None) -> RayCluster:
+    """The backends must be known, and advertised by the target cluster (or, with none
+    chosen, by at least one cluster the team may use)."""
+    known = rollout_backends()
+    for backend in backends:
+        if backend not in known:
+            raise DomainError(
+                "invalid", f"unknown rollout backend '{backend}'; one of {known}", field="backends"
+            )
+    clusters = list(_visible_clusters(team))
+    if cluster_id is not None:
+        chosen = next((c for c in clusters if c.pk == cluster_id), None)
+        if chosen is None:
+            raise DomainError("invalid", f"no cluster {cluster_id}", field="cluster")
+        clusters = [chosen]
+    if not clusters:
+        raise DomainError(
+            "no_cluster", "no Ray cluster is registered for this team", field="cluster"
+        )
+    advertised = {b for c in clusters for b in c.backends}
+    missing = [b for b in backends if b not in advertised]
+    if missing:
+        where = f"cluster '{clusters[0].name}'" if cluster_id else "any cluster of the team"
+        raise DomainError(
+            "backend_unavailable",
+            f"{', '.join(missing)} not advertised by {where} (it offers "
+            f"{', '.join(sorted(advertised)) or 'none'})",
+            field="backends",
+        )
+    return clusters[0] if cluster_id is not None else None
+
+
+def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
+    """Refuse what could never start or would overfill the queue; within those bounds,
+    runs over the concurrency limits wait in `queued` (dispatch enforces those)."""
+    quota, _ = TeamQuota.objects.select_for_update().get_or_create(team=team)
+    biggest = max((r.gpus for r in runs), default=0)
+    if biggest > quota.max_gpus:
+        raise DomainError(
+            "quota_exceeded",
+            f"a run asks for {biggest:g} GPUs; the team may use {quota.max_gpus:g}",
+            field="spec.resources", status=409,
+        )  # fmt: skip
+    if quota.max_concurrent_runs == 0:
+        raise DomainError("quota_exceeded", "the team may not run anything", status=409)
+    active = team_usage(team_id=team.pk)["active_runs"]
+    limit = quota.max_concurrent_runs + quota.max_queued_runs
+    if active + len(runs) > limit:
+        raise DomainError(
+            "quota_exceeded",
+            f"the team has {active} active runs; {len(runs)} more would pass its limit of "
+            f"{limit} ({quota.max_concurrent_runs} running + {quota.max_queued_runs} queued)",
+            status=409,
+        )
+
+
+def _plan(
+    *, team: Team, spec: Any, backends: list[str] | None, seeds: int, cluster_id: int | None
+) -> LaunchPlan:
+    normalized = spec_normalize(spec=spec)
+    backends = list(dict.fromkeys(backends or [normalized["rollout"]["backend"]]))
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise DomainError("invalid", f"must be between 1 and {MAX_SEEDS}", field="seeds")
+    cluster = _check_backends(team=team, backends=backends, cluster_id=cluster_id)
+    runs = []
+    for backend in backends:
+        for i in range(seeds):
+            seed = normalized["seed"] + i
+            run_spec = spec_for_run(spec=normalized, backend=backend, seed=seed)
+            runs.append(PlannedRun(backend, seed, run_spec, spec_gpus(run_spec)))
+    _check_quota(team=team, runs=runs)
+    return LaunchPlan(spec=normalized, runs=runs, cluster=cluster)
+
+
+def experiment_launch(
+    *,
+    actor: Actor,
+    team: Team,
+    name: str,
+    spec: Any,
+    backends: list[str] | None = None,
+    seeds: int = 1,
+    cluster_id: int | None = None,
+    description: str = "",
+    tags: list[str] | tuple[str, ...] = (),
+    validate_only: bool = False,
+    parent: ConfigVersion | None = None,
+    cloned_from: Experiment | None = None,
+) -> LaunchResult:
+    """Check everything a launch needs (spec, backends against the clusters, quota); with
+    `validate_only`, return the errors and create nothing. Otherwise create the experiment,
+    its config versions and queued runs, audit it, and after commit call
+    `hooks.run_enqueued` per run. Raises DomainError when invalid (not validate_only)."""
+    actor.require(team.pk, Role.MEMBER, what="team")
+    with transaction.atomic():
+        try:
+            plan = _plan(
+                team=team, spec=spec, backends=backends, seeds=seeds, cluster_id=cluster_id
+            )
+        except DomainError as exc:
+            if not validate_only:
+                raise
+            errors = exc.errors or [{"field": exc.field or "", "message": exc.message}]
+            return LaunchResult(errors=[{**e, "code": exc.code} for e in errors])
+        if validate_only:
+            return LaunchResult(plan=plan)
+
+        user = actor.user
+        launched = config_version_create(
+            team_id=team.pk, spec=plan.spec, parent=parent, created_by=user
+        )
+        experiment = Experiment.objects.create(
+            team=team, name=name, description=description, config=launched,
+            cloned_from=cloned_from, created_by=user,
+        )  # fmt: skip
+        ExperimentTag.objects.bulk_create(
+            ExperimentTag(experiment=experiment, name=t) for t in dict.fromkeys(tags)
+        )
+        runs = []
+        for planned in plan.runs:
+            config = config_version_create(
+                team_id=team.pk, spec=planned.spec, parent=launched, created_by=user
+            )
+            runs.append(
+                Run.objects.create(
+                    experiment=experiment,
+                    team=team,
+                    config=config,
+                    backend=planned.backend,
+                    seed=planned.seed,
+                    gpus=planned.gpus,
+                    created_by=user,
+                    cluster=plan.cluster,
+                    max_attempts=planned.spec["resources"]["max_attempts"],
+                    total_steps=planned.spec["train"]["steps"],
+                    queued_reason=QUEUED_REASON,
+                )  # fmt: skip
+            )
+        audit_record(
+            actor=actor, team_id=team.pk,
+            action="experiment.clone" if cloned_from else "experiment.launch",
+            target_type="experiment", target_id=experiment.pk,
+            data={
+                "name": name, "config": launched.pk, "config_hash": launched.hash,
+                "runs": [r.pk for r in runs], "cloned_from": cloned_from and cloned_from.pk,
+            },
+        )  # fmt: skip
+        for run in runs:
+            transaction.on_commit(lambda run_id=run.pk: hooks.run_enqueued(run_id))
+    return LaunchResult(plan=plan, experiment=experiment, runs=runs)
+
+
+def experiment_clone(
+    *,
+    actor: Actor,
+    experiment: Experiment,
+    edits: dict[str, Any] | None = None,
+    config: ConfigVersion | None = None,
+    name: str = "",
+    description: str | None = None,
+    tags: list[str] | None = None,
+    backends: list[str] | None = None,
+    seeds: int | None = None,
+    cluster_id: int | None = None,
+    validate_only: bool = False,
+) -> LaunchResult:
+    """Launch a new experiment from `config` (default: the experiment's launched config)
+    with `edits` ({"algorithm.kl_coef": 0.05}) applied. Backends and the number of seeds
+    default to those of the source's runs. The new launched version's parent is `config`."""
+    base = config or experiment.config
+    if base.team_id != experiment.team_id:
+        raise DomainError("invalid", "the config belongs to another team", field="config")
+    source_runs = list(experiment.runs.order_by("id").values_list("backend", "seed"))
+    if backends is None and source_runs:
+        backends = list(dict.fromkeys(b for b, _ in source_runs))
+    if seeds is None:
+        seeds = max(1, len({s for _, s in source_runs}))
+    spec = spec_apply_edits(spec=base.spec, edits=edits or {})
+    return experiment_launch(
+        actor=actor, team=experiment.team, name=name or f"{experiment.name} (clone)", spec=spec,
+        backends=backends, seeds=seeds, cluster_id=cluster_id,
+        description=experiment.description if description is None else description,
+        tags=[t.name for t in experiment.tags.all()] if tags is None else tags,
+        validate_only=validate_only, parent=base, cloned_from=experiment,
+    )  # fmt: skip
+
+
+@transaction.atomic
+def experiment_update(
+    *,
+    actor: Actor,
+    experiment: Experiment,
+    name: str | None = None,
+    description: str | None = None,
+    tags: list[str] | None = None,
+) -> Experiment:
+    """Rename, describe or retag; the config and the runs never change."""
+    actor.require(experiment.team_id, Role.MEMBER, what="experiment")
+    changes: dict[str, Any] = {}
+    if name is not None and name != experiment.name:
+        changes["name"] = [experiment.name, name]
+        experiment.name = name
+    if description is not None and description != experiment.description:
+        changes["description"] = True
+        experiment.description = description
+    experiment.save(update_fields=["name", "description"])
+    if tags is not None:
+        old = sorted(t.name for t in experiment.tags.all())
+        new = sorted(dict.fromkeys(tags))
+        if old != new:
+            changes["tags"] = [old, new]
+            experiment.tags.all().delete()
+            ExperimentTag.objects.bulk_create(
+                ExperimentTag(experiment=experiment, name=t) for t in new
+            )
+    audit_record(
+        actor=actor, team_id=experiment.team_id, action="experiment.update",
+        target_type="experiment", target_id=experiment.pk, data=changes,
+    )  # fmt: skip
+    return experiment

@@ -1,0 +1,247 @@
+"""Experiments, immutable config versions, runs, and what runs report: events, metric
+points, checkpoints, and the ingest bookkeeping (batches seen, run tokens)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from paddock.api.errors import DomainError
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued"
+    DISPATCHING = "dispatching"
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    SUCCEEDED = "succeeded"
+    ABORTING = "aborting"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+
+class DesiredState(models.TextChoices):
+    RUNNING = "running"
+    PAUSED = "paused"
+    ABORTED = "aborted"
+
+
+class Backend(models.TextChoices):
+    TORCH = "torch"
+    VLLM = "vllm"
+    TRTLLM = "trtllm"
+
+
+class ConfigVersion(models.Model):
+    """A validated run spec, never changed once stored: `save()` on a stored row raises.
+    `hash` is the SHA-256 of the canonical JSON (sorted keys, no spaces); `parent` is the
+    lineage (a run's effective spec → the launched spec → the one it was cloned from)."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="configs")
+    spec = models.JSONField()
+    hash = models.CharField(max_length=64, db_index=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise DomainError(
+                "config_immutable", "a config version never changes; create a new one",
+                status=409,
+            )  # fmt: skip
+        super().save(*args, **kwargs)
+
+    def __str__(self) -> str:
+        return f"config {self.pk} ({self.hash[:12]})"
+
+
+class Experiment(models.Model):
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="experiments")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    config = models.ForeignKey(ConfigVersion, on_delete=models.PROTECT, related_name="+")
+    cloned_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ExperimentTag(models.Model):
+    # A row per tag rather than a JSON list: "runs tagged X" must filter on SQLite too.
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="tags")
+    name = models.CharField(max_length=50)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "name"], name="tag_once")]
+        indexes = [models.Index(fields=["name"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    # the experiment's team, copied: every run query is scoped by team without a join
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="runs")
+    config = models.ForeignKey(ConfigVersion, on_delete=models.PROTECT, related_name="runs")
+    backend = models.CharField(max_length=10, choices=Backend.choices)
+    seed = models.IntegerField()
+    gpus = models.FloatField(default=0, help_text="GPUs the spec asks for, for quotas")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # lifecycle: `state` is what is true, `desired_state` what a user asked for
+    state = models.CharField(max_length=12, choices=RunState.choices, default=RunState.QUEUED)
+    desired_state = models.CharField(
+        max_length=8, choices=DesiredState.choices, default=DesiredState.RUNNING
+    )
+    queued_reason = models.CharField(max_length=300, blank=True)
+    error = models.TextField(blank=True)
+    # dispatch: every start of a job is a dispatch, numbered 1, 2, 3… per run
+    cluster = models.ForeignKey(
+        "clusters.RayCluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    dispatch_count = models.PositiveIntegerField(default=0)
+    ray_submission_id = models.CharField(max_length=100, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    # progress, and the cursor of the last stored ingest batch
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(default=0)
+    last_dispatch = models.PositiveIntegerField(default=0)
+    last_seq = models.BigIntegerField(default=-1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["team", "-id"], name="run_team_recent"),
+            models.Index(fields=["state"], name="run_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.backend}, seed {self.seed}, {self.state})"
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    adapter_version = models.PositiveIntegerField(default=0)
+    uri = models.CharField(max_length=1000)
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    dispatch = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_step")]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.run_id}@{self.step}"
+
+
+class RunEvent(models.Model):
+    class Kind(models.TextChoices):
+        LOG = "log"
+        STATUS = "status"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    dispatch = models.PositiveIntegerField(default=0)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    level = models.CharField(max_length=10, default="info")
+    message = models.TextField()
+    time = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "id"], name="runevent_run_id")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.run_id}: {self.message[:40]}"
+
+
+class MetricPoint(models.Model):
+    """One value of one metric at one step. Unique per (run, key, step): a step re-emitted
+    by a later dispatch replaces the earlier value. `time` is Unix seconds (as reported)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=100)
+    step = models.BigIntegerField()
+    time = models.FloatField()
+    value = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key", "step"], name="metricpoint_run_key_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key}@{self.step}={self.value}"
+
+
+class IngestBatch(models.Model):
+    """An ingest batch already stored; its (run, dispatch, seq) makes a retry idempotent."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    dispatch = models.PositiveIntegerField()
+    seq = models.BigIntegerField()
+    events = models.PositiveIntegerField(default=0)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "dispatch", "seq"], name="ingest_batch_once")
+        ]
+
+
+class RunToken(models.Model):
+    """The credential of one dispatch of one run (ingest). Stored as SHA-256, like ApiToken."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tokens")
+    dispatch = models.PositiveIntegerField()
+    prefix = models.CharField(max_length=16, unique=True)
+    hashed = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "dispatch"], name="runtoken_per_dispatch")
+        ]
+
+
+class Dataset(models.Model):
+    """An uploaded JSONL file of {prompt, answer} rows, kept in the artifact store under the
+    team, named by its SHA-256 (the same upload twice is one object). Specs reference it by
+    `uri` (`data.path`)."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=200)
+    sha256 = models.CharField(max_length=64)
+    uri = models.CharField(max_length=1000)
+    size_bytes = models.BigIntegerField()
+    rows = models.PositiveIntegerField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "sha256"], name="dataset_once")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,149 @@
+"""Readers of the experiments app, each scoped to the actor's teams (another team's object
+is not found), each shaped for its list so that a page costs a fixed number of queries."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from paddock.api.errors import not_found
+from paddock.clusters.models import RayCluster
+from paddock.experiments.models import (
+    Checkpoint,
+    ConfigVersion,
+    Dataset,
+    Experiment,
+    ExperimentTag,
+    Run,
+    RunEvent,
+)
+from paddock.teams.access import Actor
+from paddock.teams.models import Role
+
+_TAGS = Prefetch("tags", queryset=ExperimentTag.objects.order_by("name"))
+
+
+def experiment_list(
+    *,
+    actor: Actor,
+    team_id: int | None = None,
+    tag: str = "",
+    creator: str = "",
+    search: str = "",
+) -> QuerySet[Experiment]:
+    experiments = (
+        Experiment.objects.filter(team_id__in=actor.team_ids)
+        .select_related("created_by", "team")
+        .prefetch_related(_TAGS)
+        .annotate(
+            run_count=Count("runs", distinct=True),
+            active_run_count=Count(
+                "runs",
+                filter=~Q(runs__state__in=["succeeded", "aborted", "failed"]),
+                distinct=True,
+            ),
+        )
+    )
+    if team_id is not None:
+        experiments = experiments.filter(team_id=team_id)
+    if tag:
+        experiments = experiments.filter(
+            pk__in=ExperimentTag.objects.filter(name=tag).values("experiment")
+        )
+    if creator:
+        experiments = experiments.filter(created_by__username=creator)
+    if search:
+        experiments = experiments.filter(name__icontains=search)
+    return experiments
+
+
+def experiment_get(*, actor: Actor, experiment_id: int) -> Experiment:
+    experiment = experiment_list(actor=actor).filter(pk=experiment_id).first()
+    if experiment is None:
+        raise not_found("experiment")
+    return experiment
+
+
+def run_list(
+    *,
+    actor: Actor,
+    team_id: int | None = None,
+    experiment_id: int | None = None,
+    states: list[str] | None = None,
+    backend: str = "",
+    tag: str = "",
+    creator: str = "",
+) -> QuerySet[Run]:
+    runs = Run.objects.filter(team_id__in=actor.team_ids).select_related(
+        "experiment", "created_by", "cluster"
+    )
+    if team_id is not None:
+        runs = runs.filter(team_id=team_id)
+    if experiment_id is not None:
+        runs = runs.filter(experiment_id=experiment_id)
+    if states:
+        runs = runs.filter(state__in=states)
+    if backend:
+        runs = runs.filter(backend=backend)
+    if tag:
+        runs = runs.filter(
+            experiment_id__in=ExperimentTag.objects.filter(name=tag).values("experiment")
+        )
+    if creator:
+        runs = runs.filter(created_by__username=creator)
+    return runs
+
+
+def run_get(*, actor: Actor, run_id: int) -> Run:
+    run = run_list(actor=actor).filter(pk=run_id).first()
+    if run is None:
+        raise not_found("run")
+    return run
+
+
+def config_get(*, actor: Actor, config_id: int) -> ConfigVersion:
+    config = ConfigVersion.objects.filter(pk=config_id, team_id__in=actor.team_ids).first()
+    if config is None:
+        raise not_found("config version")
+    return config
+
+
+def checkpoint_list(*, actor: Actor, run: Run) -> QuerySet[Checkpoint]:
+    actor.require(run.team_id, Role.VIEWER, what="run")
+    return run.checkpoints.order_by("step")
+
+
+def checkpoint_get(*, actor: Actor, run_id: int, checkpoint_id: int) -> Checkpoint:
+    checkpoint = (
+        Checkpoint.objects.filter(pk=checkpoint_id, run_id=run_id, run__team_id__in=actor.team_ids)
+        .select_related("run")
+        .first()
+    )
+    if checkpoint is None:
+        raise not_found("checkpoint")
+    return checkpoint
+
+
+def run_event_list(
+    *, actor: Actor, run: Run, after_id: int = 0, kind: str = "", limit: int = 200
+) -> list[RunEvent]:
+    """Events of a run after event `after_id`, oldest first: `runs logs --follow` polls
+    with the id of the last one it printed."""
+    actor.require(run.team_id, Role.VIEWER, what="run")
+    events = run.events.filter(id__gt=after_id)
+    if kind:
+        events = events.filter(kind=kind)
+    return list(events.order_by("id")[:limit])
+
+
+def cluster_list(*, actor: Actor) -> QuerySet[RayCluster]:
+    """Shared clusters and those of the actor's teams."""
+    return RayCluster.objects.filter(Q(team__isnull=True) | Q(team_id__in=actor.team_ids)).order_by(
+        "name"
+    )
+
+
+def dataset_list(*, actor: Actor, team_id: int | None = None) -> QuerySet[Dataset]:
+    datasets = Dataset.objects.filter(team_id__in=actor.team_ids).select_related("created_by")
+    if team_id is not None:
+        datasets = datasets.filter(team_id=team_id)
+    return datasets.order_by("-id")

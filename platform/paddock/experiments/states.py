@@ -1,0 +1,112 @@
+"""The run state machine of DESIGN.md, in one place.
+
+    queued → dispatching → starting → running ⇄ (pausing → paused → resuming)
+                                       running → succeeded
+       any active state → aborting → aborted
+       any active state → failed   (retryable: → queued, from the last checkpoint)
+
+Every change of `Run.state` goes through `run_transition`; nothing assigns it ad hoc.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from paddock.api.errors import DomainError
+from paddock.experiments import hooks
+from paddock.experiments.models import Run, RunEvent
+from paddock.experiments.models import RunState as S
+
+TERMINAL = frozenset({S.SUCCEEDED, S.ABORTED, S.FAILED})
+ACTIVE = frozenset(set(S) - TERMINAL)
+# states in which a job may exist (or be about to): what counts against concurrency quotas
+HOLDING = frozenset(ACTIVE - {S.QUEUED})
+
+_ALLOWED: dict[S, frozenset[S]] = {
+    S.QUEUED: frozenset({S.DISPATCHING, S.ABORTED}),  # nothing to stop before a dispatch
+    # a job may report `running` before the dispatch task has recorded `starting`;
+    # back to queued when no cluster takes it (the reason goes in queued_reason)
+    S.DISPATCHING: frozenset({S.STARTING, S.RUNNING, S.QUEUED, S.ABORTED}),
+    S.STARTING: frozenset({S.RUNNING}),
+    S.RUNNING: frozenset({S.PAUSING, S.SUCCEEDED}),
+    S.PAUSING: frozenset({S.PAUSED}),
+    # paused → queued: the job exited on pause (release_on_pause); resuming is a new dispatch
+    S.PAUSED: frozenset({S.RESUMING, S.QUEUED}),
+    # resuming → queued: the paused job is gone, so resume from the last checkpoint
+    S.RESUMING: frozenset({S.RUNNING, S.QUEUED}),
+    S.ABORTING: frozenset({S.ABORTED}),
+    S.FAILED: frozenset({S.QUEUED}),  # a retry, while attempts remain
+    S.SUCCEEDED: frozenset(),
+    S.ABORTED: frozenset(),
+}
+for _state in ACTIVE - {S.ABORTING}:
+    _ALLOWED[_state] = _ALLOWED[_state] | {S.ABORTING, S.FAILED}
+_ALLOWED[S.ABORTING] = _ALLOWED[S.ABORTING] | {S.FAILED}
+
+
+def transition_allowed(from_state: str, to_state: str) -> bool:
+    return S(to_state) in _ALLOWED[S(from_state)]
+
+
+def run_transition(
+    *,
+    run: Run,
+    to_state: str,
+    reason: str = "",
+    error: str = "",
+    dispatch: int | None = None,
+) -> Run:
+    """Move `run` to `to_state`, or raise DomainError("illegal_transition") (409).
+
+    Locks the row and checks against the stored state, not the caller's copy, so two
+    writers (a Celery task and an ingest request) cannot both move it from the same state.
+    Records a status RunEvent, stamps started/finished times, and after commit tells
+    `hooks.run_state_changed`. `reason` goes into `queued_reason` on → queued; `error`
+    into `error` on → failed. A failed run goes back to queued only while attempts remain.
+    Updates `run` in place and returns it."""
+    target = S(to_state)
+    with transaction.atomic():
+        current = Run.objects.select_for_update().get(pk=run.pk)
+        if not transition_allowed(current.state, target):
+            raise DomainError(
+                "illegal_transition",
+                f"a run cannot go from {current.state} to {target}",
+                field="state",
+                status=409,
+            )
+        if current.state == S.FAILED and current.attempts >= current.max_attempts:
+            raise DomainError(
+                "attempts_exhausted",
+                f"run {run.pk} has used its {current.max_attempts} attempts",
+                status=409,
+            )
+        now = timezone.now()
+        changes: dict = {"state": target, "updated_at": now}
+        if target == S.QUEUED:
+            changes["queued_reason"] = reason
+        else:
+            changes["queued_reason"] = ""
+        if target == S.RUNNING and current.started_at is None:
+            changes["started_at"] = now
+        if target in TERMINAL:
+            changes["finished_at"] = now
+        if target == S.FAILED:
+            changes["error"] = error or reason
+        Run.objects.filter(pk=run.pk).update(**changes)
+        message = f"{current.state} → {target}" + (
+            f": {reason or error}" if reason or error else ""
+        )
+        RunEvent.objects.create(
+            run_id=run.pk,
+            dispatch=current.dispatch_count if dispatch is None else dispatch,
+            kind=RunEvent.Kind.STATUS,
+            level="error" if target == S.FAILED else "info",
+            message=message,
+            time=now,
+        )
+        for name, value in changes.items():
+            setattr(run, name, value)
+        run_id, state = run.pk, str(target)
+        transaction.on_commit(lambda: hooks.run_state_changed(run_id, state))
+    return run

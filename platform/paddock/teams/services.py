@@ -1,0 +1,261 @@
+"""Writers of the teams app: teams, members, API tokens, quotas, and the audit log.
+
+Every function is keyword-only, checks the actor's role itself (callers need not), and
+records an AuditEvent in the same transaction as its write."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from paddock.api.errors import DomainError, forbidden, not_found
+from paddock.teams.access import Actor
+from paddock.teams.models import (
+    ROLE_RANK,
+    ApiToken,
+    AuditEvent,
+    Membership,
+    Role,
+    Team,
+    TeamQuota,
+)
+from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
+
+API_TOKEN_KIND = "pdk"
+# last_used_at is written at most this often per token: not a write on every request
+LAST_USED_RESOLUTION_S = 60
+
+
+def audit_record(
+    *,
+    actor: Actor | None,
+    team_id: int | None,
+    action: str,
+    target_type: str,
+    target_id: object = "",
+    data: dict | None = None,
+) -> AuditEvent:
+    user = actor.user if actor is not None and actor.user.is_authenticated else None
+    if actor is not None and actor.token is not None:
+        data = {**(data or {}), "via_token": actor.token.prefix}
+    return AuditEvent.objects.create(
+        actor=user,
+        team_id=team_id,
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        data=data or {},
+        ip=actor.ip if actor else None,
+        user_agent=actor.user_agent if actor else "",
+    )
+
+
+# --- teams ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def team_create(*, actor: Actor, name: str, slug: str = "") -> Team:
+    """Any signed-in user may create a team; they become its owner."""
+    if actor.token is not None:
+        raise forbidden("create teams from a signed-in session, not with a team's token")
+    slug = slugify(slug or name)[:60]
+    if not slug:
+        raise DomainError("invalid", "a team needs a name with letters or digits", field="name")
+    if Team.objects.filter(slug=slug).exists():
+        raise DomainError("slug_taken", f"a team '{slug}' exists already", field="slug", status=409)
+    team = Team.objects.create(name=name, slug=slug)
+    Membership.objects.create(team=team, user=actor.user, role=Role.OWNER)
+    TeamQuota.objects.create(team=team)
+    audit_record(
+        actor=actor, team_id=team.pk, action="team.create", target_type="team",
+        target_id=team.pk, data={"name": name, "slug": slug},
+    )  # fmt: skip
+    return team
+
+
+@transaction.atomic
+def team_update(*, actor: Actor, team: Team, name: str) -> Team:
+    actor.require(team.pk, Role.ADMIN, what="team")
+    old = team.name
+    team.name = name
+    team.save(update_fields=["name"])
+    audit_record(
+        actor=actor, team_id=team.pk, action="team.update", target_type="team",
+        target_id=team.pk, data={"name": [old, name]},
+    )  # fmt: skip
+    return team
+
+
+# --- members -------------------------------------------------------------------------------
+
+
+def _check_role_change(*, actor: Actor, team_id: int, old: str | None, new: str | None) -> None:
+    """Admins manage viewers, members and admins; only an owner grants or takes `owner`."""
+    actor.require(team_id, Role.ADMIN, what="team")
+    if Role.OWNER in (old, new) and not actor.can(team_id, Role.OWNER):
+        raise forbidden("only an owner may grant or take the owner role")
+
+
+def _check_owner_remains(*, team_id: int, membership: Membership) -> None:
+    if membership.role != Role.OWNER:
+        return
+    owners = Membership.objects.select_for_update().filter(team_id=team_id, role=Role.OWNER)
+    if owners.count() <= 1:
+        raise DomainError(
+            "last_owner", "a team keeps at least one owner; make someone else owner first",
+            field="role", status=409,
+        )  # fmt: skip
+
+
+@transaction.atomic
+def member_add(*, actor: Actor, team: Team, username: str, role: str) -> Membership:
+    _check_role_change(actor=actor, team_id=team.pk, old=None, new=role)
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise DomainError("user_not_found", f"no user '{username}'", field="username")
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.create(team=team, user=user, role=role)
+    except IntegrityError:
+        raise DomainError(
+            "already_member", f"{username} is in the team already", field="username", status=409
+        ) from None
+    audit_record(
+        actor=actor, team_id=team.pk, action="member.add", target_type="user",
+        target_id=user.pk, data={"username": username, "role": role},
+    )  # fmt: skip
+    return membership
+
+
+@transaction.atomic
+def member_set_role(*, actor: Actor, membership: Membership, role: str) -> Membership:
+    old = membership.role
+    _check_role_change(actor=actor, team_id=membership.team_id, old=old, new=role)
+    if old == Role.OWNER and role != Role.OWNER:
+        _check_owner_remains(team_id=membership.team_id, membership=membership)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    audit_record(
+        actor=actor, team_id=membership.team_id, action="member.role", target_type="user",
+        target_id=membership.user_id, data={"role": [old, role]},
+    )  # fmt: skip
+    return membership
+
+
+@transaction.atomic
+def member_remove(*, actor: Actor, membership: Membership) -> None:
+    if membership.user_id != actor.user.pk:  # anyone may leave; removing others needs admin
+        _check_role_change(actor=actor, team_id=membership.team_id, old=membership.role, new=None)
+    _check_owner_remains(team_id=membership.team_id, membership=membership)
+    membership.delete()
+    audit_record(
+        actor=actor, team_id=membership.team_id, action="member.remove", target_type="user",
+        target_id=membership.user_id, data={"role": membership.role},
+    )  # fmt: skip
+
+
+# --- API tokens ----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def api_token_create(
+    *, actor: Actor, team: Team, name: str, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
+    """A personal token of the actor for `team`. Returns (token, secret); the secret is
+    never stored nor shown again. It acts with the user's role in the team."""
+    actor.require(team.pk, Role.VIEWER, what="team")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise DomainError("invalid", "must be in the future", field="expires_at")
+    new = secret_new(API_TOKEN_KIND)
+    token = ApiToken.objects.create(
+        team=team, user=actor.user, name=name, prefix=new.prefix, hashed=new.hashed,
+        expires_at=expires_at,
+    )  # fmt: skip
+    audit_record(
+        actor=actor, team_id=team.pk, action="token.create", target_type="token",
+        target_id=token.pk, data={"name": name, "prefix": new.prefix},
+    )  # fmt: skip
+    return token, new.raw
+
+
+@transaction.atomic
+def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
+    """Its owner may revoke a token; team admins and owners may revoke anyone's."""
+    actor.require(token.team_id, Role.VIEWER, what="token")
+    if token.user_id != actor.user.pk and not actor.can(token.team_id, Role.ADMIN):
+        raise not_found("token")
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit_record(
+            actor=actor, team_id=token.team_id, action="token.revoke", target_type="token",
+            target_id=token.pk, data={"name": token.name, "prefix": token.prefix},
+        )  # fmt: skip
+    return token
+
+
+def api_token_authenticate(*, raw: str) -> ApiToken:
+    """The live token whose secret is `raw`, with its user; DomainError 401 otherwise."""
+    prefix = secret_prefix(raw, API_TOKEN_KIND)
+    token = (
+        ApiToken.objects.select_related("user").filter(prefix=prefix).first() if prefix else None
+    )
+    if token is None or not secret_matches(raw, token.hashed):
+        raise DomainError("token_invalid", "unknown API token", status=401)
+    now = timezone.now()
+    if token.revoked_at is not None:
+        raise DomainError("token_revoked", "this API token was revoked", status=401)
+    if token.expires_at is not None and token.expires_at <= now:
+        raise DomainError("token_expired", "this API token has expired", status=401)
+    if not token.user.is_active:
+        raise DomainError("token_invalid", "the token's user is deactivated", status=401)
+    stale = token.last_used_at is None or (
+        (now - token.last_used_at).total_seconds() > LAST_USED_RESOLUTION_S
+    )
+    if stale:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+# --- quotas --------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def team_quota_set(
+    *,
+    actor: Actor,
+    team: Team,
+    max_concurrent_runs: int | None = None,
+    max_gpus: float | None = None,
+    max_queued_runs: int | None = None,
+) -> TeamQuota:
+    """Platform staff only (a session, not a token). Fields left None keep their value."""
+    if not actor.is_staff:
+        if actor.role_in(team.pk) is None:
+            raise not_found("team")
+        raise forbidden("quotas are set by platform staff")
+    quota, _ = TeamQuota.objects.select_for_update().get_or_create(team=team)
+    changes = {}
+    for name, value in (
+        ("max_concurrent_runs", max_concurrent_runs),
+        ("max_gpus", max_gpus),
+        ("max_queued_runs", max_queued_runs),
+    ):
+        if value is not None and getattr(quota, name) != value:
+            changes[name] = [getattr(quota, name), value]
+            setattr(quota, name, value)
+    quota.save()
+    audit_record(
+        actor=actor, team_id=team.pk, action="quota.set", target_type="team",
+        target_id=team.pk, data=changes,
+    )  # fmt: skip
+    return quota
+
+
+def role_at_least(role: str, minimum: Role) -> bool:
+    return ROLE_RANK[role] >= ROLE_RANK[minimum]
