@@ -123,3 +123,56 @@ def celery_worker_process(django_db_setup, django_db_blocker):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
         log.close()
+
+
+@pytest.fixture
+def asgi_server(django_db_setup, django_db_blocker):
+    """A real ASGI server (uvicorn, the production server) on a free port, on the test
+    database. Tests that use it write with `django_db(transaction=True)` so the server sees
+    their rows. Yields a handle that can stop and restart the server (same port)."""
+    from django.conf import settings
+
+    db_name = str(settings.DATABASES["default"]["NAME"])
+    server = AsgiServer(port=free_port(), env=service_env(PADDOCK_TEST_DB_NAME=db_name))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class AsgiServer:
+    def __init__(self, port: int, env: dict[str, str]):
+        self.port = port
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.url = f"http://127.0.0.1:{port}"
+
+    def start(self) -> None:
+        import requests
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host",
+             "127.0.0.1", "--port", str(self.port), "--lifespan", "off", "--ws", "websockets",
+             "--log-level", "warning"],
+            env=self.env, cwd=REPO, start_new_session=True,
+        )  # fmt: skip
+
+        def up():
+            try:
+                return requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for(up, 60, "the ASGI server")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, 15)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        self.proc = None

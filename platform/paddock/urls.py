@@ -2,10 +2,13 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from paddock.core.views import healthz, spa
+from paddock.live.views import ingest
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("api/v1/session/", include("paddock.core.session_urls")),
+    path("api/v1/runs/<int:run_id>/ingest", ingest, name="run-ingest"),
     path("api/v1/", include("paddock.api.urls")),
     re_path(r"^(?!api/|admin/|static/|ws/).*$", spa, name="spa"),
 ]

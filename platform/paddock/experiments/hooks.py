@@ -13,9 +13,15 @@ def run_enqueued(run_id: int) -> None:
 
 def run_state_changed(run_id: int, state: str) -> None:
     """`Run.state` changed (any transition): broadcast to the run's viewers."""
+    from paddock.live.broadcast import broadcast_state
+
+    broadcast_state(run_id)
 
 
 def run_control_requested(run_id: int, desired_state: str) -> None:
     """A user asked for pause / resume / abort: `Run.desired_state` changed. The job learns
     it from its next ingest reply; dispatch may need to act (resume of a released run, a
     hard stop after the abort grace period)."""
+    from paddock.live.broadcast import broadcast_state
+
+    broadcast_state(run_id)  # viewers see the new desired state even before state moves

@@ -1,3 +1,10 @@
-"""Websocket routes. Consumers are added by the live-stream work (run.<id>, experiment.<id>)."""
+"""Websocket routes (docs/live-protocol.md)."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from .consumers import ExperimentStreamConsumer, RunStreamConsumer
+
+websocket_urlpatterns = [
+    path("ws/runs/<int:run_id>/", RunStreamConsumer.as_asgi()),
+    path("ws/experiments/<int:experiment_id>/", ExperimentStreamConsumer.as_asgi()),
+]

@@ -1,0 +1,174 @@
+"""Websocket consumers for `run.<id>` and `experiment.<id>` (docs/live-protocol.md).
+
+Thin on purpose: access is decided in access.py, snapshots and replays are built in
+snapshots.py, control goes through the same services as the REST API (and so is audited).
+
+Ordering: the consumer joins its group *before* it reads the snapshot, and drops any group
+message whose cursor the snapshot already covers; so nothing stored between the two is
+lost and nothing is sent twice. Metric batches are coalesced to at most one message per
+`MIN_INTERVAL_S` per consumer (everything is stored; a viewer needs a few updates a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from paddock.api.errors import DomainError
+from paddock.experiments.control import RUN_CONTROLS
+from paddock.experiments.models import Run
+
+from .access import parse_cursors, scope_actor, stream_experiment, stream_run
+from .groups import experiment_group, run_group
+from .snapshots import experiment_run_ids, run_replay, run_snapshot
+
+MIN_INTERVAL_S = 0.2
+FORBIDDEN = 4403
+
+
+def _key(cursor: dict[str, int]) -> tuple[int, int]:
+    return (cursor["dispatch"], cursor["seq"])
+
+
+class _StreamConsumer(AsyncJsonWebsocketConsumer):
+    groups_joined: list[str]
+
+    async def _start(self, group: str, run_ids: list[int], cursors: dict[int, tuple]) -> None:
+        self.sent_cursor: dict[int, tuple[int, int]] = {}
+        self.pending: dict[int, dict[str, Any]] = {}
+        self.last_flush = 0.0
+        self.flush_task: asyncio.Task | None = None
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined = [group]
+        await self.accept()
+        for run_id in run_ids:
+            after = cursors.get(run_id)
+            if after is None:
+                snapshot = await database_sync_to_async(run_snapshot)(run_id)
+                await self.send_json(snapshot)
+                self.sent_cursor[run_id] = _key(snapshot["cursor"])
+            else:
+                messages = await database_sync_to_async(run_replay)(run_id, after)
+                for message in messages:
+                    await self.send_json(message)
+                self.sent_cursor[run_id] = _key(messages[-1]["cursor"])
+
+    async def disconnect(self, code):
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        task = getattr(self, "flush_task", None)
+        if task is not None:
+            task.cancel()
+
+    # ---- group messages -------------------------------------------------------------------
+
+    async def run_batch(self, event: dict[str, Any]) -> None:
+        run_id, cursor = event["run_id"], _key(event["cursor"])
+        if cursor <= self.sent_cursor.get(run_id, (-1, -1)):
+            return  # already covered by the snapshot or replay
+        self.sent_cursor[run_id] = cursor
+        base = {"run_id": run_id, "cursor": event["cursor"]}
+        for row in event.get("logs", []):
+            await self.send_json({"type": "log", **base, **row})
+        for sample in event.get("samples", []):
+            await self.send_json({"type": "samples", **base, **sample})
+        for checkpoint in event.get("checkpoints", []):
+            await self.send_json({"type": "checkpoint", **base, **checkpoint})
+        if event.get("steps"):
+            pending = self.pending.setdefault(run_id, {"steps": []})
+            pending["steps"].extend(event["steps"])
+            pending["cursor"] = event["cursor"]
+            await self._flush_soon()
+
+    async def run_state(self, event: dict[str, Any]) -> None:
+        await self._flush_now()  # metrics before the state that follows them
+        message = {k: v for k, v in event.items() if k != "type"}
+        await self.send_json({"type": "state", **message})
+
+    async def _flush_soon(self) -> None:
+        wait = self.last_flush + MIN_INTERVAL_S - time.monotonic()
+        if wait <= 0:
+            await self._flush_now()
+        elif self.flush_task is None or self.flush_task.done():
+            self.flush_task = asyncio.create_task(self._flush_later(wait))
+
+    async def _flush_later(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        await self._flush_now()
+
+    async def _flush_now(self) -> None:
+        pending, self.pending = self.pending, {}
+        self.last_flush = time.monotonic()
+        for run_id, batch in pending.items():
+            await self.send_json(
+                {"type": "metrics", "run_id": run_id, "cursor": batch["cursor"],
+                 "steps": batch["steps"]}
+            )  # fmt: skip
+
+    # ---- client messages ------------------------------------------------------------------
+
+    async def receive_json(self, content, **kwargs):
+        action = content.get("action") if isinstance(content, dict) else None
+        control = RUN_CONTROLS.get(action or "")
+        if control is None:
+            await self._error("invalid_action", "action must be pause, resume or abort")
+            return
+        run_id = self._control_target(content)
+        if run_id is None:
+            await self._error("invalid_run", "name the run: {'action': …, 'run_id': N}")
+            return
+        try:
+            await database_sync_to_async(self._control)(control, run_id)
+        except DomainError as exc:
+            await self.send_json({"type": "error", **exc.as_dict()})
+
+    def _control(self, control, run_id: int) -> None:
+        actor = scope_actor(self.scope)  # re-read: a role may have changed since connect
+        run = stream_run(actor, run_id)
+        if run is None:
+            raise DomainError("not_found", "run not found", status=404)
+        control(actor=actor, run=run)
+
+    def _control_target(self, content: dict) -> int | None:
+        raise NotImplementedError
+
+    async def _error(self, code: str, message: str) -> None:
+        await self.send_json({"type": "error", "code": code, "message": message, "field": None})
+
+
+class RunStreamConsumer(_StreamConsumer):
+    async def connect(self):
+        self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        actor = await database_sync_to_async(scope_actor)(self.scope)
+        run: Run | None = await database_sync_to_async(stream_run)(actor, self.run_id)
+        if run is None:
+            await self.close(code=FORBIDDEN)
+            return
+        cursors = parse_cursors(self.scope)
+        if 0 in cursors:
+            cursors[self.run_id] = cursors.pop(0)
+        await self._start(run_group(self.run_id), [self.run_id], cursors)
+
+    def _control_target(self, content: dict) -> int | None:
+        return self.run_id
+
+
+class ExperimentStreamConsumer(_StreamConsumer):
+    async def connect(self):
+        experiment_id = int(self.scope["url_route"]["kwargs"]["experiment_id"])
+        actor = await database_sync_to_async(scope_actor)(self.scope)
+        experiment = await database_sync_to_async(stream_experiment)(actor, experiment_id)
+        if experiment is None:
+            await self.close(code=FORBIDDEN)
+            return
+        self.run_ids = await database_sync_to_async(experiment_run_ids)(experiment_id)
+        cursors = parse_cursors(self.scope)
+        await self._start(experiment_group(experiment_id), self.run_ids, cursors)
+
+    def _control_target(self, content: dict) -> int | None:
+        run_id = content.get("run_id")
+        return run_id if isinstance(run_id, int) and run_id in self.run_ids else None

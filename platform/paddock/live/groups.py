@@ -1,0 +1,9 @@
+"""Channels group names (DESIGN.md): `run.<id>` and `experiment.<id>`."""
+
+
+def run_group(run_id: int) -> str:
+    return f"run.{run_id}"
+
+
+def experiment_group(experiment_id: int) -> str:
+    return f"experiment.{experiment_id}"
