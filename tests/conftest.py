@@ -153,14 +153,14 @@ class AsgiServer:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host",
-             "127.0.0.1", "--port", str(self.port), "--lifespan", "off", "--ws", "websockets",
-             "--log-level", "warning"],
+             "127.0.0.1", "--port", str(self.port), "--lifespan", "off",
+             "--ws", "websockets-sansio", "--log-level", "warning"],
             env=self.env, cwd=REPO, start_new_session=True,
         )  # fmt: skip
 
         def up():
             try:
-                return requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
+                return requests.get(f"{self.url}/healthz", timeout=5).status_code == 200
             except requests.RequestException:
                 return False
 

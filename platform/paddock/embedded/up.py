@@ -138,7 +138,7 @@ def up(options: UpOptions) -> int:
             "web",
             [python, "-m", "uvicorn", "paddock.asgi:application", "--host", options.host,
              "--port", str(options.port), "--app-dir", str(PLATFORM_DIR),
-             "--lifespan", "off", "--ws", "websockets"],
+             "--lifespan", "off", "--ws", "websockets-sansio"],
             env, REPO_ROOT,
         )  # fmt: skip
         sup.start(
