@@ -1,0 +1,93 @@
+// What the websocket has told us, per run: state, progress, metric series, logs, samples and
+// the cursor to reconnect from. Pure (no socket, no React) so it is tested directly.
+import { emptySeries, mergePoints, type Point, type Series } from "../charts/series";
+import type { Cursor, LiveMessage, LiveRun, Sample } from "./types";
+
+export interface LogLine { time: number; level: string; message: string }
+
+export interface RunLive {
+  run: LiveRun | null;
+  detail: string;
+  latest: Record<string, number>;
+  series: Map<string, Series>;
+  logs: LogLine[];
+  samples: { step: number; items: Sample[] }[];
+  cursor: Cursor | null;
+}
+
+const MAX_LOGS = 1000;
+const MAX_SAMPLE_STEPS = 50;
+
+export function emptyRunLive(): RunLive {
+  return { run: null, detail: "", latest: {}, series: new Map(), logs: [], samples: [], cursor: null };
+}
+
+function series(live: RunLive, key: string): Series {
+  let s = live.series.get(key);
+  if (!s) { s = emptySeries(); live.series.set(key, s); }
+  return s;
+}
+
+/** Applies one server message in place. Returns the run it touched (null: none). */
+export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): number | null {
+  if (msg.type === "error" || msg.run_id === undefined) return null;
+  let live = runs.get(msg.run_id);
+  if (!live) { live = emptyRunLive(); runs.set(msg.run_id, live); }
+  if (msg.cursor) live.cursor = msg.cursor;
+  switch (msg.type) {
+    case "snapshot": {
+      live.run = { ...msg.run };
+      live.latest = { ...msg.latest };
+      for (const [key, rows] of Object.entries(msg.points ?? {})) mergePoints(series(live, key), rows);
+      break;
+    }
+    case "metrics": {
+      const byKey = new Map<string, Point[]>();
+      let maxStep = -1;
+      for (const { step, time, values } of msg.steps) {
+        if (step > maxStep) maxStep = step;
+        for (const [key, value] of Object.entries(values)) {
+          let rows = byKey.get(key);
+          if (!rows) { rows = []; byKey.set(key, rows); }
+          rows.push([step, value, time]);
+          live.latest[key] = value;
+        }
+      }
+      byKey.forEach((rows, key) => mergePoints(series(live!, key), rows));
+      if (live.run && maxStep >= 0 && maxStep > live.run.step) live.run = { ...live.run, step: maxStep };
+      break;
+    }
+    case "state": {
+      const base: LiveRun = live.run ?? { state: msg.state, desired_state: msg.desired_state, step: 0, total_steps: 0 };
+      live.run = { ...base, state: msg.state, desired_state: msg.desired_state,
+        step: msg.step ?? base.step, total_steps: msg.total_steps ?? base.total_steps };
+      live.detail = msg.detail ?? "";
+      break;
+    }
+    case "log": {
+      live.logs.push({ time: msg.time, level: msg.level, message: msg.message });
+      if (live.logs.length > MAX_LOGS) live.logs.splice(0, live.logs.length - MAX_LOGS);
+      break;
+    }
+    case "samples": {
+      live.samples = live.samples.filter((s) => s.step !== msg.step);
+      live.samples.push({ step: msg.step, items: msg.items });
+      live.samples.sort((a, b) => a.step - b.step);
+      if (live.samples.length > MAX_SAMPLE_STEPS) live.samples.shift();
+      break;
+    }
+  }
+  return msg.run_id;
+}
+
+/** The `after` query of a reconnect: `d:s` on a run stream, `run:d:s,…` on an experiment. */
+export function afterParam(runs: Map<number, RunLive>, single: boolean): string | null {
+  const parts: string[] = [];
+  runs.forEach((live, runId) => {
+    if (!live.cursor) return;
+    const c = `${live.cursor.dispatch}:${live.cursor.seq}`;
+    parts.push(single ? c : `${runId}:${c}`);
+  });
+  if (!parts.length) return null;
+  return single ? parts[0] : parts.join(",");
+}

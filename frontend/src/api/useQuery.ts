@@ -1,0 +1,110 @@
+// A small read hook with a shared cache: revisiting a page shows the last answer at once and
+// refreshes it; `invalidate(prefix)` refetches every mounted query under that URL prefix
+// (after a mutation). Deliberately tiny instead of a query library.
+import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "react";
+import { ApiError, buildUrl, request, type Query } from "./client";
+
+const cache = new Map<string, unknown>();
+const listeners = new Set<(url: string) => void>();
+let generation = 0;
+const generationListeners = new Set<() => void>();
+
+export function invalidate(prefix: string): void {
+  for (const key of [...cache.keys()]) if (key.startsWith(prefix)) cache.delete(key);
+  listeners.forEach((fn) => fn(prefix));
+}
+
+/** Forget everything (logout, team switch). */
+export function clearCache(): void {
+  cache.clear();
+  generation += 1;
+  generationListeners.forEach((fn) => fn());
+}
+
+function useGeneration(): number {
+  return useSyncExternalStore(
+    (fn) => { generationListeners.add(fn); return () => generationListeners.delete(fn); },
+    () => generation,
+  );
+}
+
+export interface QueryResult<T> {
+  data: T | undefined;
+  error: ApiError | null;
+  loading: boolean;
+  reload: () => void;
+}
+
+/** GET `path` (null: do nothing). `select` maps the raw body (e.g. unwrap a page). */
+export function useQuery<T, Raw = T>(
+  path: string | null,
+  query?: Query,
+  select?: (raw: Raw) => T,
+): QueryResult<T> {
+  const url = path === null ? null : buildUrl(path, query);
+  const gen = useGeneration();
+  const [state, setState] = useState<{ url: string | null; data: T | undefined;
+    error: ApiError | null; loading: boolean }>(() => ({
+      url, data: url ? (cache.get(url) as T | undefined) : undefined, error: null, loading: !!url,
+    }));
+  const [tick, setTick] = useState(0);
+  const selectRef = useRef(select);
+  selectRef.current = select;
+
+  useEffect(() => {
+    if (!url) return;
+    const onInvalidate = (prefix: string) => { if (url.startsWith(prefix)) setTick((t) => t + 1); };
+    listeners.add(onInvalidate);
+    return () => { listeners.delete(onInvalidate); };
+  }, [url]);
+
+  useEffect(() => {
+    if (!url) {
+      setState({ url, data: undefined, error: null, loading: false });
+      return;
+    }
+    const controller = new AbortController();
+    setState((s) => ({
+      url, data: s.url === url ? s.data : (cache.get(url) as T | undefined), error: null,
+      loading: true,
+    }));
+    request<Raw>(url, { signal: controller.signal }).then(
+      (raw) => {
+        const data = selectRef.current ? selectRef.current(raw) : (raw as unknown as T);
+        cache.set(url, data);
+        setState({ url, data, error: null, loading: false });
+      },
+      (err: unknown) => {
+        if (controller.signal.aborted) return;
+        const error = err instanceof ApiError ? err
+          : new ApiError(0, "client", (err as Error).message ?? String(err));
+        setState((s) => ({ ...s, url, error, loading: false }));
+      },
+    );
+    return () => controller.abort();
+  }, [url, tick, gen]);
+
+  const reload = useCallback(() => setTick((t) => t + 1), []);
+  const current = state.url === url ? state
+    : { data: url ? (cache.get(url) as T | undefined) : undefined, error: null, loading: !!url };
+  return { data: current.data, error: current.error, loading: current.loading, reload };
+}
+
+/** A mutation with its own pending/error state, for buttons and forms. */
+export function useMutation<Args extends unknown[], T>(fn: (...args: Args) => Promise<T>) {
+  const [pending, setPending] = useState(false);
+  const [error, setError] = useState<ApiError | null>(null);
+  const run = useCallback(async (...args: Args): Promise<T | undefined> => {
+    setPending(true);
+    setError(null);
+    try {
+      return await fn(...args);
+    } catch (err) {
+      setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
+      return undefined;
+    } finally {
+      setPending(false);
+    }
+  }, [fn]);
+  return { run, pending, error, reset: () => setError(null) };
+}

@@ -1,0 +1,103 @@
+// uPlot behind a React component (loaded lazily: see LazyChart). The chart is built once per
+// shape (series, scales) and afterwards only fed new data, so a live update costs one
+// setData. Drag to zoom, double-click to reset; a zoomed chart keeps its zoom while points
+// stream in.
+import { useEffect, useMemo, useRef } from "react";
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import type { ChartProps } from "./chartTypes";
+import { withAlpha } from "./palette";
+import { formatDuration, formatNumber } from "../lib/format";
+
+function axisValues(kind: ChartProps["xKind"]) {
+  if (kind === "tokens") return (_u: uPlot, splits: number[]) => splits.map((v) => formatNumber(v, 3));
+  if (kind === "elapsed") return (_u: uPlot, splits: number[]) => splits.map((v) => formatDuration(v));
+  return undefined;
+}
+
+function options(props: ChartProps, width: number): uPlot.Options {
+  const { series, bands, xKind, logY, height = 200, syncKey } = props;
+  return {
+    width,
+    height,
+    pxAlign: 0,
+    cursor: {
+      sync: syncKey ? { key: syncKey, setSeries: false } : undefined,
+      drag: { x: true, y: false, setScale: true },
+      points: { size: 5 },
+    },
+    legend: { live: true },
+    scales: {
+      x: { time: xKind === "time" },
+      y: logY ? { distr: 3 } : { auto: true },
+    },
+    axes: [
+      { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
+        values: axisValues(xKind), size: 32 },
+      { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
+        size: 52, values: (_u, splits) => splits.map((v) => formatNumber(v, 3)) },
+    ],
+    series: [
+      { label: xKind,
+        value: xKind === "elapsed" ? (_u: uPlot, v: number | null) => (v === null ? "—" : formatDuration(v))
+          : xKind === "time" ? undefined : (_u: uPlot, v: number | null) => formatNumber(v, 6) },
+      ...series.map((s) => ({
+        label: s.label,
+        stroke: s.faint ? withAlpha(s.color, 0.22) : s.color,
+        width: s.width ?? (s.faint ? 1 : 1.6),
+        dash: s.dash,
+        show: true,
+        spanGaps: true,
+        points: { show: false },
+        value: (_u: uPlot, v: number | null) => formatNumber(v, 4),
+      } as uPlot.Series)),
+    ],
+    bands: bands?.map((b) => ({ series: [b.upper, b.lower] as [number, number], fill: withAlpha(b.color, 0.14) })),
+  };
+}
+
+export default function UPlotChart(props: ChartProps) {
+  const host = useRef<HTMLDivElement>(null);
+  const chart = useRef<uPlot | null>(null);
+  const zoomed = useRef(false);
+  const { data, series, bands, xKind, logY, height, syncKey } = props;
+  // Rebuild only when the shape changes, never for new points.
+  const shape = useMemo(
+    () => JSON.stringify({ series, bands, xKind, logY, height, syncKey }),
+    [series, bands, xKind, logY, height, syncKey],
+  );
+
+  useEffect(() => {
+    const el = host.current!;
+    const opts = options(props, Math.max(200, el.clientWidth));
+    opts.hooks = {
+      setSelect: [() => { zoomed.current = true; }],
+      ready: [(u) => {
+        u.over.addEventListener("dblclick", () => { zoomed.current = false; });
+        // uPlot has no per-series legend switch: hide the rows of shadows and band edges
+        const rows = u.root.querySelectorAll<HTMLElement>(".u-legend .u-series");
+        props.series.forEach((s, i) => { if (s.hidden && rows[i + 1]) rows[i + 1].style.display = "none"; });
+      }],
+    };
+    const u = new uPlot(opts, props.data as uPlot.AlignedData, el);
+    chart.current = u;
+    zoomed.current = false;
+    const observer = new ResizeObserver(() => {
+      const w = Math.max(200, el.clientWidth);
+      if (w !== u.width) u.setSize({ width: w, height: u.height });
+    });
+    observer.observe(el);
+    return () => {
+      observer.disconnect();
+      u.destroy();
+      chart.current = null;
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps -- rebuilt by shape only
+  }, [shape]);
+
+  useEffect(() => {
+    chart.current?.setData(data as uPlot.AlignedData, !zoomed.current);
+  }, [data]);
+
+  return <div ref={host} className="uplot-host" />;
+}

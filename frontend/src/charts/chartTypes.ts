@@ -1,0 +1,34 @@
+// The props of a chart, kept apart from uPlot so pages can build them without loading it.
+
+export interface ChartSeries {
+  label: string;
+  color: string;
+  width?: number;
+  /** draw faintly (raw line behind a smoothed one, a seed behind the mean) */
+  faint?: boolean;
+  /** not in the legend (a band edge, a shadow) */
+  hidden?: boolean;
+  dash?: number[];
+}
+
+export interface ChartBand {
+  /** indices into `series` (1-based like the data: 0 is x) of the upper and lower edge */
+  upper: number;
+  lower: number;
+  color: string;
+}
+
+export interface ChartProps {
+  title: string;
+  /** [x, ...ys], every y as long as x; null is a gap */
+  data: [number[], ...(number | null)[][]];
+  series: ChartSeries[];
+  bands?: ChartBand[];
+  /** elapsed: seconds since the start of each run (compare view) */
+  xKind: "step" | "time" | "tokens" | "elapsed";
+  logY?: boolean;
+  height?: number;
+  /** charts with the same key share a cursor (hover one, read all) */
+  syncKey?: string;
+  emptyText?: string;
+}

@@ -1,0 +1,42 @@
+import { describe, expect, it } from "vitest";
+import { emptySeries, mergeHistory, mergePoints, valueAtStep } from "./series";
+
+describe("mergePoints", () => {
+  it("appends live points in order", () => {
+    const s = mergePoints(emptySeries(), [[1, 0.1, 100], [2, 0.2, 101]]);
+    mergePoints(s, [[3, 0.3, 102]]);
+    expect(s).toEqual({ step: [1, 2, 3], value: [0.1, 0.2, 0.3], time: [100, 101, 102] });
+  });
+
+  it("inserts out-of-order points and lets a re-emitted step replace the old value", () => {
+    const s = mergePoints(emptySeries(), [[1, 0.1, 100], [4, 0.4, 104]]);
+    mergePoints(s, [[2, 0.2, 102], [4, 0.45, 110], [0, 0.0, 99]]);
+    expect(s.step).toEqual([0, 1, 2, 4]);
+    expect(s.value).toEqual([0.0, 0.1, 0.2, 0.45]);
+    expect(s.time).toEqual([99, 100, 102, 110]);
+  });
+});
+
+describe("mergeHistory", () => {
+  it("keeps downsampled history and overlays the exact live points", () => {
+    // history: every 10th step up to 40 (downsampled); live: 35..42 arrived meanwhile
+    const history = { step: [0, 10, 20, 30, 40], value: [0, 1, 2, 3, 4], time: [0, 10, 20, 30, 40] };
+    const live = { step: [35, 40, 41, 42], value: [3.5, 4.1, 4.2, 4.3], time: [35, 40, 41, 42] };
+    const merged = mergeHistory(history, live);
+    expect(merged.step).toEqual([0, 10, 20, 30, 35, 40, 41, 42]);
+    expect(merged.value).toEqual([0, 1, 2, 3, 3.5, 4.1, 4.2, 4.3]);
+    expect(history.step).toHaveLength(5); // inputs untouched
+  });
+});
+
+describe("valueAtStep", () => {
+  const tokens = { step: [0, 10, 20], value: [0, 1000, 3000], time: [0, 1, 2] };
+  it("interpolates between steps and is exact on them", () => {
+    expect(valueAtStep(tokens, 10)).toBe(1000);
+    expect(valueAtStep(tokens, 15)).toBe(2000);
+  });
+  it("is null outside the series", () => {
+    expect(valueAtStep(tokens, 21)).toBeNull();
+    expect(valueAtStep(tokens, -1)).toBeNull();
+  });
+});

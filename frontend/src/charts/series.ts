@@ -1,0 +1,73 @@
+// A metric's points kept sorted by step in parallel arrays (what uPlot wants), and the one
+// way to add to it: history from the REST API (downsampled) and live points from the
+// websocket land in the same place, in any order, and a step seen twice keeps the newer
+// value (a resumed run re-emits steps; DESIGN: unique per (run, key, step)).
+
+export interface Series {
+  step: number[];
+  value: number[];
+  time: number[];
+}
+
+export type Point = readonly [step: number, value: number, time: number];
+
+export function emptySeries(): Series {
+  return { step: [], value: [], time: [] };
+}
+
+function lowerBound(sorted: number[], target: number): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid] < target) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Adds points in place (appending is O(1) per point, the live case) and returns the same
+ * series. Later points win over earlier ones at the same step. */
+export function mergePoints(series: Series, points: readonly Point[]): Series {
+  for (const [step, value, time] of points) {
+    const n = series.step.length;
+    if (n === 0 || step > series.step[n - 1]) {
+      series.step.push(step);
+      series.value.push(value);
+      series.time.push(time);
+      continue;
+    }
+    const i = lowerBound(series.step, step);
+    if (series.step[i] === step) {
+      series.value[i] = value;
+      series.time[i] = time;
+    } else {
+      series.step.splice(i, 0, step);
+      series.value.splice(i, 0, value);
+      series.time.splice(i, 0, time);
+    }
+  }
+  return series;
+}
+
+/** History (e.g. downsampled to ~2k points) under live points: the live points stay exact
+ * where both exist, since they are the newest values. Returns a new series. */
+export function mergeHistory(history: Series, live: Series): Series {
+  const merged: Series = {
+    step: history.step.slice(), value: history.value.slice(), time: history.time.slice(),
+  };
+  const points: Point[] = live.step.map((s, i) => [s, live.value[i], live.time[i]]);
+  return mergePoints(merged, points);
+}
+
+/** The value of `series` at `step`: linear between the neighbouring steps, null outside. */
+export function valueAtStep(series: Series, step: number): number | null {
+  const n = series.step.length;
+  if (n === 0 || step < series.step[0] || step > series.step[n - 1]) return null;
+  const i = lowerBound(series.step, step);
+  if (series.step[i] === step) return series.value[i];
+  const s0 = series.step[i - 1];
+  const s1 = series.step[i];
+  const t = (step - s0) / (s1 - s0);
+  return series.value[i - 1] + t * (series.value[i] - series.value[i - 1]);
+}

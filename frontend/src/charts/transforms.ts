@@ -1,0 +1,123 @@
+// Pure transforms between stored series and what a chart draws: smoothing, the choice of
+// x-axis, the alignment of several series onto one x array (uPlot's AlignedData), and
+// min/max downsampling that keeps spikes.
+import { valueAtStep, type Series } from "./series";
+import type { XAxis } from "../api/types";
+
+/** Exponential moving average with TensorBoard's debiasing (so the first points are not
+ * pulled toward 0). weight 0 = raw, 0.99 = very smooth. Gaps (null / NaN) stay gaps and do
+ * not reset the average. */
+export function ema(values: readonly (number | null)[], weight: number): (number | null)[] {
+  if (weight <= 0) return values.slice();
+  const out: (number | null)[] = new Array(values.length);
+  let last = 0;
+  let n = 0;
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v === null || !Number.isFinite(v)) {
+      out[i] = null;
+      continue;
+    }
+    last = last * weight + (1 - weight) * v;
+    n += 1;
+    out[i] = last / (1 - Math.pow(weight, n));
+  }
+  return out;
+}
+
+/** x of every point of `series` on the chosen axis, in step order. `time` is Unix seconds
+ * (uPlot's time scale unit); `tokens` reads the run's `tokens/total` series at the same
+ * step (interpolated), null where it is unknown. */
+export function xValues(series: Series, axis: XAxis, tokens?: Series): (number | null)[] {
+  if (axis === "step") return series.step.slice();
+  if (axis === "time") return series.time.slice();
+  if (!tokens) return series.step.map(() => null);
+  return series.step.map((s) => valueAtStep(tokens, s));
+}
+
+export interface XY {
+  x: readonly (number | null)[];
+  y: readonly (number | null)[];
+}
+
+/** Several series onto one sorted x array; a series without a point at some x gets null
+ * there (uPlot draws a gap or, with spanGaps, a line across). Points with a null x are
+ * dropped; among equal x within one series the last wins. */
+export function alignSeries(list: readonly XY[]): [number[], ...(number | null)[][]] {
+  const xs = new Set<number>();
+  for (const s of list) for (const x of s.x) if (x !== null && Number.isFinite(x)) xs.add(x);
+  const x = [...xs].sort((a, b) => a - b);
+  const index = new Map<number, number>();
+  x.forEach((v, i) => index.set(v, i));
+  const ys = list.map((s) => {
+    const y: (number | null)[] = new Array(x.length).fill(null);
+    for (let i = 0; i < s.x.length; i++) {
+      const xi = s.x[i];
+      if (xi === null || !Number.isFinite(xi)) continue;
+      const v = s.y[i];
+      y[index.get(xi)!] = v === null || !Number.isFinite(v) ? null : v;
+    }
+    return y;
+  });
+  return [x, ...ys];
+}
+
+/** At most ~`buckets`·2 points: for each bucket of consecutive points, its min and its max
+ * in x order (a spike survives, unlike fixed-stride sampling). Series shorter than
+ * 2·buckets come back unchanged. */
+export function minMaxDownsample(
+  x: readonly number[], y: readonly (number | null)[], buckets: number,
+): { x: number[]; y: (number | null)[] } {
+  const n = x.length;
+  if (n <= buckets * 2) return { x: x.slice(), y: y.slice() };
+  const outX: number[] = [];
+  const outY: (number | null)[] = [];
+  const size = n / buckets;
+  for (let b = 0; b < buckets; b++) {
+    const start = Math.floor(b * size);
+    const end = Math.min(n, Math.floor((b + 1) * size));
+    let iMin = -1;
+    let iMax = -1;
+    for (let i = start; i < end; i++) {
+      const v = y[i];
+      if (v === null || !Number.isFinite(v)) continue;
+      if (iMin < 0 || v < (y[iMin] as number)) iMin = i;
+      if (iMax < 0 || v > (y[iMax] as number)) iMax = i;
+    }
+    if (iMin < 0) continue;
+    const [a, c] = iMin <= iMax ? [iMin, iMax] : [iMax, iMin];
+    outX.push(x[a]); outY.push(y[a]);
+    if (c !== a) { outX.push(x[c]); outY.push(y[c]); }
+  }
+  return { x: outX, y: outY };
+}
+
+/** For log scales: values ≤ 0 cannot be drawn, so they become gaps. */
+export function positiveOnly(y: readonly (number | null)[]): (number | null)[] {
+  return y.map((v) => (v !== null && v > 0 ? v : null));
+}
+
+/** Mean over seeds per x, with the min–max band. Inputs already aligned on one x. */
+export function seedBand(ys: readonly (readonly (number | null)[])[]): {
+  mean: (number | null)[]; lo: (number | null)[]; hi: (number | null)[];
+} {
+  const n = ys.length ? ys[0].length : 0;
+  const mean: (number | null)[] = new Array(n).fill(null);
+  const lo: (number | null)[] = new Array(n).fill(null);
+  const hi: (number | null)[] = new Array(n).fill(null);
+  for (let i = 0; i < n; i++) {
+    let sum = 0;
+    let count = 0;
+    let min = Infinity;
+    let max = -Infinity;
+    for (const y of ys) {
+      const v = y[i];
+      if (v === null || !Number.isFinite(v)) continue;
+      sum += v; count += 1;
+      if (v < min) min = v;
+      if (v > max) max = v;
+    }
+    if (count) { mean[i] = sum / count; lo[i] = min; hi[i] = max; }
+  }
+  return { mean, lo, hi };
+}

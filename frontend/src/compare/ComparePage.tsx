@@ -1,0 +1,174 @@
+// The signature view: one experiment's runs overlaid per backend (mean over seeds with a
+// band, each seed faint), a small panel per metric, the divergence of the backends' reward
+// with a verdict, and the config diff of only the keys that differ. Live over the
+// experiment's stream.
+import { useEffect, useMemo, useState } from "react";
+import { Link, useParams, useSearchParams } from "react-router";
+import { useConfigs, useExperiment } from "../api/experiments";
+import { useExperimentStreams } from "../api/live";
+import { fetchMultiMetrics, useRuns } from "../api/runs";
+import type { Backend, Run } from "../api/types";
+import { Chart } from "../charts/LazyChart";
+import type { ChartProps } from "../charts/chartTypes";
+import { BACKEND_COLOR } from "../charts/palette";
+import { TOKENS_KEY } from "../charts/panels";
+import { emptySeries, mergeHistory, type Series } from "../charts/series";
+import { alignSeries } from "../charts/transforms";
+import { configDiff, formatValue } from "../lib/configDiff";
+import { BackendTag, StateBadge } from "../runs/StateBadge";
+import { ChartToolbar, useChartView } from "../runs/ChartToolbar";
+import { withLive } from "../runs/RunsTable";
+import { useSession } from "../session/SessionContext";
+import { Empty, ErrorBox, Loading } from "../ui/States";
+import { backendMean, comparePanel, groupByBackend, type RunSeries } from "./compareData";
+import { divergence, verdict } from "./divergence";
+
+const PANELS: [string, string][] = [
+  ["Reward", "reward/mean"], ["Accuracy", "accuracy"], ["Policy loss", "loss/policy"], ["KL", "kl"],
+  ["token_mult_prob_error", "token_mult_prob_error"], ["Staleness", "staleness/mean"],
+  ["Throughput (tokens/s)", "throughput/tokens_per_s"], ["Step time (s)", "time/step_s"],
+];
+const KEYS = [...PANELS.map(([, k]) => k), TOKENS_KEY];
+const REWARD = "reward/mean";
+
+function ConfigDiffTable({ runs }: { runs: Run[] }) {
+  // each run's effective config (backend and seed included), at most 12 columns
+  const shown = runs.filter((r) => r.config).slice(0, 12);
+  const configs = useConfigs(shown.map((r) => r.config!));
+  if (configs.error) return <ErrorBox error={configs.error} />;
+  if (!configs.data) return <Loading what="Loading configs" />;
+  const diff = configDiff(configs.data.map((c) => c.spec));
+  if (!diff.length) return <p className="muted">The runs share one config.</p>;
+  return (
+    <div className="table-scroll">
+      <table className="compact diff-table" data-testid="config-diff">
+        <thead><tr><th>Key</th>{shown.map((r) => <th key={r.id}><BackendTag backend={r.backend} /> #{r.id}</th>)}</tr></thead>
+        <tbody>
+          {diff.map((d) => (
+            <tr key={d.path}><td><code>{d.path}</code></td>
+              {d.values.map((v, i) => <td key={i} className="mono">{formatValue(v)}</td>)}</tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+export default function ComparePage() {
+  const { team } = useSession();
+  const params = useParams();
+  const [search] = useSearchParams();
+  const experimentId = params.experimentId ? Number(params.experimentId) : null;
+  const experiment = useExperiment(experimentId);
+  const runsQuery = useRuns(team?.id ?? null, experimentId ? { experiment: experimentId } : {});
+  const onlyRuns = search.get("runs")?.split(",").map(Number);
+  const runs = useMemo(() => (runsQuery.data ?? [])
+    .filter((r) => !onlyRuns || onlyRuns.includes(r.id)).sort((a, b) => a.id - b.id),
+  // eslint-disable-next-line react-hooks/exhaustive-deps
+  [runsQuery.data, search]);
+  const [view, setView] = useChartView();
+  const [history, setHistory] = useState<Map<number, Map<string, Series>> | null>(null);
+  const [historyError, setHistoryError] = useState<Error | null>(null);
+  const live = useExperimentStreams(experimentId ? [experimentId] : []);
+  const runKey = runs.map((r) => r.id).join(",");
+
+  useEffect(() => {
+    if (!runKey) return;
+    const controller = new AbortController();
+    fetchMultiMetrics(runKey.split(",").map(Number), KEYS, 2000, controller.signal).then(setHistory,
+      (err: Error) => { if (!controller.signal.aborted) setHistoryError(err); });
+    return () => controller.abort();
+  }, [runKey]);
+
+  const runSeries = useMemo<RunSeries[]>(() => runs.map((r) => {
+    const past = history?.get(r.id) ?? new Map<string, Series>();
+    const now = live.runs.get(r.id)?.series ?? new Map<string, Series>();
+    const merged = new Map<string, Series>();
+    for (const key of new Set([...past.keys(), ...now.keys()])) {
+      merged.set(key, mergeHistory(past.get(key) ?? emptySeries(), now.get(key) ?? emptySeries()));
+    }
+    return { runId: r.id, backend: r.backend, seed: r.seed, series: merged };
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new points
+  }), [runs, history, live.version]);
+
+  const panels = useMemo(() => PANELS.map(([title, key]) =>
+    comparePanel(title, key, runSeries, view, `compare-${experimentId}`)), [runSeries, view, experimentId]);
+
+  const backends = useMemo(() => [...groupByBackend(runSeries).keys()], [runSeries]);
+  const [pair, setPair] = useState<[Backend, Backend] | null>(null);
+  const [a, b] = pair && backends.includes(pair[0]) && backends.includes(pair[1]) ? pair : [backends[0], backends[1]];
+
+  const div = useMemo(() => {
+    if (!a || !b) return null;
+    const groups = groupByBackend(runSeries);
+    const stepView = { ...view, axis: "step" as const, smoothing: 0 };
+    const ma = backendMean(groups.get(a) ?? [], REWARD, stepView);
+    const mb = backendMean(groups.get(b) ?? [], REWARD, stepView);
+    const [steps, ya, yb] = alignSeries([{ x: ma.steps, y: ma.mean }, { x: mb.steps, y: mb.mean }]);
+    const d = divergence(steps, ya, yb);
+    const chart: ChartProps = {
+      title: `Reward difference ${a} − ${b}`,
+      data: alignSeries([{ x: steps, y: d.diff }, { x: steps, y: d.hi }, { x: steps, y: d.lo }, { x: steps, y: d.mean }]),
+      series: [
+        { label: "per step", color: "#555555", faint: true },
+        { label: "upper", color: "#cc79a7", hidden: true, faint: true, width: 0 },
+        { label: "lower", color: "#cc79a7", hidden: true, faint: true, width: 0 },
+        { label: "windowed mean (95% CI)", color: "#cc79a7", width: 2 },
+      ],
+      bands: [{ upper: 2, lower: 3, color: "#cc79a7" }],
+      xKind: "step", syncKey: `compare-${experimentId}`,
+    };
+    return { d, chart, text: verdict(a, b, d) };
+  }, [a, b, runSeries, view, experimentId]);
+
+  if (!experimentId && !onlyRuns) return <Empty title="Pick an experiment to compare">From the runs page, choose “compare” beside an experiment.</Empty>;
+  if (experiment.error) return <ErrorBox error={experiment.error} onRetry={experiment.reload} />;
+  if (runsQuery.error) return <ErrorBox error={runsQuery.error} onRetry={runsQuery.reload} />;
+  if (!runsQuery.data) return <Loading what="Loading runs" />;
+  if (!runs.length) return <Empty title="No runs to compare" />;
+  const liveRuns = runs.map((r) => withLive(r, live.runs.get(r.id)));
+
+  return (
+    <div className="compare-page">
+      <header className="compare-head">
+        <h1>{experiment.data?.name ?? "Compare"} <span className="muted small">compare backends</span></h1>
+        <div className="compare-runs">
+          {liveRuns.map((r) => (
+            <Link key={r.id} to={`/runs/${r.id}`} className="run-chip" style={{ borderColor: BACKEND_COLOR[r.backend] }}>
+              #{r.id} <BackendTag backend={r.backend} /> s{r.seed} <StateBadge state={r.state} desired={r.desired_state} />
+            </Link>
+          ))}
+          <span className={`live-dot ${live.status === "live" ? "on" : ""}`} title={`stream: ${live.status}`} />
+        </div>
+      </header>
+
+      {div && (
+        <div className={`verdict ${div.d.divergesFrom !== null ? "bad" : div.d.agreeWithin !== null ? "ok" : ""}`} data-testid="verdict">
+          {div.text}
+          {backends.length > 2 && (
+            <span className="pair">
+              <select aria-label="first backend" value={a} onChange={(e) => setPair([e.target.value as Backend, b])}>
+                {backends.map((x) => <option key={x}>{x}</option>)}</select> vs{" "}
+              <select aria-label="second backend" value={b} onChange={(e) => setPair([a, e.target.value as Backend])}>
+                {backends.map((x) => <option key={x}>{x}</option>)}</select>
+            </span>
+          )}
+        </div>
+      )}
+      {backends.length < 2 && <div className="verdict muted">One backend only: launch the same config on another to compare.</div>}
+
+      <ChartToolbar view={view} onChange={setView} />
+      {historyError && <ErrorBox error={historyError} />}
+      {!history && !historyError && <Loading what="Loading metrics" />}
+      <div className="chart-grid small-multiples">
+        {div && <Chart {...div.chart} />}
+        {panels.map((p) => <Chart key={p.title} {...p} height={170} />)}
+      </div>
+
+      <section className="card wide">
+        <h2>Config diff <span className="muted small">only the keys that differ</span></h2>
+        <ConfigDiffTable runs={runs} />
+      </section>
+    </div>
+  );
+}

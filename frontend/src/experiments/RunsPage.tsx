@@ -1,0 +1,127 @@
+// The landing page: the team's experiments and runs, filtered and searched, with state,
+// progress and reward updating live over the experiments' streams (no polling).
+import { useEffect, useMemo, useState } from "react";
+import { Link, useSearchParams } from "react-router";
+import { useExperiments } from "../api/experiments";
+import { useExperimentStreams } from "../api/live";
+import { fetchMultiMetrics, useRuns } from "../api/runs";
+import type { Series } from "../charts/series";
+import { BACKENDS, type Experiment, type Run, type RunState } from "../api/types";
+import { REWARD_KEY, RunsTable, withLive } from "../runs/RunsTable";
+import { TERMINAL } from "../runs/states";
+import { useSession } from "../session/SessionContext";
+import { Empty, ErrorBox, Loading } from "../ui/States";
+
+const STATES: RunState[] = ["queued", "dispatching", "starting", "running", "pausing", "paused",
+  "resuming", "succeeded", "aborting", "aborted", "failed"];
+const MAX_STREAMS = 8;
+
+function matches(run: Run, experiment: Experiment | undefined, text: string): boolean {
+  if (!text) return true;
+  const hay = [`#${run.id}`, String(run.id), run.backend, run.state, experiment?.name ?? "",
+    ...(run.tags ?? []), ...(experiment?.tags ?? []), run.created_by?.username ?? ""].join(" ").toLowerCase();
+  return text.toLowerCase().split(/\s+/).every((word) => hay.includes(word));
+}
+
+export function RunsPage() {
+  const { team, can } = useSession();
+  const [params, setParams] = useSearchParams();
+  const filters = {
+    state: params.get("state") ?? "", backend: params.get("backend") ?? "", tag: params.get("tag") ?? "",
+    creator: params.get("creator") ?? "", experiment: params.get("experiment") ?? "",
+  };
+  const [search, setSearch] = useState(params.get("q") ?? "");
+  const experiments = useExperiments(team?.id ?? null);
+  const runs = useRuns(team?.id ?? null, filters);
+
+  const experimentById = useMemo(
+    () => new Map((experiments.data ?? []).map((e) => [e.id, e])), [experiments.data]);
+
+  // reward sparklines: one request per 20 runs, ~100 points each, refetched when the set changes
+  const [rewards, setRewards] = useState(new Map<number, Series>());
+  const runIds = (runs.data ?? []).map((r) => r.id).join(",");
+  useEffect(() => {
+    if (!runIds) return;
+    const controller = new AbortController();
+    fetchMultiMetrics(runIds.split(",").map(Number), [REWARD_KEY], 100, controller.signal).then(
+      (byRun) => setRewards(new Map([...byRun].flatMap(([id, m]) => m.has(REWARD_KEY) ? [[id, m.get(REWARD_KEY)!]] : []))),
+      () => { /* a sparkline is decoration: the table stands without it */ });
+    return () => controller.abort();
+  }, [runIds]);
+
+  // live: the experiments that have an active run in view
+  const activeExperiments = useMemo(() => [...new Set((runs.data ?? [])
+    .filter((r) => !TERMINAL.has(r.state)).map((r) => r.experiment))].slice(0, MAX_STREAMS),
+  [runs.data]);
+  const live = useExperimentStreams(activeExperiments);
+
+  const rows = useMemo(() => (runs.data ?? [])
+    .map((r) => withLive(r, live.runs.get(r.id)))
+    .filter((r) => matches(r, experimentById.get(r.experiment), search)),
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks stream updates
+  [runs.data, live.version, experimentById, search]);
+
+  const set = (key: string, value: string) => {
+    const next = new URLSearchParams(params);
+    if (value) next.set(key, value); else next.delete(key);
+    setParams(next, { replace: true });
+  };
+  const tags = useMemo(() => [...new Set((experiments.data ?? []).flatMap((e) => e.tags ?? []))].sort(),
+    [experiments.data]);
+
+  if (!team) return <Empty title="You are not in a team yet">Ask a team admin to add you.</Empty>;
+  return (
+    <div className="runs-page">
+      <aside className="experiments-list">
+        <div className="aside-head">
+          <h2>Experiments</h2>
+          {can("member") && <Link className="btn small primary" to="/launch">New</Link>}
+        </div>
+        {experiments.error && <ErrorBox error={experiments.error} onRetry={experiments.reload} />}
+        {!experiments.data && !experiments.error && <Loading />}
+        <ul>
+          <li className={!filters.experiment ? "active" : ""}>
+            <button className="linklike" onClick={() => set("experiment", "")}>All experiments</button>
+          </li>
+          {(experiments.data ?? []).map((e) => (
+            <li key={e.id} className={filters.experiment === String(e.id) ? "active" : ""}>
+              <button className="linklike" onClick={() => set("experiment", String(e.id))}>{e.name}</button>
+              <Link className="small" to={`/experiments/${e.id}/compare`} title="Compare backends">compare</Link>
+            </li>
+          ))}
+        </ul>
+      </aside>
+      <section className="runs-main">
+        <div className="filters" role="search">
+          <input type="search" placeholder="Search runs (id, experiment, tag, backend…)" value={search}
+            onChange={(e) => { setSearch(e.target.value); set("q", e.target.value); }} aria-label="Search runs" />
+          <select aria-label="State" value={filters.state} onChange={(e) => set("state", e.target.value)}>
+            <option value="">any state</option>
+            {STATES.map((s) => <option key={s}>{s}</option>)}
+          </select>
+          <select aria-label="Backend" value={filters.backend} onChange={(e) => set("backend", e.target.value)}>
+            <option value="">any backend</option>
+            {BACKENDS.map((b) => <option key={b}>{b}</option>)}
+          </select>
+          <select aria-label="Tag" value={filters.tag} onChange={(e) => set("tag", e.target.value)}>
+            <option value="">any tag</option>
+            {tags.map((t) => <option key={t}>{t}</option>)}
+          </select>
+          <input aria-label="Creator" placeholder="creator" value={filters.creator} className="narrow"
+            onChange={(e) => set("creator", e.target.value)} />
+          <span className={`live-dot ${activeExperiments.length && live.status === "live" ? "on" : ""}`}
+            title={activeExperiments.length ? `live: ${live.status}` : "no active runs"} />
+        </div>
+        {runs.error && <ErrorBox error={runs.error} onRetry={runs.reload} />}
+        {!runs.data && !runs.error && <Loading what="Loading runs" />}
+        {runs.data && rows.length === 0 && (
+          <Empty title={runs.data.length ? "No run matches" : "No runs yet"}>
+            {runs.data.length ? "Change the filters or the search." :
+              can("member") ? <Link to="/launch">Launch an experiment</Link> : "Runs appear here once launched."}
+          </Empty>
+        )}
+        {rows.length > 0 && <RunsTable runs={rows} experiments={experimentById} rewards={rewards} />}
+      </section>
+    </div>
+  );
+}

@@ -1,0 +1,42 @@
+// Small formatters shared by the pages.
+
+export function formatDuration(seconds: number): string {
+  if (!Number.isFinite(seconds) || seconds < 0) return "—";
+  if (seconds < 60) return `${Math.round(seconds)}s`;
+  const m = Math.floor(seconds / 60);
+  if (m < 60) return `${m}m ${Math.round(seconds % 60)}s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h}h ${m % 60}m`;
+  return `${Math.floor(h / 24)}d ${h % 24}h`;
+}
+
+export function formatNumber(v: number | null | undefined, digits = 3): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "—";
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(2);
+  return Number(v.toPrecision(digits)).toString();
+}
+
+export function formatBytes(n: number | null | undefined): string {
+  if (n === null || n === undefined) return "—";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+export function timeAgo(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return "—";
+  const s = (now - Date.parse(iso)) / 1000;
+  if (s < 60) return "just now";
+  return `${formatDuration(s)} ago`;
+}
+
+/** Remaining time from progress so far: elapsed · (total − done) / done. */
+export function eta(startedAt: string | null | undefined, step: number, total: number,
+  now = Date.now()): number | null {
+  if (!startedAt || step <= 0 || total <= 0 || step >= total) return null;
+  const elapsed = (now - Date.parse(startedAt)) / 1000;
+  return (elapsed * (total - step)) / step;
+}

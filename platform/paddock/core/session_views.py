@@ -1,0 +1,80 @@
+"""Browser session endpoints for the SPA: log in and out with Django's session, read who is
+logged in, and get the CSRF cookie the SPA echoes in `X-CSRFToken` on every write.
+
+Plain Django views on purpose: Django's CSRF middleware checks every POST here, including
+the login itself (login CSRF), which DRF's SessionAuthentication would skip for an
+anonymous user. Errors use the API's one shape, `{"code", "message", "field"}`."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib.auth import authenticate, login, logout
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_GET, require_POST
+
+from paddock.teams.models import Membership
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+    return JsonResponse({"code": code, "message": message, "field": field}, status=status)
+
+
+def session_payload(user) -> dict:
+    """The logged-in user and the teams they belong to, with their role in each."""
+    memberships = Membership.objects.filter(user=user).select_related("team").order_by("team__name")
+    return {
+        "user": {
+            "id": user.pk,
+            "username": user.get_username(),
+            "email": user.email,
+            "is_staff": user.is_staff,
+        },
+        "teams": [
+            {"id": m.team_id, "name": m.team.name, "slug": m.team.slug, "role": m.role}
+            for m in memberships
+        ],
+    }
+
+
+@require_GET
+@ensure_csrf_cookie
+def session_csrf(request: HttpRequest) -> JsonResponse:
+    """Sets the `csrftoken` cookie (the SPA calls this once before its first write)."""
+    return JsonResponse({"ok": True})
+
+
+@require_GET
+@ensure_csrf_cookie
+def session_me(request: HttpRequest) -> JsonResponse:
+    if not request.user.is_authenticated:
+        return _error(401, "not_authenticated", "not logged in")
+    return JsonResponse(session_payload(request.user))
+
+
+@require_POST
+def session_login(request: HttpRequest) -> JsonResponse:
+    try:
+        body = json.loads(request.body or b"{}")
+    except json.JSONDecodeError:
+        return _error(400, "invalid_json", "the body is not JSON")
+    if not isinstance(body, dict):
+        return _error(400, "invalid_json", "the body must be a JSON object")
+    username = body.get("username")
+    password = body.get("password")
+    if not isinstance(username, str) or not username:
+        return _error(400, "required", "enter your username", "username")
+    if not isinstance(password, str) or not password:
+        return _error(400, "required", "enter your password", "password")
+    user = authenticate(request, username=username, password=password)
+    if user is None:
+        return _error(400, "invalid_credentials", "wrong username or password", "password")
+    login(request, user)  # rotates the session key and the CSRF token
+    return JsonResponse(session_payload(user))
+
+
+@require_POST
+def session_logout(request: HttpRequest) -> JsonResponse:
+    logout(request)
+    return JsonResponse({"ok": True})
