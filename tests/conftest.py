@@ -103,6 +103,9 @@ def celery_worker_process(django_db_setup, django_db_blocker):
     """A real Celery worker process on the session's broker and test database."""
     from django.conf import settings
 
+    from paddock.celery import app
+
+    app.control.purge()  # tasks queued by earlier tests (no worker then) are not ours to run
     db_name = settings.DATABASES["default"]["NAME"]
     env = service_env(PADDOCK_TEST_DB_NAME=str(db_name))
     log = open(Path(os.environ["PADDOCK_HOME"]) / "celery-worker-test.log", "wb")
@@ -111,8 +114,6 @@ def celery_worker_process(django_db_setup, django_db_blocker):
          "--concurrency=1", "--pool=solo", f"--hostname=test-{os.getpid()}@%h"],
         env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    from paddock.celery import app
-
     try:
         wait_for(lambda: app.control.ping(timeout=0.5), 60, "the Celery worker")
         yield proc

@@ -120,7 +120,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(ENV.home / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE = {
+    "run-reconcile": {"task": "paddock.clusters.tasks.run_reconcile", "schedule": 3.0},
+    "cluster-health": {"task": "paddock.clusters.tasks.cluster_health", "schedule": 15.0},
+}
 
 # --- Channels: a layer that a Celery task in another process can reach, in both modes ---
 CHANNEL_LAYERS = {

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
+from paddock.clusters.views import bootstrap
 from paddock.core.views import healthz, spa
 from paddock.live.views import ingest
 
@@ -9,6 +10,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/session/", include("paddock.core.session_urls")),
     path("api/v1/runs/<int:run_id>/ingest", ingest, name="run-ingest"),
+    path("api/v1/runs/<int:run_id>/bootstrap", bootstrap, name="run-bootstrap"),
     path("api/v1/", include("paddock.api.urls")),
     re_path(r"^(?!api/|admin/|static/|ws/).*$", spa, name="spa"),
 ]

@@ -27,3 +27,14 @@ class RayCluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class BootstrapUse(models.Model):
+    """A spent bootstrap token: one per (run, dispatch)."""
+
+    run = models.ForeignKey("experiments.Run", on_delete=models.CASCADE, related_name="+")
+    dispatch = models.PositiveIntegerField()
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "dispatch"], name="bootstrap_once")]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 def run_enqueued(run_id: int) -> None:
     """A run entered `queued` by a launch: dispatch should try to start it."""
+    from paddock.clusters.tasks import run_dispatch
+
+    run_dispatch.delay(run_id)
 
 
 def run_state_changed(run_id: int, state: str) -> None:
@@ -25,3 +28,8 @@ def run_control_requested(run_id: int, desired_state: str) -> None:
     from paddock.live.broadcast import broadcast_state
 
     broadcast_state(run_id)  # viewers see the new desired state even before state moves
+    if desired_state == "running":
+        # a resume of a run that waits in queued (paused before it started) dispatches it
+        from paddock.clusters.tasks import run_dispatch
+
+        run_dispatch.delay(run_id)

@@ -1,0 +1,55 @@
+"""The one-time bootstrap token a job exchanges for its run token on first contact.
+
+It travels in the job's environment, which other users of a shared Ray cluster can read
+through the Jobs API; so it is only good once, and only for its own (run, dispatch). It is
+derived (HMAC of the server's secret key), not stored: a retried dispatch task hands the
+same token to the same job id, and the database never holds it in clear."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from paddock.api.errors import DomainError
+from paddock.experiments.models import Checkpoint, Run
+from paddock.experiments.tokens import run_token_mint
+
+from .models import BootstrapUse
+
+PREFIX = "pdb_"
+
+
+def bootstrap_token_for(*, run_id: int, dispatch: int) -> str:
+    mac = hmac.new(
+        settings.SECRET_KEY.encode(), f"bootstrap:{run_id}:{dispatch}".encode(), hashlib.sha256
+    )
+    return PREFIX + mac.hexdigest()
+
+
+def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> dict:
+    """Spend the bootstrap token of (run, dispatch): mint the run token and return it with
+    what the job needs to start (effective spec, where to write, what to resume from)."""
+    expected = bootstrap_token_for(run_id=run_id, dispatch=dispatch)
+    if not hmac.compare_digest(expected, raw):
+        raise DomainError("token_invalid", "unknown bootstrap token", status=401)
+    run = Run.objects.select_related("config").filter(pk=run_id).first()
+    if run is None or run.dispatch_count != dispatch:
+        raise DomainError("dispatch_superseded", "this dispatch is no longer current", status=409)
+    try:
+        with transaction.atomic():
+            BootstrapUse.objects.create(run_id=run_id, dispatch=dispatch)
+            token = run_token_mint(run=run, dispatch=dispatch)
+    except IntegrityError:
+        raise DomainError(
+            "token_spent", "this bootstrap token was already used", status=401
+        ) from None
+    last = Checkpoint.objects.filter(run_id=run_id).order_by("-step").first()
+    return {
+        "token": token,
+        "spec": run.config.spec,
+        "artifacts_uri": f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}",
+        "resume_from": last.uri if last is not None and dispatch > 1 else None,
+    }

@@ -1,0 +1,173 @@
+"""Dispatch: from a queued run to a Ray job, exactly once per dispatch number.
+
+Every start of a job is a dispatch N of its run (DESIGN.md). `dispatch_prepare` takes the
+next number, picks a cluster and moves the run to `dispatching` in one transaction; only
+then is the job submitted, under the submission id `paddock-run-<id>-d<N>`. A task that dies
+between the two (a worker killed mid-task) is redelivered (acks_late) and finds the run
+still `dispatching` with the same N: it submits the same id again, Ray refuses the
+duplicate, and exactly one job exists."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from paddock.experiments.models import Run
+from paddock.experiments.models import RunState as S
+from paddock.experiments.states import run_transition
+from paddock.teams.models import TeamQuota
+from paddock.teams.selectors import team_usage
+
+from .bootstrap_tokens import bootstrap_token_for
+from .models import RayCluster
+from .ray_jobs import job_submit
+
+log = logging.getLogger(__name__)
+WORKERS_DIR = Path(__file__).resolve().parents[3] / "workers"
+ENTRYPOINT = "python -m workers.job"
+
+
+def submission_id_for(*, run_id: int, dispatch: int) -> str:
+    return f"paddock-run-{run_id}-d{dispatch}"
+
+
+@dataclass(frozen=True)
+class DispatchOrder:
+    run_id: int
+    dispatch: int
+    submission_id: str
+    cluster_id: int
+    address: str
+    num_cpus: float
+    num_gpus: float
+    env: dict[str, str]
+
+
+def cluster_pick(*, run: Run) -> RayCluster | None:
+    """A healthy cluster that the run's team may use and that advertises its backend: the
+    one chosen at launch, else the team's own before shared ones."""
+    clusters = RayCluster.objects.filter(healthy=True).filter(
+        Q(team__isnull=True) | Q(team_id=run.team_id)
+    )
+    if run.cluster_id is not None:
+        clusters = clusters.filter(pk=run.cluster_id)
+    for cluster in clusters.order_by("team_id", "id"):
+        if run.backend in cluster.backends:
+            return cluster
+    return None
+
+
+def quota_refusal(*, run: Run) -> str | None:
+    quota, _ = TeamQuota.objects.get_or_create(team_id=run.team_id)
+    usage = team_usage(team_id=run.team_id)
+    if usage["running_runs"] >= quota.max_concurrent_runs:
+        return (
+            f"waiting for a slot: the team runs {usage['running_runs']} of "
+            f"{quota.max_concurrent_runs} concurrent runs"
+        )
+    if usage["gpus_in_use"] + run.gpus > quota.max_gpus:
+        return (
+            f"waiting for GPUs: the team uses {usage['gpus_in_use']:g} of {quota.max_gpus:g} "
+            f"and this run needs {run.gpus:g}"
+        )
+    return None
+
+
+def _queue_reason(run: Run, reason: str) -> None:
+    if run.queued_reason != reason:
+        Run.objects.filter(pk=run.pk).update(queued_reason=reason, updated_at=timezone.now())
+        transaction.on_commit(lambda: _broadcast(run.pk))
+
+
+def _broadcast(run_id: int) -> None:
+    from paddock.live.broadcast import broadcast_state
+
+    broadcast_state(run_id)
+
+
+def _order(run: Run, cluster: RayCluster) -> DispatchOrder:
+    resources = run.config.spec.get("resources", {})
+    env = {
+        "PADDOCK_PUBLIC_URL": settings.PADDOCK_PUBLIC_URL,
+        "PADDOCK_RUN_ID": str(run.pk),
+        "PADDOCK_DISPATCH": str(run.dispatch_count),
+        "PADDOCK_BOOTSTRAP_TOKEN": bootstrap_token_for(run_id=run.pk, dispatch=run.dispatch_count),
+    }
+    if cluster.labels.get("local"):
+        # the platform's own machine: share its model cache instead of rebuilding per job
+        env["PADDOCK_HOME"] = str(settings.PADDOCK_HOME)
+    return DispatchOrder(
+        run_id=run.pk,
+        dispatch=run.dispatch_count,
+        submission_id=run.ray_submission_id,
+        cluster_id=cluster.pk,
+        address=cluster.address,
+        num_cpus=float(resources.get("trainer_cpus", 1)),
+        num_gpus=float(resources.get("trainer_gpus", 0)),
+        env=env,
+    )
+
+
+def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
+    """Take the run's next dispatch (or resume the one in flight); None when it must wait,
+    with the reason in `queued_reason`, or has nothing to start."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("config").filter(pk=run_id).first()
+        if run is None:
+            return None
+        if run.state == S.DISPATCHING and run.cluster_id is not None:
+            return _order(run, run.cluster)  # a redelivered task: same dispatch, same id
+        if run.state != S.QUEUED:
+            return None
+        if run.desired_state == "aborted":
+            run_transition(run=run, to_state=S.ABORTED, reason="aborted before it started")
+            return None
+        if run.desired_state == "paused":
+            _queue_reason(run, "paused before it started: resume to dispatch it")
+            return None
+        reason = quota_refusal(run=run)
+        cluster = cluster_pick(run=run) if reason is None else None
+        if reason is None and cluster is None:
+            reason = f"waiting for a healthy cluster that runs the {run.backend} backend"
+        if reason is not None:
+            _queue_reason(run, reason)
+            return None
+        dispatch = run.dispatch_count + 1
+        Run.objects.filter(pk=run.pk).update(
+            dispatch_count=dispatch,
+            attempts=run.attempts + 1,
+            cluster=cluster,
+            ray_submission_id=submission_id_for(run_id=run.pk, dispatch=dispatch),
+        )
+        run.refresh_from_db()
+        run_transition(run=run, to_state=S.DISPATCHING, dispatch=dispatch)
+        return _order(run, cluster)
+
+
+def dispatch_submit(order: DispatchOrder) -> bool:
+    """Submit the job of `order` (idempotent), then mark the run `starting`."""
+    runtime_env = {"py_modules": [str(WORKERS_DIR)], "env_vars": order.env}
+    started = job_submit(
+        address=order.address,
+        submission_id=order.submission_id,
+        entrypoint=ENTRYPOINT,
+        runtime_env=runtime_env,
+        num_cpus=order.num_cpus,
+        num_gpus=order.num_gpus,
+    )
+    log.info(
+        "run %s dispatch %s: %s %s",
+        order.run_id, order.dispatch, "submitted" if started else "already submitted",
+        order.submission_id,
+    )  # fmt: skip
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=order.run_id)
+        if run.state == S.DISPATCHING and run.dispatch_count == order.dispatch:
+            run_transition(run=run, to_state=S.STARTING, dispatch=order.dispatch)
+    return started

@@ -1,0 +1,102 @@
+"""The Ray Jobs API as dispatch uses it. The one place the control plane touches Ray: the
+Jobs client only (HTTP), never ray.init, never torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class ClusterUnreachable(Exception):
+    """The cluster's Jobs API did not answer; retry later."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    status: str  # PENDING | RUNNING | STOPPED | SUCCEEDED | FAILED
+    message: str
+    end_time_s: float | None = None  # Unix seconds, once the job has ended
+
+
+def _client(address: str):
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except ConnectionError as exc:
+        raise ClusterUnreachable(f"{address}: {exc}") from exc
+
+
+def job_submit(
+    *,
+    address: str,
+    submission_id: str,
+    entrypoint: str,
+    runtime_env: dict[str, Any],
+    num_cpus: float,
+    num_gpus: float,
+) -> bool:
+    """Submit; True when this call started the job, False when a job with this submission
+    id already existed (a retried dispatch task): either way exactly one job exists."""
+    client = _client(address)
+    try:
+        client.submit_job(
+            entrypoint=entrypoint,
+            submission_id=submission_id,
+            runtime_env=runtime_env,
+            entrypoint_num_cpus=num_cpus,
+            entrypoint_num_gpus=num_gpus,
+            metadata={"paddock": "1"},
+        )
+    except RuntimeError as exc:
+        if "already exists" in str(exc):
+            return False
+        raise
+    except ConnectionError as exc:
+        raise ClusterUnreachable(f"{address}: {exc}") from exc
+    return True
+
+
+def job_info(*, address: str, submission_id: str) -> JobInfo | None:
+    """The job's status, or None when the cluster does not know it (vanished)."""
+    client = _client(address)
+    try:
+        info = client.get_job_info(submission_id)
+    except RuntimeError as exc:
+        if "does not exist" in str(exc) or "404" in str(exc):
+            return None
+        raise
+    except ConnectionError as exc:
+        raise ClusterUnreachable(f"{address}: {exc}") from exc
+    status = getattr(info.status, "value", str(info.status))
+    end = info.end_time / 1000 if info.end_time else None
+    return JobInfo(status=status, message=info.message or "", end_time_s=end)
+
+
+def job_logs_tail(*, address: str, submission_id: str, chars: int = 4000) -> str:
+    try:
+        return _client(address).get_job_logs(submission_id)[-chars:]
+    except (RuntimeError, ConnectionError, ClusterUnreachable) as exc:
+        return f"(logs unavailable: {exc})"
+
+
+def job_stop(*, address: str, submission_id: str) -> bool:
+    try:
+        return bool(_client(address).stop_job(submission_id))
+    except RuntimeError as exc:
+        if "does not exist" in str(exc):
+            return False
+        raise
+    except ConnectionError as exc:
+        raise ClusterUnreachable(f"{address}: {exc}") from exc
+
+
+def cluster_version(*, address: str, timeout_s: float = 3.0) -> str:
+    import requests
+
+    try:
+        reply = requests.get(f"{address.rstrip('/')}/api/version", timeout=timeout_s)
+        reply.raise_for_status()
+        return str(reply.json().get("ray_version", "?"))
+    except (requests.RequestException, ValueError) as exc:
+        raise ClusterUnreachable(f"{address}: {exc}") from exc

@@ -1,0 +1,36 @@
+"""POST /api/v1/runs/{id}/bootstrap: a job's first contact (see bootstrap_tokens)."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from paddock.api.errors import DomainError
+
+from .bootstrap_tokens import bootstrap_exchange
+
+
+@csrf_exempt  # a bearer token, not a cookie
+@require_POST
+def bootstrap(request: HttpRequest, run_id: int) -> JsonResponse:
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    try:
+        body = json.loads(request.body or b"{}")
+        dispatch = int(body["dispatch"])
+    except (ValueError, KeyError, TypeError):
+        return JsonResponse(
+            {"code": "invalid", "message": "send {'dispatch': N}", "field": "dispatch"}, status=400
+        )
+    if scheme.lower() != "bearer" or not raw:
+        return JsonResponse(
+            {"code": "not_authenticated", "message": "send the bootstrap token", "field": None},
+            status=401,
+        )
+    try:
+        reply = bootstrap_exchange(run_id=run_id, dispatch=dispatch, raw=raw.strip())
+    except DomainError as exc:
+        return JsonResponse(exc.as_dict(), status=exc.status)
+    return JsonResponse(reply)
