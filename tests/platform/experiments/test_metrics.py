@@ -1,0 +1,102 @@
+"""Downsampling keeps spikes, returns at most max_points, and the database path (on
+PostgreSQL) keeps exactly the points of the Python path."""
+
+import math
+
+import pytest
+from django.db import connection
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paddock.experiments import metrics
+from paddock.experiments.metrics import (
+    downsample_minmax,
+    metric_points_store,
+    metric_series,
+)
+from paddock.experiments.models import MetricPoint, Run
+from paddock.teams.models import Role
+
+
+def test_a_one_step_spike_survives():
+    xs = list(range(10_000))
+    ys = [0.0] * 10_000
+    ys[4321] = 100.0
+    ys[7777] = -50.0
+    keep = downsample_minmax(xs, ys, 100)
+    assert len(keep) <= 100
+    assert 4321 in keep and 7777 in keep
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ys=st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=1, max_size=400
+    ),  # fmt: skip
+    max_points=st.integers(2, 64),
+)
+def test_bounds_and_extremes_hold_for_any_series(ys, max_points):
+    xs = list(range(len(ys)))
+    keep = downsample_minmax(xs, ys, max_points)
+    assert len(keep) <= max_points
+    assert keep == sorted(set(keep))
+    kept = [ys[i] for i in keep]
+    assert min(kept) == min(ys) and max(kept) == max(ys)
+
+
+@pytest.fixture
+def run(launched) -> Run:
+    return Run.objects.get(pk=launched[0]["runs"][0]["id"])
+
+
+def test_storing_a_step_again_replaces_its_value(run):
+    metric_points_store(run_id=run.pk, points=[("kl", 1, 10.0, 0.5), ("kl", 2, 11.0, 0.6)])
+    metric_points_store(run_id=run.pk, points=[("kl", 2, 20.0, 0.9), ("kl", 2, 21.0, 1.0)])
+    assert list(MetricPoint.objects.filter(run=run).order_by("step").values_list(
+        "step", "time", "value")) == [(1, 10.0, 0.5), (2, 21.0, 1.0)]  # fmt: skip
+
+
+def _noisy(run, n=5000):
+    points = [("reward/mean", s, 1000.0 + s * 0.5, math.sin(s / 50)) for s in range(n)]
+    points[1234] = ("reward/mean", 1234, 1000.0 + 617.0, 42.0)
+    points += [("tokens/total", s, 1000.0 + s * 0.5, float(s * 100)) for s in range(0, n, 2)]
+    metric_points_store(run_id=run.pk, points=points)
+
+
+@pytest.mark.parametrize("x", ["step", "time", "tokens"])
+def test_the_database_path_keeps_what_the_python_path_keeps(run, x):
+    _noisy(run)
+    fast = metric_series(run_id=run.pk, key="reward/mean", x=x, max_points=200)
+    slow = metrics._series_python(run_id=run.pk, key="reward/mean", x=x, max_points=200)
+    assert (fast.x, fast.y, fast.step, fast.count) == (slow.x, slow.y, slow.step, slow.count)
+    assert len(fast.x) <= 200 and fast.downsampled
+    if x != "tokens":
+        assert 42.0 in fast.y  # the spike (step 1234 has no tokens/total point: odd)
+    assert connection.vendor in ("postgresql", "sqlite")
+
+
+def test_the_endpoint_serves_downsampled_series_and_the_multi_run_form(world, client_as,
+                                                                       launched, run):  # fmt: skip
+    _noisy(run)
+    client = client_as(world.users_a[Role.VIEWER])
+    body = client.get(f"/api/v1/runs/{run.pk}/metrics",
+                      {"keys": "reward/mean", "max_points": 100}).json()  # fmt: skip
+    series = body["series"][0]
+    assert series["count"] == 5000 and series["downsampled"] is True
+    assert len(series["x"]) <= 100 and 42.0 in series["y"]
+    every_key = client.get(f"/api/v1/runs/{run.pk}/metrics").json()
+    assert [s["key"] for s in every_key["series"]] == ["reward/mean", "tokens/total"]
+    other = launched[0]["runs"][1]["id"]
+    multi = client.get("/api/v1/metrics", {"runs": f"{run.pk},{other}", "keys": "reward/mean",
+                                           "max_points": 50, "x": "time"}).json()  # fmt: skip
+    assert [r["run"] for r in multi["runs"]] == [run.pk, other]
+    assert multi["runs"][1]["series"][0]["count"] == 0
+    bad = client.get(f"/api/v1/runs/{run.pk}/metrics", {"x": "wall"})
+    assert (bad.status_code, bad.json()["field"]) == (400, "x")
+
+
+def test_non_finite_values_come_back_as_null(run, world, client_as):
+    metric_points_store(run_id=run.pk, points=[("kl", 0, 0.0, float("nan")),
+                                               ("kl", 1, 0.0, float("inf"))])  # fmt: skip
+    body = client_as(world.users_a[Role.VIEWER]).get(f"/api/v1/runs/{run.pk}/metrics").json()
+    assert body["series"][0]["y"] == [None, None]

@@ -1,0 +1,35 @@
+"""paddock_bootstrap: admin, demo team and the local Ray head, idempotently."""
+
+import pytest
+from django.core.management import call_command
+
+from paddock.clusters.models import RayCluster
+from paddock.teams.models import Membership, Role, Team
+
+
+@pytest.mark.django_db
+def test_bootstrap_twice_gives_one_of_each(settings, tmp_path, monkeypatch):
+    settings.PADDOCK_HOME = tmp_path
+    settings.RAY_ADDRESS = "http://127.0.0.1:8265"
+    monkeypatch.setenv("PADDOCK_ADMIN_PASSWORD", "secret-pw")
+    call_command("paddock_bootstrap")
+    cluster = RayCluster.objects.get(name="local")
+    cluster.backends = ["torch", "vllm"]  # an operator adds a backend
+    cluster.save()
+    settings.RAY_ADDRESS = "http://127.0.0.1:9999"
+    call_command("paddock_bootstrap")
+    team = Team.objects.get(slug="demo")
+    assert Membership.objects.get(team=team).role == Role.OWNER
+    assert Membership.objects.get(team=team).user.username == "admin"
+    cluster = RayCluster.objects.get()
+    assert (cluster.team, cluster.address) == (None, "http://127.0.0.1:9999")
+    assert cluster.backends == ["torch", "vllm"]
+    assert (tmp_path / "admin-credentials").read_text() == "admin / secret-pw\n"
+
+
+@pytest.mark.django_db
+def test_without_a_ray_address_no_cluster_is_registered(settings, tmp_path):
+    settings.PADDOCK_HOME = tmp_path
+    settings.RAY_ADDRESS = ""
+    call_command("paddock_bootstrap", "--no-demo")
+    assert not RayCluster.objects.exists() and not Team.objects.exists()
