@@ -9,6 +9,7 @@ describe("applyMessage", () => {
       run: { state: "running", desired_state: "running", step: 2, total_steps: 200 },
       latest: { "reward/mean": 0.15 },
       points: { "reward/mean": [[1, 0.12, 100], [2, 0.15, 101]] },
+      logs: [{ time: 99, level: "info", message: "started", kind: "status" }],
     });
     applyMessage(runs, {
       type: "metrics", run_id: 7, cursor: { dispatch: 1, seq: 43 },
@@ -25,8 +26,14 @@ describe("applyMessage", () => {
     expect(live.latest["reward/mean"]).toBe(0.2);
     expect(live.run).toEqual({ state: "paused", desired_state: "paused", step: 3, total_steps: 200 });
     expect(live.detail).toBe("checkpoint at step 3");
-    expect(live.logs).toHaveLength(1);
-    expect(afterParam(runs, true)).toBe("1:44");
+    expect(live.logs.map((l) => [l.level, l.message])).toEqual([
+      ["state", "started"], ["state", "running → paused"], ["info", "paused"],
+    ]);
+    // the stored status row, when it comes, takes the provisional line's place
+    applyMessage(runs, { type: "log", run_id: 7, cursor: { dispatch: 1, seq: 45 }, time: 104, level: "info",
+      message: "running → paused: checkpoint", kind: "status" });
+    expect(live.logs.map((l) => l.message)).toEqual(["started", "paused", "running → paused: checkpoint"]);
+    expect(afterParam(runs, true)).toBe("1:45");
   });
 
   it("keys an experiment stream's messages by run and builds its after cursor", () => {

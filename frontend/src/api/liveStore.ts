@@ -1,9 +1,13 @@
 // What the websocket has told us, per run: state, progress, metric series, logs, samples and
 // the cursor to reconnect from. Pure (no socket, no React) so it is tested directly.
 import { emptySeries, mergePoints, type Point, type Series } from "../charts/series";
-import type { Cursor, LiveMessage, LiveRun, Sample } from "./types";
+import type { Cursor, LiveMessage, LiveRun, LogRow, Sample } from "./types";
 
-export interface LogLine { time: number; level: string; message: string }
+export interface LogLine {
+  time: number; level: string; message: string;
+  /** written here from a `state` message; replaced by the stored status row if one arrives */
+  provisional?: boolean;
+}
 
 export interface RunLive {
   run: LiveRun | null;
@@ -12,6 +16,8 @@ export interface RunLive {
   series: Map<string, Series>;
   logs: LogLine[];
   samples: { step: number; items: Sample[] }[];
+  /** checkpoints reported since the stream opened (a cue to refetch the list) */
+  checkpoints: number;
   cursor: Cursor | null;
 }
 
@@ -19,13 +25,25 @@ const MAX_LOGS = 1000;
 const MAX_SAMPLE_STEPS = 50;
 
 export function emptyRunLive(): RunLive {
-  return { run: null, detail: "", latest: {}, series: new Map(), logs: [], samples: [], cursor: null };
+  return { run: null, detail: "", latest: {}, series: new Map(), logs: [], samples: [], checkpoints: 0, cursor: null };
 }
 
 function series(live: RunLive, key: string): Series {
   let s = live.series.get(key);
   if (!s) { s = emptySeries(); live.series.set(key, s); }
   return s;
+}
+
+function pushLogs(live: RunLive, rows: readonly LogRow[]): void {
+  for (const row of rows) {
+    // a state change is stored as a status event and may arrive as a log row of that kind
+    if (row.kind === "status") {
+      const i = live.logs.findIndex((l) => l.provisional && row.message.startsWith(l.message));
+      if (i >= 0) live.logs.splice(i, 1);
+    }
+    live.logs.push({ time: row.time, level: row.kind === "status" ? "state" : row.level, message: row.message });
+  }
+  if (live.logs.length > MAX_LOGS) live.logs.splice(0, live.logs.length - MAX_LOGS);
 }
 
 /** Applies one server message in place. Returns the run it touched (null: none). */
@@ -39,6 +57,8 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       live.run = { ...msg.run };
       live.latest = { ...msg.latest };
       for (const [key, rows] of Object.entries(msg.points ?? {})) mergePoints(series(live, key), rows);
+      live.logs = [];
+      pushLogs(live, msg.logs ?? []);
       break;
     }
     case "metrics": {
@@ -58,6 +78,11 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       break;
     }
     case "state": {
+      // a control's transitions reach viewers as state messages only: note them in the tail
+      const previous = live.run?.state;
+      if (previous && previous !== msg.state) {
+        live.logs.push({ time: Date.now() / 1000, level: "state", message: `${previous} → ${msg.state}`, provisional: true });
+      }
       const base: LiveRun = live.run ?? { state: msg.state, desired_state: msg.desired_state, step: 0, total_steps: 0 };
       live.run = { ...base, state: msg.state, desired_state: msg.desired_state,
         step: msg.step ?? base.step, total_steps: msg.total_steps ?? base.total_steps };
@@ -65,8 +90,11 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       break;
     }
     case "log": {
-      live.logs.push({ time: msg.time, level: msg.level, message: msg.message });
-      if (live.logs.length > MAX_LOGS) live.logs.splice(0, live.logs.length - MAX_LOGS);
+      pushLogs(live, [msg]);
+      break;
+    }
+    case "checkpoint": {
+      live.checkpoints += 1;
       break;
     }
     case "samples": {

@@ -2,7 +2,7 @@ import { listOf, request, type ListBody } from "./client";
 import { invalidate, useQuery } from "./useQuery";
 import type { Series } from "../charts/series";
 import type {
-  Checkpoint, MultiMetricsBody, Run, RunAction, RunEventRow, RunFilters, RunMetricsBody,
+  Checkpoint, MultiMetricsBody, Run, RunAction, RunFilters, RunMetricsBody,
 } from "./types";
 
 // /api/v1/runs/… and /api/v1/metrics.
@@ -66,11 +66,6 @@ export function useCheckpoints(id: number | null) {
 
 export function checkpointDownloadUrl(runId: number, cp: Checkpoint): string {
   return `/api/v1/runs/${runId}/checkpoints/${cp.id}/download`;
-}
-
-export function useRunEvents(id: number | null, limit = 500) {
-  return useQuery<RunEventRow[], ListBody<RunEventRow>>(
-    id ? `/api/v1/runs/${id}/events` : null, { limit }, listOf);
 }
 
 /** Pause, resume or abort over REST (the run page prefers its websocket; this is the

@@ -212,15 +212,21 @@ export interface AuditEvent {
 
 export interface Cursor { dispatch: number; seq: number }
 
-export interface LiveRun { state: RunState; desired_state: DesiredState; step: number; total_steps: number }
+export interface LiveRun {
+  state: RunState; desired_state: DesiredState; step: number; total_steps: number;
+  error?: string; queued_reason?: string;
+}
+
+export interface LogRow { time: number; level: string; message: string; kind?: "log" | "status" }
 
 export type LiveMessage =
   | { type: "snapshot"; run_id: number; cursor: Cursor; run: LiveRun; latest: Record<string, number>;
-      points: Record<string, [number, number, number][]> }
+      points: Record<string, [number, number, number][]>; logs?: LogRow[] }
   | { type: "metrics"; run_id: number; cursor: Cursor;
       steps: { step: number; time: number; values: Record<string, number> }[] }
   | { type: "state"; run_id: number; cursor: Cursor; state: RunState; desired_state: DesiredState;
       detail?: string; step?: number; total_steps?: number }
-  | { type: "log"; run_id: number; cursor: Cursor; time: number; level: string; message: string }
+  | ({ type: "log"; run_id: number; cursor: Cursor } & LogRow)
+  | { type: "checkpoint"; run_id: number; cursor: Cursor; step: number; uri?: string; adapter_version?: number }
   | { type: "samples"; run_id: number; cursor: Cursor; step: number; items: Sample[] }
   | { type: "error"; run_id?: number; code: string; message: string };

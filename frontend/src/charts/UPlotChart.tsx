@@ -7,10 +7,12 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import type { ChartProps } from "./chartTypes";
 import { withAlpha } from "./palette";
-import { formatDuration, formatNumber } from "../lib/format";
+import { formatDuration, formatNumber, formatTicks } from "../lib/format";
 
 function axisValues(kind: ChartProps["xKind"]) {
-  if (kind === "tokens") return (_u: uPlot, splits: number[]) => splits.map((v) => formatNumber(v, 3));
+  if (kind === "tokens" || kind === "step") {
+    return (_u: uPlot, splits: number[], _i: number, _space: number, incr: number) => formatTicks(splits, incr);
+  }
   if (kind === "elapsed") return (_u: uPlot, splits: number[]) => splits.map((v) => formatDuration(v));
   return undefined;
 }
@@ -35,7 +37,7 @@ function options(props: ChartProps, width: number): uPlot.Options {
       { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
         values: axisValues(xKind), size: 32 },
       { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
-        size: 52, values: (_u, splits) => splits.map((v) => formatNumber(v, 3)) },
+        size: 56, values: (_u, splits, _i, _space, incr) => formatTicks(splits, incr) },
     ],
     series: [
       { label: xKind,

@@ -5,7 +5,7 @@ import { Link, useSearchParams } from "react-router";
 import { useExperiments } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
 import { fetchMultiMetrics, useRuns } from "../api/runs";
-import type { Series } from "../charts/series";
+import { emptySeries, mergeHistory, type Series } from "../charts/series";
 import { BACKENDS, type Experiment, type Run, type RunState } from "../api/types";
 import { REWARD_KEY, RunsTable, withLive } from "../runs/RunsTable";
 import { TERMINAL } from "../runs/states";
@@ -60,6 +60,18 @@ export function RunsPage() {
     .filter((r) => matches(r, experimentById.get(r.experiment), search)),
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks stream updates
   [runs.data, live.version, experimentById, search]);
+
+  // the sparkline: downsampled history with the stream's live points on top
+  const sparks = useMemo(() => {
+    const out = new Map<number, Series>();
+    for (const r of runs.data ?? []) {
+      const past = rewards.get(r.id);
+      const now = live.runs.get(r.id)?.series.get(REWARD_KEY);
+      if (past || now) out.set(r.id, mergeHistory(past ?? emptySeries(), now ?? emptySeries()));
+    }
+    return out;
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new points
+  }, [runs.data, rewards, live.version]);
 
   const set = (key: string, value: string) => {
     const next = new URLSearchParams(params);
@@ -120,7 +132,7 @@ export function RunsPage() {
               can("member") ? <Link to="/launch">Launch an experiment</Link> : "Runs appear here once launched."}
           </Empty>
         )}
-        {rows.length > 0 && <RunsTable runs={rows} experiments={experimentById} rewards={rewards} />}
+        {rows.length > 0 && <RunsTable runs={rows} experiments={experimentById} rewards={sparks} />}
       </section>
     </div>
   );

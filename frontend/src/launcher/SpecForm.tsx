@@ -84,6 +84,20 @@ function JsonOrTextInput({ id, field, value, placeholder, onChange }: {
   );
 }
 
+/** A group's fields by spec section (model / model.tiny / lora …), titled when the group
+ * holds more than one. */
+function subsections(fields: Field[]): [string, Field[]][] {
+  const bySection = new Map<string, Field[]>();
+  for (const f of fields) {
+    const parts = f.path.split(".");
+    const section = parts.length > 2 ? parts.slice(0, -1).join(".") : parts.length === 2 ? parts[0] : "";
+    bySection.set(section, [...(bySection.get(section) ?? []), f]);
+  }
+  const entries = [...bySection];
+  if (entries.length === 1) return [["", entries[0][1]]];
+  return entries.map(([section, list]) => [section || "general", list]);
+}
+
 export function SpecForm({ schema, spec, onChange, serverErrors }: {
   schema: JsonSchema; spec: Spec; onChange: (spec: Spec) => void; serverErrors: Map<string, string>;
 }) {
@@ -113,16 +127,19 @@ export function SpecForm({ schema, spec, onChange, serverErrors }: {
               </button>
               {errors > 0 && <span className="badge tone-bad">{errors}</span>}
             </legend>
-            {isOpen && (
-              <div className="fields">
-                {g.fields.map((f) => {
-                  const value = getPath(spec, f.path);
-                  return <FieldInput key={f.path} field={f} value={value}
-                    error={serverErrors.get(f.path) ?? checkField(f, value)}
-                    onChange={(v) => onChange(setPath(spec, f.path, v))} />;
-                })}
+            {isOpen && subsections(g.fields).map(([title, list]) => (
+              <div key={title}>
+                {title && <h4 className="subsection">{title}</h4>}
+                <div className="fields">
+                  {list.map((f) => {
+                    const value = getPath(spec, f.path);
+                    return <FieldInput key={f.path} field={f} value={value}
+                      error={serverErrors.get(f.path) ?? checkField(f, value)}
+                      onChange={(v) => onChange(setPath(spec, f.path, v))} />;
+                  })}
+                </div>
               </div>
-            )}
+            ))}
           </fieldset>
         );
       })}
