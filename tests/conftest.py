@@ -61,6 +61,8 @@ def ray_head(tmp_path_factory):
     gcs_port, dash_port = free_port(), free_port()
     temp_dir = Path("/tmp") / f"ray-paddock-{os.getpid()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    # jobs run `python -m workers.job`: the `python` on the head's PATH must be this one
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={gcs_port}",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",

@@ -108,7 +108,9 @@ def run_with_platform(url: str, run_id: int, dispatch: int, secret: str) -> int:
             on_event=reporter.emit,
             progress=False,
         )
-        reporter.log(f"job finished: {outcome.state} at step {outcome.step}")
+        # the driver's final status (succeeded | paused | aborted) was the run's last event:
+        # the platform refuses anything after it
+        log.info("job finished: %s at step %s", outcome.state, outcome.step)
         return 0
     except BaseException as exc:
         tail = "".join(traceback.format_exception(exc))[-4000:]

@@ -91,6 +91,8 @@ def start_ray(sup: Supervisor, home: Path, env: dict[str, str], cpus: int | None
         raise SystemExit("paddock: `ray` is not installed; pip install 'ray[default]'")
     dashboard_port = free_port()
     ray_env = {k: v for k, v in env.items() if not k.startswith("RAY_ADDRESS")}
+    # jobs run `python -m workers.job`: the `python` on the head's PATH must be this one
+    ray_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     argv = [
         ray_bin, "start", "--head", "--block",
         f"--port={free_port()}",
