@@ -37,7 +37,8 @@ function options(props: ChartProps, width: number): uPlot.Options {
       { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
         values: axisValues(xKind), size: 32 },
       { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
-        size: 56, values: (_u, splits, _i, _space, incr) => formatTicks(splits, incr) },
+        size: 56, values: (_u, splits, _i, _space, incr) =>
+          (logY ? splits.map((v) => (v === null ? "" : formatNumber(v, 3))) : formatTicks(splits, incr)) },
     ],
     series: [
       { label: xKind,

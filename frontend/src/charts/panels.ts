@@ -4,7 +4,7 @@ import type { XAxis } from "../api/types";
 import type { ChartProps, ChartSeries } from "./chartTypes";
 import { colorAt } from "./palette";
 import type { Series } from "./series";
-import { alignSeries, ema, positiveOnly, xValues, type XY } from "./transforms";
+import { alignSeries, ema, positiveOnly, thin, xValues, type XY } from "./transforms";
 
 export interface PanelSpec {
   title: string;
@@ -47,12 +47,12 @@ export function panelChart(panel: PanelSpec, series: Map<string, Series>, view: 
     const raw = view.logY ? positiveOnly(s.value) : s.value;
     const color = colorAt(i);
     if (view.smoothing > 0) {
-      lines.push({ x, y: raw });
+      lines.push(thin(x, raw));
       specs.push({ label: `${key} (raw)`, color, faint: true, hidden: true });
-      lines.push({ x, y: ema(raw, view.smoothing) });
+      lines.push(thin(x, ema(raw, view.smoothing)));
       specs.push({ label: key, color });
     } else {
-      lines.push({ x, y: raw });
+      lines.push(thin(x, raw));
       specs.push({ label: key, color });
     }
   });

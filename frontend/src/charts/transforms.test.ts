@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { alignSeries, ema, minMaxDownsample, positiveOnly, seedBand, xValues } from "./transforms";
+import { alignSeries, ema, minMaxDownsample, positiveOnly, seedBand, thin, xValues } from "./transforms";
 
 describe("ema", () => {
   it("is the identity at weight 0", () => {
@@ -78,5 +78,15 @@ describe("seedBand", () => {
     expect(mean).toEqual([3, 3, null]);
     expect(lo).toEqual([1, 2, null]);
     expect(hi).toEqual([5, 4, null]);
+  });
+});
+
+describe("thin", () => {
+  it("leaves short lines alone and bounds long ones, dropping points without x", () => {
+    expect(thin([1, null, 3], [1, 2, 3])).toEqual({ x: [1, null, 3], y: [1, 2, 3] });
+    const x = Array.from({ length: 100_000 }, (_, i) => i);
+    const out = thin(x, x.map((v) => Math.sin(v)), 4000);
+    expect(out.x.length).toBeLessThanOrEqual(4000);
+    expect(out.x.length).toBeGreaterThan(3000);
   });
 });

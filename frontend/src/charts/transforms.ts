@@ -121,3 +121,20 @@ export function seedBand(ys: readonly (readonly (number | null)[])[]): {
   }
   return { mean, lo, hi };
 }
+
+/** Keeps what a chart draws bounded however long a run streams: past `limit` points a line
+ * is thinned to min/max per bucket (after smoothing, so the smoothed shape is exact).
+ * Points without an x are dropped. */
+export function thin(x: readonly (number | null)[], y: readonly (number | null)[], limit = 4000): XY {
+  const keep = thinIndices(x, y, limit);
+  return keep ? { x: keep.map((i) => x[i]), y: keep.map((i) => y[i]) } : { x, y };
+}
+
+/** The indices `thin` keeps (null: all of them), so lines that belong together (a band's
+ * edges and its mean) can be thinned alike. */
+export function thinIndices(x: readonly (number | null)[], y: readonly (number | null)[], limit = 4000): number[] | null {
+  const keep = x.map((v, i) => (v === null ? -1 : i)).filter((i) => i >= 0);
+  if (keep.length <= limit) return null;
+  const kept = minMaxDownsample(keep, keep.map((i) => y[i]), Math.floor(limit / 2));
+  return kept.x;
+}

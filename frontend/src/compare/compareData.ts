@@ -8,7 +8,7 @@ import type { ChartBand, ChartProps, ChartSeries } from "../charts/chartTypes";
 import { BACKEND_COLOR } from "../charts/palette";
 import { TOKENS_KEY } from "../charts/panels";
 import type { Series } from "../charts/series";
-import { alignSeries, ema, seedBand, xValues, type XY } from "../charts/transforms";
+import { alignSeries, ema, seedBand, thin, thinIndices, xValues, type XY } from "../charts/transforms";
 
 export interface RunSeries {
   runId: number;
@@ -84,11 +84,14 @@ export function comparePanel(title: string, key: string, runs: readonly RunSerie
     if (present.length > 1) {
       for (const run of present) {
         const s = run.series.get(key)!;
-        lines.push({ x: compareX(run, s, view.axis), y: ema(s.value, view.smoothing) });
+        lines.push(thin(compareX(run, s, view.axis), ema(s.value, view.smoothing), 2000));
         series.push({ label: `${backend} seed ${run.seed}`, color, faint: true, hidden: true });
       }
     }
-    const m = backendMean(present, key, view);
+    const full = backendMean(present, key, view);
+    const keep = thinIndices(full.x, full.mean, 4000);
+    const pick = <T,>(a: T[]) => (keep ? keep.map((i) => a[i]) : a);
+    const m = { x: pick(full.x), mean: pick(full.mean), lo: pick(full.lo), hi: pick(full.hi) };
     if (present.length > 1) {
       lines.push({ x: m.x, y: m.hi });
       series.push({ label: `${backend} max`, color, faint: true, hidden: true, width: 0 });

@@ -37,6 +37,12 @@ function editsBetween(source: Spec, edited: Spec): Record<string, unknown> {
   return edits;
 }
 
+function focusField(path: string): void {
+  const input = document.querySelector<HTMLElement>(`[data-field="${CSS.escape(path)}"] input, [data-field="${CSS.escape(path)}"] select`);
+  input?.scrollIntoView({ block: "center", behavior: "smooth" });
+  input?.focus({ preventScroll: true });
+}
+
 export default function LauncherPage() {
   const { team } = useSession();
   const navigate = useNavigate();
@@ -246,10 +252,21 @@ export default function LauncherPage() {
               {report.runs.map((r, i) => <li key={i}><BackendTag backend={r.backend} /> seed {r.seed}{r.gpus ? ` · ${r.gpus} GPU` : ""}</li>)}
             </ul>
           ) : null}
-          <div className={`check-status ${valid ? "ok" : report ? "bad" : ""}`} data-testid="validation">
+          <div className={`check-status ${valid ? "ok" : report || checkError ? "bad" : ""}`} data-testid="validation">
             {yamlError ? "the YAML does not parse" : !report && !checkError ? "checking…" : valid ? "✓ valid" :
               `${serverErrors.size || 1} problem${serverErrors.size === 1 ? "" : "s"}`}
           </div>
+          {serverErrors.size > 0 && (
+            <ul className="problems">
+              {[...serverErrors].map(([field, message]) => (
+                <li key={field}>
+                  <button type="button" className="linklike" onClick={() => focusField(field)}>
+                    <code>{field || "launch"}</code>
+                  </button> {message}
+                </li>
+              ))}
+            </ul>
+          )}
           {source && (
             <div className="clone-diff">
               <h3>Changes from the source</h3>

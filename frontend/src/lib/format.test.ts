@@ -7,6 +7,10 @@ describe("formatTicks", () => {
     expect(formatTicks([0, 0.5, 1], 0.5)).toEqual(["0.0", "0.5", "1.0"]);
     expect(formatTicks([0, 20, 40], 20)).toEqual(["0", "20", "40"]);
   });
+  it("leaves hidden ticks empty", () => {
+    expect(formatTicks([0.1, null, 10], 0.1)).toEqual(["0.1", "", "10.0"]);
+    expect(formatTicks([0.001, 0.01, null], Number.NaN)).toEqual(["0.001", "0.01", ""]);
+  });
   it("shortens large magnitudes", () => {
     expect(formatTicks([0, 500_000, 1_000_000], 500_000)).toEqual(["0", "0.5M", "1.0M"]);
     expect(formatTicks([0, 250_000, 500_000], 250_000)).toEqual(["0", "250k", "500k"]);

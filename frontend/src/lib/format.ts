@@ -43,14 +43,16 @@ export function eta(startedAt: string | null | undefined, step: number, total: n
 
 /** Axis tick labels with just enough decimals to tell neighbouring ticks apart (1.002 and
  * 1.004, not "1" twice); large magnitudes get k/M suffixes. */
-export function formatTicks(splits: readonly number[], increment: number): string[] {
-  const max = Math.max(...splits.map((v) => Math.abs(v)));
+export function formatTicks(splits: readonly (number | null)[], increment: number): string[] {
+  // uPlot passes null for ticks it hides (log scales) and a useless increment on log scales
+  if (!(increment > 0) || !Number.isFinite(increment)) return splits.map((v) => (v === null ? "" : formatNumber(v, 3)));
+  const max = Math.max(...splits.map((v) => Math.abs(v ?? 0)));
   if (max >= 1e5) {
     const [div, suffix] = max >= 1e9 ? [1e9, "G"] : max >= 1e6 ? [1e6, "M"] : [1e3, "k"];
     const decimals = Math.max(0, Math.min(6, Math.ceil(-Math.log10(increment / div) - 1e-9)));
-    return splits.map((v) => (v === 0 ? "0" : `${(v / div).toFixed(decimals)}${suffix}`));
+    return splits.map((v) => (v === null ? "" : v === 0 ? "0" : `${(v / div).toFixed(decimals)}${suffix}`));
   }
-  if (increment > 0 && increment < 1e-4) return splits.map((v) => (v === 0 ? "0" : v.toExponential(2)));
-  const decimals = increment > 0 ? Math.max(0, Math.min(8, Math.ceil(-Math.log10(increment) - 1e-9))) : 0;
-  return splits.map((v) => v.toFixed(decimals));
+  if (increment < 1e-4) return splits.map((v) => (v === null ? "" : v === 0 ? "0" : v.toExponential(2)));
+  const decimals = Math.max(0, Math.min(8, Math.ceil(-Math.log10(increment) - 1e-9)));
+  return splits.map((v) => (v === null ? "" : v.toFixed(decimals)));
 }
