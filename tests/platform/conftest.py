@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pytest
 from rest_framework.test import APIClient
 
+from paddock.experiments import hooks
 from paddock.teams.access import actor_for
 from paddock.teams.models import Role
 from tests.platform.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
@@ -71,11 +72,18 @@ def launch(client, team, *, spec=None, backends=None, seeds=1, **extra):
 
 
 @pytest.fixture
-def launched(world, client_as, django_capture_on_commit_callbacks):
+def quiet_hooks(monkeypatch):
+    """The hooks as no-ops, for tests whose commits would otherwise start Celery tasks and
+    broadcasts (the dispatch and live work fill the hooks in)."""
+    for name in ("run_enqueued", "run_state_changed", "run_control_requested"):
+        monkeypatch.setattr(hooks, name, lambda *args: None)
+
+
+@pytest.fixture
+def launched(world, client_as):
     """An experiment of team A with two runs (torch, vllm), and one of team B."""
-    with django_capture_on_commit_callbacks(execute=True):
-        a = launch(client_as(world.users_a[Role.MEMBER]), world.team_a, backends=["torch", "vllm"])
-        b = launch(client_as(world.users_b[Role.MEMBER]), world.team_b)
+    a = launch(client_as(world.users_a[Role.MEMBER]), world.team_a, backends=["torch", "vllm"])
+    b = launch(client_as(world.users_b[Role.MEMBER]), world.team_b)
     assert a.status_code == 201, a.json()
     assert b.status_code == 201, b.json()
     return a.json(), b.json()

@@ -18,6 +18,8 @@ from workers.api_client import PaddockAPIError, PaddockClient
 
 REPO = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.usefixtures("quiet_hooks")
+
 
 def test_the_client_imports_neither_django_nor_torch():
     code = ("import sys, workers.api_client, workers.api_cli;"

@@ -112,25 +112,30 @@ def _series_postgresql(*, run_id: int, key: str, x: str, max_points: int) -> Ser
     params = {"run": run_id, "key": key, "tokens_key": TOKENS_KEY}
     series = Series(key=key)
     with connection.cursor() as cur:
-        cur.execute(f"SELECT count(*), min({x_col}), max({x_col}) {source}", params)
-        count, lo, hi = cur.fetchone()
-        series.count = count
-        if count <= max_points:
+        # the x range: from the (run, key, step) index for steps, a scan otherwise
+        bounds = "p.step" if x == "step" else x_col
+        cur.execute(f"SELECT min({bounds})::float8, max({bounds})::float8 {source}", params)
+        lo, hi = cur.fetchone()
+        if lo is None:
+            return series
+        # min and max per bucket, the same arithmetic as _bucket so both paths keep the
+        # same points; the max negates x and step so that ties go to the first point
+        cur.execute(
+            f"""SELECT count(*), min(ARRAY[p.value, {x_col}, p.step]),
+                       max(ARRAY[p.value, -{x_col}, -p.step])
+                {source}
+                GROUP BY LEAST(FLOOR(({x_col} - %(lo)s) / NULLIF(%(span)s, 0)
+                                     * %(buckets)s), %(buckets)s - 1)""",
+            {**params, "lo": lo, "span": hi - lo, "buckets": max_points // 2},
+        )
+        groups = cur.fetchall()
+        series.count = sum(g[0] for g in groups)
+        if series.count <= max_points:
             cur.execute(f"SELECT {x_col}, p.step, p.value {source} ORDER BY 1, 2", params)
             rows = cur.fetchall()
         else:
-            # the same arithmetic as _bucket, so both paths keep the same points; the max
-            # negates x and step so that ties, as in Python, go to the first point
-            cur.execute(
-                f"""SELECT min(ARRAY[p.value, {x_col}, p.step]),
-                           max(ARRAY[p.value, -{x_col}, -p.step])
-                    {source}
-                    GROUP BY LEAST(FLOOR(({x_col} - %(lo)s) / NULLIF(%(span)s, 0)
-                                         * %(buckets)s), %(buckets)s - 1)""",
-                {**params, "lo": lo, "span": hi - lo, "buckets": max_points // 2},
-            )
             kept = set()
-            for low, high in cur.fetchall():
+            for _, low, high in groups:
                 kept.add((low[1], low[2], low[0]))
                 kept.add((-high[1], -high[2], high[0]))
             rows = sorted(kept, key=lambda r: (r[0], r[1]))

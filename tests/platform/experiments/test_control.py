@@ -7,6 +7,8 @@ from paddock.experiments.models import Run
 from paddock.experiments.states import run_transition
 from paddock.teams.models import Role
 
+pytestmark = pytest.mark.usefixtures("quiet_hooks")
+
 
 @pytest.fixture
 def run(launched) -> Run:

@@ -10,6 +10,8 @@ from paddock.experiments.models import ConfigVersion, Experiment, Run
 from paddock.teams.models import Role
 from tests.platform.conftest import launch
 
+pytestmark = pytest.mark.usefixtures("quiet_hooks")
+
 
 @pytest.fixture
 def member(world, client_as):

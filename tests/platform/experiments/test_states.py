@@ -9,7 +9,7 @@ from paddock.experiments.models import RunState as S
 from paddock.experiments.states import ACTIVE, TERMINAL, run_transition, transition_allowed
 from paddock.teams.models import Role
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_hooks")]
 
 HAPPY_PATH = [S.DISPATCHING, S.STARTING, S.RUNNING, S.PAUSING, S.PAUSED, S.RESUMING,
               S.RUNNING, S.SUCCEEDED]  # fmt: skip
