@@ -117,6 +117,9 @@ CELERY_BROKER_URL = celery_broker_url(ENV.redis_url)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the task to be redelivered
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# Redis redelivers an unacknowledged task after this long; reconcile covers a lost dispatch
+# sooner (DISPATCH_STUCK_S), and every task here is short and safe to run twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(ENV.home / "celerybeat-schedule")

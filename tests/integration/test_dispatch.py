@@ -42,20 +42,29 @@ def stack(ray_head, django_db_setup, django_db_blocker):
     server = AsgiServer(port=free_port(), env=service_env(PADDOCK_TEST_DB_NAME=db))
     server.start()
     app.control.purge()
-    log = open(Path(os.environ["PADDOCK_HOME"]) / "dispatch-worker.log", "wb")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "paddock", "worker", "--beat", "--loglevel=INFO",
-         "--concurrency=1", "--pool=solo", f"--hostname=dispatch-{os.getpid()}@%h",
-         "--schedule", str(Path(os.environ["PADDOCK_HOME"]) / "beat-test-schedule")],
-        env=service_env(PADDOCK_TEST_DB_NAME=db, PADDOCK_PUBLIC_URL=server.url),
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
+    log = open(Path(os.environ["PADDOCK_HOME"]) / "dispatch-worker.log", "ab")
+    state: dict = {"server": server, "ray": ray_head}
+
+    def start_worker():
+        state["worker"] = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "paddock", "worker", "--beat",
+             "--loglevel=INFO", "--concurrency=1", "--pool=solo",
+             f"--hostname=dispatch-{os.getpid()}-{time.monotonic_ns()}@%h",
+             "--schedule", str(Path(os.environ["PADDOCK_HOME"]) / "beat-test-schedule")],
+            env=service_env(PADDOCK_TEST_DB_NAME=db, PADDOCK_PUBLIC_URL=server.url),
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
         wait_for(lambda: app.control.ping(timeout=0.5), 60, "the Celery worker")
-        yield {"server": server, "ray": ray_head, "worker": worker}
+
+    state["restart_worker"] = start_worker
+    try:
+        start_worker()
+        yield state
     finally:
-        os.killpg(worker.pid, 15)
-        worker.wait(timeout=30)
+        worker = state["worker"]
+        if worker.poll() is None:
+            os.killpg(worker.pid, 15)
+            worker.wait(timeout=30)
         log.close()
         server.stop()
 
@@ -134,3 +143,24 @@ def test_a_job_killed_outside_paddock_fails_the_run_with_its_log_tail(stack):
     time.sleep(4)  # a reconcile tick later: no retry, attempts are spent
     run.refresh_from_db()
     assert run.state == "failed" and run.dispatch_count == 1
+
+
+@pytest.mark.parametrize("kill_after_s", [0.2, 0.7, 1.5])
+def test_a_worker_killed_mid_dispatch_still_starts_exactly_one_job(stack, kill_after_s):
+    """kill -9 of the Celery worker while run_dispatch is in flight, then a restart: the
+    reconciler resubmits the same dispatch under the same submission id."""
+    import signal
+
+    worker = stack["worker"]
+    _, run = _launch(stack)  # on commit: run_dispatch is queued and picked up at once
+    time.sleep(kill_after_s)
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    stack["restart_worker"]()
+    _until(run, {"running", "succeeded"}, timeout=240)
+    time.sleep(3)  # a reconcile tick after the job started must not start another
+    jobs = _job_status(stack, run)
+    assert len(jobs) == 1, [j.submission_id for j in jobs]
+    assert jobs[0].submission_id == f"paddock-run-{run.pk}-d1"
+    run.refresh_from_db()
+    assert run.dispatch_count == 1

@@ -24,7 +24,8 @@ from .ray_jobs import ClusterUnreachable, cluster_version, job_info, job_logs_ta
 log = logging.getLogger(__name__)
 SUBMIT_RETRIES = 5
 ABORT_GRACE_S = getattr(settings, "PADDOCK_ABORT_GRACE_S", 30)
-FINAL_REPORT_GRACE_S = 20  # a job that ended may still be flushing its last batch
+FINAL_REPORT_GRACE_S = 20
+DISPATCH_STUCK_S = 10  # a job that ended may still be flushing its last batch
 # states in which a Ray job exists (or should) for the run
 WATCHED = [S.STARTING, S.RUNNING, S.PAUSING, S.PAUSED, S.RESUMING, S.ABORTING]
 
@@ -98,6 +99,14 @@ def run_reconcile() -> dict[str, int]:
             continue  # cluster_health marks it; the run waits for it to come back
         except DomainError as exc:  # the run moved on meanwhile (e.g. its job reported)
             log.info("reconcile of run %s: %s", run.pk, exc.message)
+    # a dispatch whose task died between taking its number and submitting (a worker killed
+    # mid-task): submit it again under the same id; Ray keeps exactly one job
+    stuck = timezone.now() - timezone.timedelta(seconds=DISPATCH_STUCK_S)
+    for run_id in Run.objects.filter(state=S.DISPATCHING, updated_at__lt=stuck).values_list(
+        "id", flat=True
+    ):
+        run_dispatch.delay(run_id)
+        counts["redispatched"] = counts.get("redispatched", 0) + 1
     stale = timezone.now() - timezone.timedelta(seconds=5)
     for run_id in Run.objects.filter(state=S.QUEUED, desired_state="running", updated_at__lt=stale)\
             .order_by("created_at").values_list("id", flat=True)[:50]:  # fmt: skip
