@@ -30,9 +30,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from workers.train import train_from_cli
+    from workers.spec import SpecError
+    from workers.train import default_out_dir, train
 
-    return train_from_cli(spec_path=args.spec, out=args.out, overrides=args.set or [])
+    out = Path(args.out) if args.out else default_out_dir()
+    try:
+        outcome = train(args.spec, out_dir=out, overrides=args.set or [], progress=True)
+    except SpecError as exc:
+        for error in exc.errors:
+            print(f"{args.spec}: {error['field']}: {error['message']}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"paddock train: {exc}", file=sys.stderr)
+        return 2
+    print(f"{outcome.state} at step {outcome.step} (adapter v{outcome.adapter_version}); {out}")
+    return 0 if outcome.state == "succeeded" else 1
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
