@@ -10,43 +10,20 @@ from __future__ import annotations
 import math
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from django.db import connections
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from paddock.experiments.models import Run
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
-from tests.platform.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.e2e.conftest import PASSWORD, REPO, orm
 from workers.report import Reporter, ReporterConfig
 
-REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
 SHOTS = Path(os.environ.get("PADDOCK_SCREENSHOTS", REPO / "docs" / "screenshots"))
-PASSWORD = "golden-path-pw"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def orm(fn, *args):
-    """Run `fn` in a thread of its own: Playwright's sync API keeps an event loop in the
-    test's thread, where Django refuses database calls (and async_to_sync broadcasts)."""
-
-    def call():
-        try:
-            return fn(*args)
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(call).result()
 
 
 def dispatched(run_id: int) -> tuple[Run, str]:
@@ -100,31 +77,6 @@ class Job:
 def shot(page: Page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-@pytest.fixture
-def people():
-    team = TeamFactory(name="RL lab", slug="rl-lab")
-    owner = UserFactory(username="ada", password=PASSWORD)
-    MembershipFactory(team=team, user=owner, role="owner")
-    ClusterFactory(name="local", backends=["torch", "vllm"])
-    return team, owner
-
-
-@pytest.fixture
-def browser_page():
-    if not (REPO / "frontend" / "dist" / "index.html").is_file():
-        pytest.fail("the browser app is not built: run `make frontend`")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        try:
-            yield page
-        finally:
-            browser.close()
-        assert not errors, f"uncaught errors in the page: {errors}"
 
 
 def test_golden_path(people, asgi_server, browser_page, tmp_path):

@@ -34,10 +34,12 @@ const REWARD = "reward/mean";
 function ConfigDiffTable({ runs }: { runs: Run[] }) {
   // each run's effective config (backend and seed included), at most 12 columns
   const shown = runs.filter((r) => r.config).slice(0, 12);
-  const configs = useConfigs(shown.map((r) => r.config!));
+  const ids = [...new Set(shown.map((r) => r.config!))];
+  const configs = useConfigs(ids);
   if (configs.error) return <ErrorBox error={configs.error} />;
   if (!configs.data) return <Loading what="Loading configs" />;
-  const diff = configDiff(configs.data.map((c) => c.spec));
+  const byId = new Map(configs.data.map((c) => [c.id, c.spec]));
+  const diff = configDiff(shown.map((r) => byId.get(r.config!)));
   if (!diff.length) return <p className="muted">The runs share one config.</p>;
   return (
     <div className="table-scroll">
@@ -75,7 +77,8 @@ export default function ComparePage() {
   useEffect(() => {
     if (!runKey) return;
     const controller = new AbortController();
-    fetchMultiMetrics(runKey.split(",").map(Number), KEYS, 2000, controller.signal).then(setHistory,
+    // small multiples ~400 px wide: 1,000 points (min/max of 500 buckets) per line is plenty
+    fetchMultiMetrics(runKey.split(",").map(Number), KEYS, 1000, controller.signal).then(setHistory,
       (err: Error) => { if (!controller.signal.aborted) setHistoryError(err); });
     return () => controller.abort();
   }, [runKey]);
