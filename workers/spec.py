@@ -65,11 +65,17 @@ class TinyModelSpec(_Section):
     num_layers: int = Field(2, gt=0)
     num_heads: int = Field(4, gt=0)
     intermediate_size: int = Field(256, gt=0)
-    warmup_steps: int = Field(
-        150,
+    warmup_steps: int = Field(1000, ge=0, description="supervised steps on the task")
+    warmup_bias: float = Field(
+        0.6,
         ge=0,
-        description="supervised steps on the task: enough to be weak, not random",
+        lt=1,
+        description="in the last warmup_bias_steps, the fraction of targets replaced by a "
+        "systematic wrong answer (a+b+1; the unreversed string): the base then mostly answers "
+        "wrongly when greedy but keeps the right answer as a strong second choice, so it is "
+        "weak but not random",
     )
+    warmup_bias_steps: int = Field(200, ge=0)
 
     @field_validator("hidden_size")
     @classmethod

@@ -9,15 +9,16 @@ import torch
 from ..data import load_task
 from ..models import tiny_model_dir
 from ..policy import LoraPolicy
+from ..policy.lora import load_tokenizer
 from ..rewards import make_reward
-from ..rollout import SamplingParams, make_backend
+from ..rollout import RolloutBackend, SamplingParams, make_backend
 from ..spec import RunSpec
 from .buffer import TrajectoryBuffer
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
-from .executor import LocalExecutor
+from .executor import LocalExecutor, TrainerExecutor
 from .producer import RolloutContext
 from .types import RunState
 
@@ -56,7 +57,11 @@ async def run_training(
     on_metrics: MetricsHook | None = None,
     on_event: EventHook | None = None,
     progress: bool = True,
+    executor: TrainerExecutor | None = None,
+    backend: RolloutBackend | None = None,
 ) -> Outcome:
+    """Run `spec` to its end, a pause (with `release_on_pause`) or an abort. `executor` and
+    `backend` default to the in-process ones; the Ray driver passes its actors' instead."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.yaml").write_text(spec.to_yaml())
     if spec.train.threads:
@@ -64,9 +69,9 @@ async def run_training(
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
     task = load_task(spec.data)
-    policy = LoraPolicy(spec, model_dir)
-    executor = LocalExecutor(policy)
-    backend = make_backend(spec, model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    executor = executor or LocalExecutor(LoraPolicy(spec, model_dir))
+    backend = backend or make_backend(spec, model_dir)
     buffer = TrajectoryBuffer(buffer_capacity(spec))
     state = RunState()
     src = resume_path(spec, out)
@@ -75,7 +80,7 @@ async def run_training(
     r = spec.rollout
     rollout = RolloutContext(
         task=task,
-        tokenizer=policy.tokenizer,
+        tokenizer=tokenizer,
         backend=backend,
         reward=make_reward(spec.reward),
         params=SamplingParams(r.temperature, r.max_new_tokens, tuple(r.stop)),

@@ -25,7 +25,7 @@ from ..spec import TinyModelSpec
 from .tokenizer import CHARSET, build_char_tokenizer
 
 # Bump when the build procedure changes in a way the recipe fields do not capture.
-_BUILD_VERSION = 1
+_BUILD_VERSION = 2
 _MAX_POSITIONS = 64
 
 
@@ -78,10 +78,19 @@ def _config(spec: TinyModelSpec, tok: PreTrainedTokenizerFast) -> Qwen2Config:
 def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
     t0 = time.perf_counter()
     tok = build_char_tokenizer()
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(_config(spec, tok))
-    train, _held_out = (arithmetic_examples if spec.task == "arithmetic" else reverse_examples)()
-    warm_up(model, tok, train, spec.warmup_steps)
+    threads = torch.get_num_threads()
+    # One thread: the same recipe gives the same bits on any machine (reduction order), and
+    # for a model this small a second thread costs more in synchronisation than it brings
+    # (0.04 s vs 0.7 s a step on a loaded 2-core machine).
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(_config(spec, tok))
+        split = arithmetic_examples if spec.task == "arithmetic" else reverse_examples
+        train, _held_out = split()
+        warm_up(model, tok, train, spec.warmup_steps, spec.warmup_bias, spec.warmup_bias_steps)
+    finally:
+        torch.set_num_threads(threads)
     out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
@@ -119,21 +128,39 @@ def sft_batch(
     return ids, attn, labels
 
 
+def biased_answer(ex: Example) -> str:
+    """The systematic mistake the warm-up teaches: off by one for sums, a copy instead of a
+    reversal for strings."""
+    if ex.answer.lstrip("-").isdigit():
+        return str(int(ex.answer) + 1)
+    return ex.answer[::-1]
+
+
 def warm_up(
     model: Qwen2ForCausalLM,
     tok: PreTrainedTokenizerFast,
     train: list[Example],
     steps: int,
-    batch_size: int = 64,
+    bias: float = 0.0,
+    bias_steps: int = 0,
+    batch_size: int = 128,
     lr: float = 3e-3,
 ) -> None:
-    """Short supervised warm-up: enough steps to learn the format and some of the task, few
-    enough that RL has room to improve it."""
+    """Supervised warm-up: learn the task on clean targets, then, for the last `bias_steps`,
+    on targets of which a fraction `bias` is the systematic mistake. The model keeps the
+    task but mostly gives the mistake when greedy; sampling still finds the right answer
+    often enough for RL to learn to prefer it. (Stopping a clean warm-up early instead gives
+    a base whose quality swings with the step count: small models learn carries abruptly.)"""
     rng = random.Random(0)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
-    for _ in range(steps):
-        ids, attn, labels = sft_batch(tok, rng.sample(train, batch_size))
+    for step in range(steps):
+        frac = bias if step >= steps - bias_steps else 0.0
+        batch = [
+            Example(ex.prompt, biased_answer(ex)) if rng.random() < frac else ex
+            for ex in rng.sample(train, batch_size)
+        ]
+        ids, attn, labels = sft_batch(tok, batch)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -16,8 +16,7 @@ def build_char_tokenizer(charset: str = CHARSET) -> PreTrainedTokenizerFast:
     # Every character is its own pre-token; Fuse joins decoded tokens without spaces.
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK
+    # Left padding (saved in tokenizer_config.json): generation pads prompts on the left.
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
     )
-    tok.padding_side = "left"  # generation pads prompts on the left
-    return tok

@@ -1,0 +1,54 @@
+"""Fixtures of the data-plane tests: the tiny model (built once, cached across sessions under
+the session's PADDOCK_HOME) and small specs that run in seconds on 2 CPU cores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from workers.models import tiny_model_dir
+from workers.spec import TinyModelSpec, apply_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A second intra-op thread per process only adds contention on a shared 2-core machine.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def paddock_home() -> Path:
+    home = Path(os.environ.get("PADDOCK_HOME", REPO / ".paddock" / "test"))
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(paddock_home: Path) -> Path:
+    """The default tiny model (a minute to build the first time, then cached)."""
+    return tiny_model_dir(TinyModelSpec(), home=paddock_home)
+
+
+@pytest.fixture
+def make_spec(tiny_dir: Path):
+    """A small, fast spec on the tiny model; `make_spec("train.steps=4", ...)` overrides."""
+
+    def make(*overrides: str, **sections: Any) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "model": {"path": str(tiny_dir)},
+            "lora": {"r": 8, "alpha": 16, "target_modules": [
+                "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
+            "algorithm": {"num_generations": 4},
+            "rollout": {"backend": "torch", "max_new_tokens": 4},
+            "train": {"steps": 3, "prompts_per_step": 4, "lr": 2e-3, "eval_every": 0,
+                      "micro_batch_size": 8, "threads": 1},
+            "data": {"eval_size": 24},
+            "seed": 3,
+        }  # fmt: skip
+        base.update(sections)
+        return apply_overrides(base, list(overrides))
+
+    return make

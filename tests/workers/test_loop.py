@@ -1,0 +1,241 @@
+"""The drivers: async ≡ sync at staleness 0, resume reproduces, staleness bound and the
+version handshake, pause / resume / abort, learning."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from workers.loop import StaticControl
+from workers.loop.executor import LocalExecutor
+from workers.loop.setup import run_training
+from workers.policy import LoraPolicy
+from workers.policy.lora import adapter_tensors, read_adapter_dir
+from workers.rollout import make_backend
+from workers.spec import parse_spec
+from workers.train import train
+
+DESIGN_METRICS = [
+    "reward/mean", "reward/std", "accuracy", "loss/policy", "entropy", "clip_frac",
+    "token_mult_prob_error", "is_weight/mean", "staleness/mean", "staleness/max",
+    "throughput/tokens_per_s", "tokens/total", "time/step_s", "time/generate_s",
+    "time/train_s", "time/weight_sync_s", "response_length/mean", "adapter_version",
+]  # fmt: skip
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_adapter(out: Path) -> dict[str, torch.Tensor]:
+    last = max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
+    return read_adapter_dir(last / "adapter")[0]
+
+
+def assert_same_adapter(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_sync_run_writes_outputs_and_metrics(make_spec, tmp_path):
+    events: list[dict] = []
+    out = tmp_path / "run"
+    outcome = train(make_spec("train.steps=2"), out, progress=False, on_event=events.append)
+    assert outcome.state == "succeeded" and outcome.adapter_version == 2
+    assert (out / "spec.yaml").is_file() and (out / "checkpoints" / "step-2" / "adapter").is_dir()
+    metrics = rows(out)
+    assert [m["step"] for m in metrics] == [0, 1, 2]  # step 0: eval of the base
+    for name in [*DESIGN_METRICS, "eval/accuracy"]:
+        assert name in metrics[-1], name
+    assert metrics[-1]["token_mult_prob_error"] == pytest.approx(1.0, abs=1e-4)
+    kinds = {e["type"] for e in events}
+    assert kinds == {"status", "metric", "samples", "checkpoint"}
+    assert [e["state"] for e in events if e["type"] == "status"] == ["running", "succeeded"]
+
+
+def test_async_with_zero_staleness_equals_sync(make_spec, tmp_path):
+    sync = tmp_path / "sync"
+    train(make_spec("train.steps=3"), sync, progress=False)
+    asyn = tmp_path / "async"
+    train(make_spec("train.steps=3", "async.enabled=true", "async.max_staleness=0"), asyn,
+          progress=False)  # fmt: skip
+    assert_same_adapter(final_adapter(sync), final_adapter(asyn))
+    assert [m.get("reward/mean") for m in rows(sync)] == [m.get("reward/mean") for m in rows(asyn)]
+
+
+@pytest.mark.parametrize(
+    "mode", [["async.enabled=false"], ["async.enabled=true", "async.max_staleness=1",
+                                       "async.weight_update=wait"]],
+    ids=["sync", "async-staleness-1"],
+)  # fmt: skip
+def test_resume_reproduces_the_uninterrupted_run(make_spec, tmp_path, mode):
+    full = tmp_path / "full"
+    train(make_spec("train.steps=4", "checkpoint.every=2", *mode), full, progress=False)
+    resumed = tmp_path / "resumed"
+    ckpt = full / "checkpoints" / "step-2"
+    outcome = train(make_spec("train.steps=4", f"checkpoint.resume_from={ckpt}", *mode),
+                    resumed, progress=False)  # fmt: skip
+    assert outcome.step == 4
+    keys = ["reward/mean", "loss/policy", "entropy", "adapter_version", "staleness/max"]
+    want = [{k: m.get(k) for k in keys} for m in rows(full) if m["step"] > 2]
+    got = [{k: m.get(k) for k in keys} for m in rows(resumed) if m["step"] > 2]
+    assert got == want
+    assert_same_adapter(final_adapter(full), final_adapter(resumed))
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for k in sorted(tensors):
+        h.update(k.encode())
+        h.update(tensors[k].numpy().tobytes())
+    return h.hexdigest()
+
+
+class SlowModel:
+    """Delegates to the engine's model, sleeping before each forward."""
+
+    def __init__(self, model, delay_s: float):
+        self._model, self._delay = model, delay_s
+
+    def __call__(self, *args, **kwargs):
+        time.sleep(self._delay)
+        return self._model(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+class RecordingExecutor(LocalExecutor):
+    """Records, per train step, the trainer's version and every token's version, and the
+    digest of each adapter version it publishes."""
+
+    def __init__(self, policy):
+        super().__init__(policy)
+        self.trained: list[tuple[int, list[list[int]]]] = []
+        self.published: dict[int, str] = {}
+
+    async def train_step(self, samples):
+        self.trained.append((self.adapter_version, [list(s.versions) for s in samples]))
+        return await super().train_step(samples)
+
+    async def adapter_update(self):
+        update = await super().adapter_update()
+        self.published[update.version] = _digest(update.tensors)
+        return update
+
+
+@pytest.mark.parametrize("weight_update", ["abort", "keep"])
+def test_staleness_bound_and_served_versions(make_spec, tmp_path, weight_update):
+    spec = parse_spec(make_spec("train.steps=5", "async.enabled=true", "async.max_staleness=1",
+                                f"async.weight_update={weight_update}"))  # fmt: skip
+    tiny = spec.model.path
+    executor = RecordingExecutor(LoraPolicy(spec, tiny))
+    backend = make_backend(spec, tiny)
+    served: dict[int, str] = {}
+    load = backend._load_adapter
+
+    def spy(update):  # the digest of what the engine's model holds after each load
+        ack = load(update)
+        served[ack] = _digest(adapter_tensors(backend.model))
+        return ack
+
+    backend._load_adapter = spy
+    # Slow decoding down so that publishes land while requests are in flight.
+    backend.model = SlowModel(backend.model, delay_s=0.03)
+
+    outcome = asyncio.run(run_training(spec, tmp_path, progress=False, executor=executor,
+                                       backend=backend))  # fmt: skip
+    assert outcome.state == "succeeded"
+    assert len(executor.trained) == 5
+    mixed = 0
+    for trainer_version, per_sample in executor.trained:
+        versions = [v for vs in per_sample for v in vs]
+        assert versions and all(0 <= trainer_version - v <= 1 for v in versions)
+        # Every label is a version the engine acknowledged, holding the trainer's bits.
+        for v in set(versions):
+            assert served[v] == executor.published[v]
+        mixed += sum(len(set(vs)) > 1 for vs in per_sample)
+    assert backend.served_log == sorted(backend.served_log)
+    # Samples continued across a weight update keep each token's own version.
+    assert mixed > 0
+
+
+def test_a_sync_that_never_reaches_the_engine_fails(make_spec, tmp_path):
+    spec = parse_spec(make_spec("train.steps=2"))
+    backend = make_backend(spec, spec.model.path)
+    real = backend._load_adapter
+    backend._load_adapter = lambda update: real(update) if update.version == 0 else 0
+    with pytest.raises(RuntimeError, match="did not reach the engine"):
+        asyncio.run(run_training(spec, tmp_path, progress=False, backend=backend))
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_pause_release_then_resume_and_abort(make_spec, tmp_path, is_async):
+    mode = ["async.enabled=true", "async.max_staleness=1"] if is_async else []
+    control = StaticControl()
+    statuses: list[str] = []
+
+    def on_metrics(step, values):
+        if step == 2:
+            control.set("paused")
+
+    def on_event(e):
+        if e["type"] == "status":
+            statuses.append(e["state"])
+
+    out = tmp_path / "run"
+    spec = make_spec("train.steps=4", "resources.release_on_pause=true", *mode)
+    outcome = train(spec, out, progress=False, control=control, on_metrics=on_metrics,
+                    on_event=on_event)  # fmt: skip
+    assert outcome.state == "paused" and outcome.step == 2
+    assert statuses == ["running", "paused"]
+    assert outcome.checkpoint == out / "checkpoints" / "step-2"
+    outcome = train(make_spec("train.steps=4", "checkpoint.resume_from=latest", *mode), out,
+                    progress=False)  # fmt: skip
+    assert outcome.state == "succeeded" and outcome.step == 4
+
+    aborted = train(spec, tmp_path / "ab", progress=False, control=StaticControl("aborted"))
+    assert aborted.state == "aborted" and aborted.step == 0
+
+
+def test_pause_in_place_then_resume(make_spec, tmp_path):
+    control = StaticControl()
+
+    def on_metrics(step, values):
+        if step == 1:
+            control.set("paused")
+            threading.Timer(0.3, control.set, args=("running",)).start()
+
+    statuses: list[str] = []
+
+    def on_event(e):
+        if e["type"] == "status":
+            statuses.append(e["state"])
+
+    outcome = train(make_spec("train.steps=3", "async.enabled=true"), tmp_path, progress=False,
+                    control=control, on_metrics=on_metrics, on_event=on_event)  # fmt: skip
+    assert outcome.state == "succeeded" and outcome.step == 3
+    assert statuses == ["running", "paused", "running", "succeeded"]
+
+
+@pytest.mark.slow
+def test_async_training_raises_accuracy(make_spec, tmp_path):
+    """The small, fast version of the acceptance run (examples/tiny-async.yaml)."""
+    spec = make_spec("train.steps=30", "train.prompts_per_step=16", "algorithm.num_generations=8",
+                     "train.eval_every=30", "train.micro_batch_size=128", "async.enabled=true",
+                     "async.max_staleness=1", "data.eval_size=180")  # fmt: skip
+    train(spec, tmp_path, progress=False)
+    metrics = rows(tmp_path)
+    base, final = metrics[0]["eval/accuracy"], metrics[-1]["eval/accuracy"]
+    assert final - base >= 0.3, (base, final)
+    first = [m["reward/mean"] for m in metrics[1:6]]
+    last = [m["reward/mean"] for m in metrics[-5:]]
+    assert sum(last) / 5 > sum(first) / 5 + 0.1
