@@ -51,7 +51,8 @@ function options(props: ChartProps, width: number): uPlot.Options {
         dash: s.dash,
         show: true,
         spanGaps: true,
-        points: { show: false },
+        // markers only where they help: uPlot shows them when the points are sparse
+        ...(s.faint || s.hidden ? { points: { show: false } } : {}),
         value: (_u: uPlot, v: number | null) => formatNumber(v, 4),
       } as uPlot.Series)),
     ],

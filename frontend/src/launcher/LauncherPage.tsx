@@ -33,7 +33,8 @@ function switchBackend(schema: JsonSchema, spec: Spec, backend: Backend): Spec {
 /** dotted path → new value, for the clone endpoint's `edits` */
 function editsBetween(source: Spec, edited: Spec): Record<string, unknown> {
   const edits: Record<string, unknown> = {};
-  for (const d of configDiff([source, edited])) edits[d.path] = d.values[1] ?? null;
+  // a key deleted in the YAML cannot be expressed as an edit: the source's value stays
+  for (const d of configDiff([source, edited])) if (d.values[1] !== undefined) edits[d.path] = d.values[1];
   return edits;
 }
 
@@ -99,7 +100,9 @@ export default function LauncherPage() {
   function toggleBackend(b: Backend) {
     const next = backends.includes(b) ? backends.filter((x) => x !== b) : [...backends, b];
     setBackends(next);
-    if (spec && schema.data && next.length && next[0] !== getPath(spec, "rollout.backend")) {
+    // (a clone keeps its source's rollout section: the server gives every run its own
+    // backend and drops the options of the others, so no edit is needed for that)
+    if (!cloneRunId && spec && schema.data && next.length && next[0] !== getPath(spec, "rollout.backend")) {
       setSpec(switchBackend(schema.data, spec, next[0]));
     }
   }
