@@ -20,13 +20,18 @@ def _reachable(port: int) -> bool:
 
 
 _ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# One id per test session, inherited by the servers and workers it starts: engineers running
+# suites side by side on one PostgreSQL and one Redis must not share a database, a Celery
+# queue or channel-layer groups (run ids repeat across test databases).
+SESSION = os.environ.setdefault("PADDOCK_TEST_SESSION", str(os.getpid()))
 os.environ.setdefault("PADDOCK_HOME", str(REPO / ".paddock" / "test"))
 Path(os.environ["PADDOCK_HOME"]).mkdir(parents=True, exist_ok=True)
 os.environ.pop("RAY_ADDRESS", None)  # tests start their own Ray head, never touch another
 
 if "DATABASE_URL" not in os.environ:
     if _reachable(5432):
-        os.environ["DATABASE_URL"] = "postgres://postgres@127.0.0.1:5432/paddock"
+        # pytest-django creates test_<name> and drops it at the end of the session
+        os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/paddock_{SESSION}"
     elif _ci:
         raise RuntimeError("CI needs PostgreSQL on 127.0.0.1:5432 (.ci/run starts it)")
 
@@ -45,6 +50,8 @@ if "REDIS_URL" not in os.environ:
 from paddock.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test logins
+CELERY_TASK_DEFAULT_QUEUE = f"paddock-test-{SESSION}"
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"paddock-test-{SESSION}"  # noqa: F405
 
 # A Celery worker started by a test uses the test database of that session.
 if os.environ.get("PADDOCK_TEST_DB_NAME"):

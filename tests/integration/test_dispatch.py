@@ -164,3 +164,34 @@ def test_a_worker_killed_mid_dispatch_still_starts_exactly_one_job(stack, kill_a
     assert jobs[0].submission_id == f"paddock-run-{run.pk}-d1"
     run.refresh_from_db()
     assert run.dispatch_count == 1
+
+
+def test_a_team_at_its_limit_queues_the_next_run_until_a_slot_frees(stack):
+    from paddock.teams.models import TeamQuota
+
+    team = TeamFactory()
+    user = UserFactory()
+    MembershipFactory(team=team, user=user, role=Role.MEMBER)
+    TeamQuota.objects.update_or_create(team=team, defaults={"max_concurrent_runs": 1})
+    RayCluster.objects.update_or_create(
+        name="test-local",
+        defaults={"address": stack["ray"]["jobs_address"], "backends": ["torch"],
+                  "labels": {"local": True}, "healthy": True},
+    )  # fmt: skip
+    result = experiment_launch(
+        actor=actor_for(user=user), team=team, name="quota", spec=FAST_SPEC, seeds=2
+    )
+    first, second = Run.objects.filter(experiment=result.experiment).order_by("id")
+
+    def waiting():
+        second.refresh_from_db()
+        first.refresh_from_db()
+        return first.state != "queued" and "concurrent runs" in second.queued_reason
+
+    wait_for(waiting, 60, "the second run to wait for a slot, saying so")
+    assert second.state == "queued"
+    assert "the team runs 1 of 1 concurrent runs" in second.queued_reason
+    _until(first, {"succeeded"})
+    _until(second, {"succeeded"}, timeout=240)  # started by reconcile once the slot freed
+    second.refresh_from_db()
+    assert second.queued_reason == "" and second.dispatch_count == 1
