@@ -40,6 +40,8 @@ class Emitter:
                 unit="step",
                 file=sys.stderr,
                 dynamic_ncols=True,
+                # a log file (no TTY) gets a line every few seconds, not one per step
+                mininterval=0.2 if sys.stderr.isatty() else 5.0,
             )
             if progress
             else None
