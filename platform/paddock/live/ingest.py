@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from pydantic import ValidationError
@@ -77,6 +78,20 @@ def _parse(body: Any) -> IngestBody:
         ) from None  # fmt: skip
 
 
+def _check_checkpoint_uris(batch: IngestBody) -> None:
+    """A checkpoint must live in the artifact store: the platform serves downloads from the
+    URIs it stores, so a job may not point it at any other file."""
+    store = settings.PADDOCK_ARTIFACTS_URI.rstrip("/") + "/"
+    for i, event in enumerate(batch.events):
+        if isinstance(event, CheckpointEvent) and (
+            not event.uri.startswith(store) or "/../" in event.uri
+        ):
+            raise DomainError(
+                "invalid_batch", f"checkpoint URIs must be inside the artifact store {store}",
+                field=f"events.{i}.uri",
+            )  # fmt: skip
+
+
 def _when(ts: float | None) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC) if ts is not None else datetime.now(tz=UTC)
 
@@ -90,6 +105,7 @@ def ingest_receive(*, run_id: int, raw_token: str, body: Any) -> IngestReply:
             f"this token belongs to dispatch {token.dispatch}, not {batch.dispatch}",
             field="dispatch", status=403,
         )  # fmt: skip
+    _check_checkpoint_uris(batch)
     run = Run.objects.only("id", "state", "desired_state", "dispatch_count").get(pk=run_id)
     seen = IngestBatch.objects.filter(run_id=run_id, dispatch=batch.dispatch, seq=batch.seq)
     if seen.exists():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 
 from paddock.experiments.models import IngestBatch, MetricPoint, Run, RunEvent
 from paddock.experiments.states import run_transition
@@ -10,6 +11,7 @@ from paddock.experiments.tokens import run_token_mint
 from paddock.live.models import SampleSet
 
 pytestmark = pytest.mark.django_db
+STORE = settings.PADDOCK_ARTIFACTS_URI.rstrip("/")
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def test_a_batch_is_stored_and_acknowledged_with_the_desired_state(client, job):
         metric(1, **{"reward/mean": 0.25, "kl": 0.01}),
         metric(2, **{"reward/mean": 0.5}),
         {"type": "log", "time": 1764490000.5, "level": "info", "message": "hello"},
-        {"type": "checkpoint", "step": 2, "uri": "file:///tmp/ck/2", "adapter_version": 2},
+        {"type": "checkpoint", "step": 2, "uri": STORE + "/runs/1/ck/2", "adapter_version": 2},
         {"type": "samples", "step": 2, "items": [{"prompt": "1+1=", "completion": "2",
                                                    "reward": 1.0, "advantage": 0.5}]},
     ]}  # fmt: skip
@@ -53,7 +55,7 @@ def test_a_batch_is_stored_and_acknowledged_with_the_desired_state(client, job):
     assert points == {("reward/mean", 1): 0.25, ("kl", 1): 0.01, ("reward/mean", 2): 0.5}
     run.refresh_from_db()
     assert (run.state, run.step, run.total_steps, run.last_seq) == ("running", 2, 20, 1)
-    assert run.checkpoints.get().uri == "file:///tmp/ck/2"
+    assert run.checkpoints.get().uri == STORE + "/runs/1/ck/2"
     assert SampleSet.objects.get(run=run).items[0]["completion"] == "2"
     assert RunEvent.objects.filter(run=run, kind="log", message="hello").exists()
 
@@ -154,3 +156,13 @@ def test_status_reports_walk_the_state_machine(client, job, world):
         {"type": "status", "state": "aborted"}]})  # fmt: skip
     run.refresh_from_db()
     assert run.state == "aborted"
+
+
+def test_a_checkpoint_outside_the_artifact_store_is_refused(client, job):
+    run, token = job
+    for uri in ("file:///etc/passwd", STORE + "/../../etc/passwd"):
+        bad = {"dispatch": 1, "seq": 1, "events": [
+            {"type": "checkpoint", "step": 1, "uri": uri, "adapter_version": 1}]}  # fmt: skip
+        reply = post(client, run, token, bad)
+        assert reply.status_code == 400 and reply.json()["field"] == "events.0.uri"
+    assert not run.checkpoints.exists()
