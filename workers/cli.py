@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = spec_verbs.add_parser("validate", help="check a spec file")
     v.add_argument("file")
     p.set_defaults(func=cmd_spec)
+
+    from workers import api_cli  # requests only: neither Django nor torch
+
+    api_cli.register(verbs)
     return parser
 
 
