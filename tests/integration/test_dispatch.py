@@ -76,7 +76,7 @@ def _launch(stack, spec=FAST_SPEC, max_attempts=None):
     RayCluster.objects.update_or_create(
         name="test-local",
         defaults={"address": stack["ray"]["jobs_address"], "backends": ["torch"],
-                  "labels": {"local": True}, "healthy": True},
+                  "labels": {"embedded": True}, "healthy": True},
     )  # fmt: skip
     actor = actor_for(user=user)
     result = experiment_launch(actor=actor, team=team, name="dispatch", spec=spec, seeds=1)
@@ -176,7 +176,7 @@ def test_a_team_at_its_limit_queues_the_next_run_until_a_slot_frees(stack):
     RayCluster.objects.update_or_create(
         name="test-local",
         defaults={"address": stack["ray"]["jobs_address"], "backends": ["torch"],
-                  "labels": {"local": True}, "healthy": True},
+                  "labels": {"embedded": True}, "healthy": True},
     )  # fmt: skip
     result = experiment_launch(
         actor=actor_for(user=user), team=team, name="quota", spec=FAST_SPEC, seeds=2

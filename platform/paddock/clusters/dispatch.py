@@ -99,7 +99,7 @@ def _order(run: Run, cluster: RayCluster) -> DispatchOrder:
         "PADDOCK_DISPATCH": str(run.dispatch_count),
         "PADDOCK_BOOTSTRAP_TOKEN": bootstrap_token_for(run_id=run.pk, dispatch=run.dispatch_count),
     }
-    if cluster.labels.get("local"):
+    if cluster.labels.get("embedded"):
         # the platform's own machine: share its model cache instead of rebuilding per job
         env["PADDOCK_HOME"] = str(settings.PADDOCK_HOME)
     return DispatchOrder(

@@ -38,10 +38,14 @@ def demo_team_ensure(*, owner, slug: str = "demo") -> tuple[object, bool]:
     return team, created
 
 
-def local_cluster_ensure(*, address: str, name: str = "local") -> tuple[object | None, bool]:
+def local_cluster_ensure(
+    *, address: str, name: str = "local", embedded: bool = False
+) -> tuple[object | None, bool]:
     """Register the Ray head at `address` (settings.RAY_ADDRESS) as a shared cluster that
     runs the torch backend. Idempotent: a later start updates the address, and keeps the
-    backends and labels an operator may have added. None when no address is set."""
+    backends and labels an operator may have added. None when no address is set.
+    `embedded`: the head runs on this machine (started by `paddock up`), so its jobs may
+    share PADDOCK_HOME (the tiny model's cache) with the platform."""
     from paddock.clusters.models import RayCluster
 
     if not address:
@@ -49,9 +53,15 @@ def local_cluster_ensure(*, address: str, name: str = "local") -> tuple[object |
     with transaction.atomic():
         cluster, created = RayCluster.objects.get_or_create(
             name=name,
-            defaults={"address": address, "backends": ["torch"], "labels": {"embedded": True}},
+            defaults={"address": address, "backends": ["torch"], "labels": {}},
         )
         changed = []
+        if bool(cluster.labels.get("embedded")) != embedded:
+            cluster.labels = {**cluster.labels, "embedded": embedded}
+            changed.append("labels")
+        if not cluster.healthy:
+            cluster.healthy = True  # cluster_health re-checks it within seconds
+            changed.append("healthy")
         if cluster.address != address:
             cluster.address = address
             changed.append("address")
@@ -61,3 +71,26 @@ def local_cluster_ensure(*, address: str, name: str = "local") -> tuple[object |
         if changed:
             cluster.save(update_fields=changed)
     return cluster, created
+
+
+DEMO_SPEC_PATH = Path(__file__).resolve().parents[3] / "examples" / "tiny-async.yaml"
+
+
+def demo_experiment_ensure(*, owner, team) -> tuple[object | None, bool]:
+    """Launch the demo experiment (examples/tiny-async.yaml on the torch backend) once, so a
+    fresh platform shows a run training. None when the team already has experiments."""
+    import yaml
+
+    from paddock.experiments.launch import experiment_launch
+    from paddock.experiments.models import Experiment
+    from paddock.teams.access import actor_for
+
+    if Experiment.objects.filter(team=team).exists() or not DEMO_SPEC_PATH.is_file():
+        return None, False
+    spec = yaml.safe_load(DEMO_SPEC_PATH.read_text())
+    result = experiment_launch(
+        actor=actor_for(user=owner), team=team, name="Demo: tiny arithmetic, async GRPO",
+        spec=spec, backends=["torch"], tags=["demo"],
+        description="The tiny local model learns 2-digit addition with asynchronous LoRA GRPO.",
+    )  # fmt: skip
+    return result.experiment, True

@@ -134,6 +134,7 @@ def up(options: UpOptions) -> int:
         env.setdefault("PADDOCK_PUBLIC_URL", f"http://{options.host}:{options.port}")
         manage(env, "migrate", "--noinput", "-v", "0")
         bootstrap = ["paddock_bootstrap"] + ([] if options.demo else ["--no-demo"])
+        bootstrap += ["--embedded-ray"] if ray_started_here else []
         manage(env, *bootstrap)
         python = sys.executable
         sup.start(
