@@ -15,7 +15,9 @@ def _chunk(
     weight: torch.Tensor,  # [V, H]
     temperature: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = (hidden @ weight.t()).float() / temperature  # [n, V], fp32 for the softmax
+    logits = hidden @ weight.t()  # [n, V]
+    # At least fp32 for the softmax (bf16 under autocast would lose the tail); fp64 stays.
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
     lse = torch.logsumexp(logits, dim=-1)  # [n]
     lp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - lse  # [n]
     probs = torch.softmax(logits, dim=-1)
