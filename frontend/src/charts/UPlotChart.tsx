@@ -17,7 +17,7 @@ function axisValues(kind: ChartProps["xKind"]) {
   return undefined;
 }
 
-function options(props: ChartProps, width: number): uPlot.Options {
+function options(props: ChartProps, width: number, yRange: { current: ChartProps["yRange"] }): uPlot.Options {
   const { series, bands, xKind, logY, height = 200, syncKey } = props;
   return {
     width,
@@ -31,7 +31,11 @@ function options(props: ChartProps, width: number): uPlot.Options {
     legend: { live: true },
     scales: {
       x: { time: xKind === "time" },
-      y: logY ? { distr: 3 } : { auto: true },
+      // read through a ref: the range follows the data without rebuilding the chart
+      y: logY ? { distr: 3 } : {
+        auto: true,
+        range: (_u, min, max) => yRange.current ?? uPlot.rangeNum(min, max, 0.1, true),
+      },
     },
     axes: [
       { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
@@ -64,6 +68,8 @@ export default function UPlotChart(props: ChartProps) {
   const host = useRef<HTMLDivElement>(null);
   const chart = useRef<uPlot | null>(null);
   const zoomed = useRef(false);
+  const yRange = useRef(props.yRange);
+  yRange.current = props.yRange;
   const { data, series, bands, xKind, logY, height, syncKey } = props;
   // Rebuild only when the shape changes, never for new points.
   const shape = useMemo(
@@ -73,7 +79,7 @@ export default function UPlotChart(props: ChartProps) {
 
   useEffect(() => {
     const el = host.current!;
-    const opts = options(props, Math.max(200, el.clientWidth));
+    const opts = options(props, Math.max(200, el.clientWidth), yRange);
     opts.hooks = {
       setSelect: [() => { zoomed.current = true; }],
       ready: [(u) => {
@@ -101,7 +107,7 @@ export default function UPlotChart(props: ChartProps) {
 
   useEffect(() => {
     chart.current?.setData(data as uPlot.AlignedData, !zoomed.current);
-  }, [data]);
+  }, [data, props.yRange?.[0], props.yRange?.[1]]);
 
   return <div ref={host} className="uplot-host" />;
 }

@@ -27,6 +27,8 @@ export interface ChartProps {
   /** elapsed: seconds since the start of each run (compare view) */
   xKind: "step" | "time" | "tokens" | "elapsed";
   logY?: boolean;
+  /** a fixed y range (ignore outliers); default: fit every value */
+  yRange?: [number, number] | null;
   height?: number;
   /** charts with the same key share a cursor (hover one, read all) */
   syncKey?: string;

@@ -4,7 +4,7 @@ import type { XAxis } from "../api/types";
 import type { ChartProps, ChartSeries } from "./chartTypes";
 import { colorAt } from "./palette";
 import type { Series } from "./series";
-import { alignSeries, ema, positiveOnly, thin, xValues, type XY } from "./transforms";
+import { alignSeries, ema, positiveOnly, robustRange, thin, xValues, type XY } from "./transforms";
 
 export interface PanelSpec {
   title: string;
@@ -32,6 +32,8 @@ export interface ViewOptions {
   axis: XAxis;
   smoothing: number;
   logY: boolean;
+  /** fit the y axis to the bulk of the values (robustRange) instead of every value */
+  ignoreOutliers?: boolean;
 }
 
 /** The chart of one panel of one run. Keys without points are left out. */
@@ -56,12 +58,14 @@ export function panelChart(panel: PanelSpec, series: Map<string, Series>, view: 
       specs.push({ label: key, color });
     }
   });
+  const logY = view.logY && panel.logOk;
   return {
     title: panel.title,
     data: lines.length ? alignSeries(lines) : [[]],
     series: specs,
     xKind: view.axis,
-    logY: view.logY && panel.logOk,
+    logY,
+    yRange: view.ignoreOutliers && !logY ? robustRange(lines.map((l) => l.y)) : null,
     syncKey,
     emptyText: view.axis === "tokens" && !tokens ? "no tokens/total reported" : undefined,
   };

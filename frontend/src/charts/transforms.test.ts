@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { alignSeries, ema, minMaxDownsample, positiveOnly, seedBand, thin, xValues } from "./transforms";
+import { alignSeries, ema, minMaxDownsample, positiveOnly, robustRange, seedBand, thin, xValues } from "./transforms";
 
 describe("ema", () => {
   it("is the identity at weight 0", () => {
@@ -88,5 +88,23 @@ describe("thin", () => {
     const out = thin(x, x.map((v) => Math.sin(v)), 4000);
     expect(out.x.length).toBeLessThanOrEqual(4000);
     expect(out.x.length).toBeGreaterThan(3000);
+  });
+});
+
+describe("robustRange", () => {
+  it("leaves spikes out, even the smoothed echo of one", () => {
+    const raw = Array.from({ length: 60 }, (_, i) => 0.3 + i / 100);
+    raw.push(25);
+    const [lo, hi] = robustRange([raw, ema(raw, 0.6)])!;
+    expect(hi).toBeLessThan(1);
+    expect(lo).toBeGreaterThan(0.2);
+  });
+  it("keeps the whole range of a real trend", () => {
+    const y = Array.from({ length: 100 }, (_, i) => i);
+    expect(robustRange([y])).toEqual([-4.95, 103.95]);
+  });
+  it("pads a flat line and gives null without values", () => {
+    expect(robustRange([[2, 2, 2]])).toEqual([1.9, 2.1]);
+    expect(robustRange([[null]])).toBeNull();
   });
 });

@@ -138,3 +138,22 @@ export function thinIndices(x: readonly (number | null)[], y: readonly (number |
   const kept = minMaxDownsample(keep, keep.map((i) => y[i]), Math.floor(limit / 2));
   return kept.x;
 }
+
+/** The y range of the "ignore outliers" view: the values inside Tukey's far-out fences
+ * (Q1 − 3·IQR, Q3 + 3·IQR), so a spike no longer flattens the rest of the curve while a
+ * real trend keeps its whole range; padded by 5%. Null when there are no values. */
+export function robustRange(lines: readonly (readonly (number | null)[])[]): [number, number] | null {
+  const values: number[] = [];
+  for (const line of lines) for (const v of line) if (v !== null && Number.isFinite(v)) values.push(v);
+  if (!values.length) return null;
+  values.sort((a, b) => a - b);
+  const at = (p: number) => values[Math.round(p * (values.length - 1))];
+  const q1 = at(0.25);
+  const q3 = at(0.75);
+  const iqr = q3 - q1;
+  const inside = values.filter((v) => v >= q1 - 3 * iqr && v <= q3 + 3 * iqr);
+  const lo = inside[0];
+  const hi = inside[inside.length - 1];
+  const pad = (hi - lo) * 0.05 || Math.abs(hi) * 0.05 || 1;
+  return [lo - pad, hi + pad];
+}

@@ -8,7 +8,7 @@ import type { ChartBand, ChartProps, ChartSeries } from "../charts/chartTypes";
 import { BACKEND_COLOR } from "../charts/palette";
 import { TOKENS_KEY } from "../charts/panels";
 import type { Series } from "../charts/series";
-import { alignSeries, ema, seedBand, thin, thinIndices, xValues, type XY } from "../charts/transforms";
+import { alignSeries, ema, robustRange, seedBand, thin, thinIndices, xValues, type XY } from "../charts/transforms";
 
 export interface RunSeries {
   runId: number;
@@ -21,6 +21,7 @@ export interface CompareView {
   axis: XAxis;
   smoothing: number;
   logY: boolean;
+  ignoreOutliers?: boolean;
 }
 
 /** x of a run's series on the compare axis (time is elapsed seconds since its first point). */
@@ -105,5 +106,6 @@ export function comparePanel(title: string, key: string, runs: readonly RunSerie
   return {
     title, data: lines.length ? alignSeries(lines) : [[]], series, bands,
     xKind: view.axis === "time" ? "elapsed" : view.axis, logY: view.logY, syncKey,
+    yRange: view.ignoreOutliers && !view.logY ? robustRange(lines.map((l) => l.y)) : null,
   };
 }
