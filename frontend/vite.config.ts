@@ -17,8 +17,19 @@ function indexHtmlToDistRoot(): Plugin {
   };
 }
 
-export default defineConfig({
-  base: "/static/",
+// `npm run dev`: this app with live reload against a running `paddock up` (PADDOCK_URL,
+// default http://127.0.0.1:8000), which answers the API and the websockets.
+const backend = process.env.PADDOCK_URL ?? "http://127.0.0.1:8000";
+
+export default defineConfig(({ command }) => ({
+  // the dev server serves the app at /, the build is served by Django under /static/
+  base: command === "build" ? "/static/" : "/",
+  server: {
+    proxy: {
+      "/api": { target: backend, changeOrigin: false },
+      "/ws": { target: backend.replace(/^http/, "ws"), ws: true },
+    },
+  },
   oxc: { jsx: { runtime: "automatic" } },
   plugins: [indexHtmlToDistRoot()],
   build: {
@@ -39,4 +50,4 @@ export default defineConfig({
     include: ["src/**/*.test.ts"],
     environment: "node",
   },
-});
+}));
