@@ -141,6 +141,7 @@ def up(options: UpOptions) -> int:
             "web",
             [python, "-m", "uvicorn", "paddock.asgi:application", "--host", options.host,
              "--port", str(options.port), "--app-dir", str(PLATFORM_DIR),
+             "--workers", os.environ.get("PADDOCK_WEB_WORKERS", "1"),
              "--lifespan", "off", "--ws", "websockets-sansio"],
             env, REPO_ROOT,
         )  # fmt: skip

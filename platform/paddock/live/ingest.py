@@ -17,10 +17,10 @@ from django.db.models import Max
 from pydantic import ValidationError
 
 from paddock.api.errors import DomainError
+from paddock.experiments.metrics import metric_points_store
 from paddock.experiments.models import (
     Checkpoint,
     IngestBatch,
-    MetricPoint,
     Run,
     RunEvent,
 )
@@ -106,7 +106,9 @@ def ingest_receive(*, run_id: int, raw_token: str, body: Any) -> IngestReply:
             field="dispatch", status=403,
         )  # fmt: skip
     _check_checkpoint_uris(batch)
-    run = Run.objects.only("id", "state", "desired_state", "dispatch_count").get(pk=run_id)
+    run = Run.objects.only("id", "state", "desired_state", "dispatch_count", "experiment_id").get(
+        pk=run_id
+    )
     seen = IngestBatch.objects.filter(run_id=run_id, dispatch=batch.dispatch, seq=batch.seq)
     if seen.exists():
         return IngestReply(batch.seq, run.desired_state, duplicate=True)
@@ -135,17 +137,11 @@ def _store(run: Run, batch: IngestBody) -> IngestReply:
         run_id=run.pk, dispatch=batch.dispatch, seq=batch.seq, events=len(batch.events)
     )
     metrics = [e for e in batch.events if isinstance(e, MetricEvent)]
-    points = [
-        MetricPoint(run_id=run.pk, key=key, step=e.step, time=e.time, value=value)
-        for e in metrics
-        for key, value in e.values.items()
-    ]
-    if points:
-        # a step re-emitted (by a later dispatch, after a resume) replaces the earlier value
-        MetricPoint.objects.bulk_create(
-            points, batch_size=5000, update_conflicts=True,
-            unique_fields=["run", "key", "step"], update_fields=["time", "value"],
-        )  # fmt: skip
+    # a step re-emitted (by a later dispatch, after a resume) replaces the earlier value
+    metric_points_store(
+        run_id=run.pk,
+        points=((key, e.step, e.time, value) for e in metrics for key, value in e.values.items()),
+    )
     logs = [
         RunEvent(run_id=run.pk, dispatch=batch.dispatch, kind=RunEvent.Kind.LOG,
                  level=e.level, message=e.message, time=_when(e.time))
@@ -181,9 +177,10 @@ def _store(run: Run, batch: IngestBody) -> IngestReply:
         run_id=run.pk, dispatch=batch.dispatch, seq=batch.seq,
         min_step=min((e.step for e in metrics), default=None), last_event_id=last_event,
     )  # fmt: skip
+    # a status just moved the run, or a user's control landed meanwhile: answer the freshest
     desired = Run.objects.values_list("desired_state", flat=True).get(pk=run.pk)
     payload = _payload(run, batch, metrics, logs, samples, checkpoints)
-    experiment_id = Run.objects.values_list("experiment_id", flat=True).get(pk=run.pk)
+    experiment_id = run.experiment_id
     transaction.on_commit(
         lambda: broadcast_batch(run_id=run.pk, experiment_id=experiment_id, payload=payload)
     )
