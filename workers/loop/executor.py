@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import torch
 
 from ..policy import LoraPolicy, TrainSample, collate
-from ..rollout.base import AdapterUpdate
+from ..rollout.base import AdapterProbe, AdapterUpdate
 
 
 class TrainerExecutor(Protocol):
@@ -45,7 +45,11 @@ class LocalExecutor:
         return await asyncio.to_thread(self.policy.train_step, batch)
 
     async def adapter_update(self) -> AdapterUpdate:
-        return AdapterUpdate(self.policy.adapter_version, tensors=self.policy.adapter_tensors())
+        return AdapterUpdate(
+            self.policy.adapter_version,
+            tensors=self.policy.adapter_tensors(),
+            probe=adapter_probe(self.policy.model, len(self.policy.tokenizer)),
+        )
 
     async def save(self, out: Path) -> None:
         self.policy.save_adapter(out / "adapter")
@@ -56,6 +60,25 @@ class LocalExecutor:
         self.policy.load_adapter_dir(src / "adapter")
         self.policy.load_optimizer_state(torch.load(src / "optimizer.pt", weights_only=True))
         _set_rng_state(torch.load(src / "rng.pt", weights_only=False))
+
+
+@torch.no_grad()
+def adapter_probe(model: torch.nn.Module, vocab_size: int, length: int = 16) -> AdapterProbe:
+    """The trainer's side of the version handshake: logprobs (temperature 1, eval mode) of a
+    fixed token sequence that depends only on the vocabulary size."""
+    ids = [(7 * i + 3) % vocab_size for i in range(length)]
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0].float()  # [L, V]
+    finally:
+        model.train(was_training)
+    lp = torch.log_softmax(logits[:-1], dim=-1).gather(
+        1, torch.tensor(ids[1:], device=device)[:, None]
+    )
+    half = length // 2
+    return AdapterProbe(ids[:half], ids[half:], lp[half - 1 :, 0].tolist())
 
 
 def _rng_state() -> dict[str, Any]:

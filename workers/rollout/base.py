@@ -81,11 +81,22 @@ class GroupResult:
         )
 
 
+@dataclass(frozen=True)
+class AdapterProbe:
+    """The trainer's logprobs of a fixed continuation under one adapter version, at
+    temperature 1: an engine proves it serves that version by reproducing them."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]  # log p(token_ids[i] | prompt_ids + token_ids[:i])
+
+
 @dataclass
 class AdapterUpdate:
     version: int
     tensors: dict[str, torch.Tensor] | None = None  # PEFT key names, CPU tensors
     path: str | None = None  # or a PEFT adapter directory
+    probe: AdapterProbe | None = None  # for the version handshake of remote engines
 
 
 @runtime_checkable
