@@ -28,7 +28,8 @@ export class ApiError extends Error {
 export type Query = Record<string, string | number | boolean | null | undefined | string[]>;
 
 export function buildUrl(path: string, query?: Query): string {
-  const url = path.startsWith("/") ? path : `${API_ROOT}/${path}`;
+  // absolute URLs too: a page's `next` link comes that way
+  const url = path.startsWith("/") || /^https?:/.test(path) ? path : `${API_ROOT}/${path}`;
   if (!query) return url;
   const params = new URLSearchParams();
   for (const [key, value] of Object.entries(query)) {

@@ -1,4 +1,5 @@
-import { listOf, request, type ListBody } from "./client";
+import { useCallback, useState } from "react";
+import { ApiError, listOf, request, type ListBody } from "./client";
 import { invalidate, useQuery } from "./useQuery";
 import type { Series } from "../charts/series";
 import type {
@@ -9,10 +10,40 @@ import type {
 
 export function useRuns(teamId: number | null, filters: RunFilters = {}) {
   return useQuery<Run[], ListBody<Run>>(
-    teamId ? "/api/v1/runs" : null,
-    { team: teamId, state: filters.state, backend: filters.backend, tag: filters.tag,
-      creator: filters.creator, experiment: filters.experiment, limit: 200 },
-    listOf);
+    teamId ? "/api/v1/runs" : null, runQuery(teamId, filters), listOf);
+}
+
+function runQuery(teamId: number | null, filters: RunFilters) {
+  return { team: teamId, state: filters.state, backend: filters.backend, tag: filters.tag,
+    creator: filters.creator, experiment: filters.experiment, limit: 100 };
+}
+
+/** The runs table's pages: newest first, `more()` appends the next page. */
+export function useRunPages(teamId: number | null, filters: RunFilters = {}) {
+  const first = useQuery<{ runs: Run[]; next: string | null }, { results: Run[]; next?: string | null }>(
+    teamId ? "/api/v1/runs" : null, runQuery(teamId, filters),
+    (body) => ({ runs: body.results, next: body.next ?? null }));
+  const [pages, setPages] = useState<{ key: unknown; runs: Run[]; next: string | null }>({ key: null, runs: [], next: null });
+  const [loadingMore, setLoadingMore] = useState(false);
+  const [moreError, setMoreError] = useState<ApiError | null>(null);
+  const fresh = pages.key === first.data;
+  const next = fresh ? pages.next : first.data?.next ?? null;
+  const more = useCallback(async () => {
+    if (!next) return;
+    setLoadingMore(true);
+    setMoreError(null);
+    try {
+      const body = await request<{ results: Run[]; next?: string | null }>(next);
+      setPages((p) => ({ key: first.data, runs: [...(p.key === first.data ? p.runs : []), ...body.results],
+        next: body.next ?? null }));
+    } catch (err) {
+      setMoreError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
+    } finally {
+      setLoadingMore(false);
+    }
+  }, [next, first.data]);
+  const data = first.data ? [...first.data.runs, ...(fresh ? pages.runs : [])] : undefined;
+  return { ...first, data, hasMore: !!next, more, loadingMore, moreError };
 }
 
 export function useRun(id: number | null) {

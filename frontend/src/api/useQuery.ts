@@ -1,7 +1,8 @@
 // A small read hook with a shared cache: revisiting a page shows the last answer at once and
 // refreshes it; `invalidate(prefix)` refetches every mounted query under that URL prefix
-// (after a mutation). Deliberately tiny instead of a query library.
-import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "react";
+// (after a mutation). Deliberately tiny instead of a query library. The cache holds raw
+// answers: two hooks may read one URL through different `select`s.
+import { useCallback, useEffect, useMemo, useRef, useState, useSyncExternalStore } from "react";
 import { ApiError, buildUrl, request, type Query } from "./client";
 
 const cache = new Map<string, unknown>();
@@ -43,9 +44,9 @@ export function useQuery<T, Raw = T>(
 ): QueryResult<T> {
   const url = path === null ? null : buildUrl(path, query);
   const gen = useGeneration();
-  const [state, setState] = useState<{ url: string | null; data: T | undefined;
+  const [state, setState] = useState<{ url: string | null; raw: Raw | undefined;
     error: ApiError | null; loading: boolean }>(() => ({
-      url, data: url ? (cache.get(url) as T | undefined) : undefined, error: null, loading: !!url,
+      url, raw: url ? (cache.get(url) as Raw | undefined) : undefined, error: null, loading: !!url,
     }));
   const [tick, setTick] = useState(0);
   const selectRef = useRef(select);
@@ -60,19 +61,17 @@ export function useQuery<T, Raw = T>(
 
   useEffect(() => {
     if (!url) {
-      setState({ url, data: undefined, error: null, loading: false });
+      setState({ url, raw: undefined, error: null, loading: false });
       return;
     }
     const controller = new AbortController();
     setState((s) => ({
-      url, data: s.url === url ? s.data : (cache.get(url) as T | undefined), error: null,
-      loading: true,
+      url, raw: s.url === url ? s.raw : (cache.get(url) as Raw | undefined), error: null, loading: true,
     }));
     request<Raw>(url, { signal: controller.signal }).then(
       (raw) => {
-        const data = selectRef.current ? selectRef.current(raw) : (raw as unknown as T);
-        cache.set(url, data);
-        setState({ url, data, error: null, loading: false });
+        cache.set(url, raw);
+        setState({ url, raw, error: null, loading: false });
       },
       (err: unknown) => {
         if (controller.signal.aborted) return;
@@ -86,8 +85,12 @@ export function useQuery<T, Raw = T>(
 
   const reload = useCallback(() => setTick((t) => t + 1), []);
   const current = state.url === url ? state
-    : { data: url ? (cache.get(url) as T | undefined) : undefined, error: null, loading: !!url };
-  return { data: current.data, error: current.error, loading: current.loading, reload };
+    : { raw: url ? (cache.get(url) as Raw | undefined) : undefined, error: null, loading: !!url };
+  const data = useMemo(
+    () => (current.raw === undefined ? undefined
+      : selectRef.current ? selectRef.current(current.raw) : (current.raw as unknown as T)),
+    [current.raw]);
+  return { data, error: current.error, loading: current.loading, reload };
 }
 
 /** A mutation with its own pending/error state, for buttons and forms. */

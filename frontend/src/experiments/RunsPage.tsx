@@ -4,7 +4,7 @@ import { useEffect, useMemo, useState } from "react";
 import { Link, useSearchParams } from "react-router";
 import { useExperiments } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
-import { fetchMultiMetrics, useRuns } from "../api/runs";
+import { fetchMultiMetrics, useRunPages } from "../api/runs";
 import { emptySeries, mergeHistory, type Series } from "../charts/series";
 import { BACKENDS, type Experiment, type Run, type RunState } from "../api/types";
 import { REWARD_KEY, RunsTable, withLive } from "../runs/RunsTable";
@@ -32,7 +32,7 @@ export function RunsPage() {
   };
   const [search, setSearch] = useState(params.get("q") ?? "");
   const experiments = useExperiments(team?.id ?? null);
-  const runs = useRuns(team?.id ?? null, filters);
+  const runs = useRunPages(team?.id ?? null, filters);
 
   const experimentById = useMemo(
     () => new Map((experiments.data ?? []).map((e) => [e.id, e])), [experiments.data]);
@@ -133,6 +133,14 @@ export function RunsPage() {
           </Empty>
         )}
         {rows.length > 0 && <RunsTable runs={rows} experiments={experimentById} rewards={sparks} />}
+        {runs.hasMore && (
+          <div className="table-foot">
+            <ErrorBox error={runs.moreError} />
+            <button className="btn small" disabled={runs.loadingMore} onClick={() => void runs.more()}>
+              {runs.loadingMore ? "Loading…" : "Load older runs"}
+            </button>
+          </div>
+        )}
       </section>
     </div>
   );
