@@ -300,10 +300,17 @@ class CheckpointSpec(_Section):
 
 
 class ResourcesSpec(_Section):
-    trainer_gpus: int = Field(0, ge=0)
-    trainer_cpus: float = Field(1, gt=0)
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="local: trainer and engine in this process; ray: trainer and rollout "
+        "actors in a placement group on the Ray cluster",
+    )
+    trainer_gpus: int = Field(0, ge=0, description="in all; split evenly over trainer_actors")
+    trainer_cpus: float = Field(1, gt=0, description="with executor ray: per trainer actor")
+    trainer_actors: int = Field(1, ge=1, description="FSDP ranks (executor ray)")
     rollout_replicas: int = Field(1, ge=1)
     rollout_gpus: float = Field(0, ge=0, description="GPUs per rollout replica")
+    rollout_cpus: float = Field(1, gt=0, description="CPUs per rollout replica (executor ray)")
     max_restarts: int = Field(2, ge=0, description="actor restarts inside one job")
     release_on_pause: bool = Field(False, description="exit on pause, resume from checkpoint")
     max_attempts: int = Field(3, ge=1, description="dispatches the control plane may start")

@@ -46,8 +46,11 @@ def train(
     succeeded | paused | aborted, step, adapter_version, last checkpoint)."""
     resolved = resolve_spec(spec, overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir()
+    runner = run_training
+    if resolved.resources.executor == "ray":  # the same loop, with actors: Ray only if asked
+        from .distributed import run_on_ray as runner
     return asyncio.run(
-        run_training(
+        runner(
             resolved,
             out,
             control=control,
