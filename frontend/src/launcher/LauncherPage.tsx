@@ -62,7 +62,8 @@ export default function LauncherPage() {
   const [tags, setTags] = useState("");
   const [backends, setBackends] = useState<Backend[]>([]);
   const [seeds, setSeeds] = useState(1);
-  const [clusterId, setClusterId] = useState<number | null>(null);
+  // undefined: not chosen yet (the only cluster, or any); null: any cluster of the team
+  const [clusterChoice, setClusterChoice] = useState<number | null | undefined>(undefined);
   const [mode, setMode] = useState<"form" | "yaml">("form");
   const [yamlText, setYamlText] = useState("");
   const [yamlError, setYamlError] = useState<string | null>(null);
@@ -89,9 +90,7 @@ export default function LauncherPage() {
   }, [schema.data, source, sourceExperiment.data, sourceRun.data, cloneRunId, spec]);
 
   const healthy = (clusters.data ?? []).filter((c) => c.healthy);
-  useEffect(() => {
-    if (clusterId === null && healthy.length) setClusterId(healthy[0].id);
-  }, [healthy, clusterId]);
+  const clusterId = clusterChoice !== undefined ? clusterChoice : healthy.length === 1 ? healthy[0].id : null;
   const cluster = healthy.find((c) => c.id === clusterId) ?? null;
   const advertised: Backend[] = cluster ? cluster.backends
     : [...new Set(healthy.flatMap((c) => c.backends))];
@@ -209,8 +208,9 @@ export default function LauncherPage() {
           <label>Description<input value={description} onChange={(e) => setDescription(e.target.value)} aria-label="Description" /></label>
           <div className="row">
             <label>Cluster
-              <select aria-label="Cluster" value={clusterId ?? ""} onChange={(e) => setClusterId(e.target.value ? Number(e.target.value) : null)}>
-                {healthy.length === 0 && <option value="">no healthy cluster</option>}
+              <select aria-label="Cluster" value={clusterId ?? ""} onChange={(e) => setClusterChoice(e.target.value ? Number(e.target.value) : null)}>
+                {healthy.length === 0 ? <option value="">no healthy cluster</option>
+                  : healthy.length > 1 && <option value="">any cluster of the team</option>}
                 {healthy.map((c) => <option key={c.id} value={c.id}>{c.name} ({c.backends.join(", ") || "no backends"})</option>)}
               </select>
             </label>
