@@ -84,6 +84,13 @@ def _database(url: str) -> dict:
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        # A pool, not a connection per request: opening a PostgreSQL connection costs more
+        # than a whole ingest batch. (Persistent connections are unsafe under ASGI; Django's
+        # psycopg pool is the supported way.)
+        config["CONN_MAX_AGE"] = 0
+        config["CONN_HEALTH_CHECKS"] = False
+        config.setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": 8, "timeout": 30}
     return config
 
 
