@@ -76,7 +76,6 @@ class Driver:
             self.emitter.metric(0, {"eval/accuracy": await evaluate(self.rollout)}, advance=False)
         if self.is_async:
             self.producer.start(self.state.step, steps)
-        t_prev = time.perf_counter()
         while self.state.step < steps:
             desired = self.control.desired_state()
             if desired == "aborted":
@@ -85,16 +84,16 @@ class Driver:
                 outcome = await self._pause()
                 if outcome is not None:
                     return outcome
-                t_prev = time.perf_counter()
-            t_prev = await self._step(t_prev)
+            await self._step()
         if self.producer.task is not None:
             await self.producer.task  # finished its range; surfaces any failure
         ckpt = await self._checkpoint()
         self.emitter.status("succeeded")
         return Outcome("succeeded", self.state.step, self.state.adapter_version, ckpt)
 
-    async def _step(self, t_prev: float) -> float:
+    async def _step(self) -> None:
         spec, step = self.spec, self.state.step
+        t_start = time.perf_counter()  # eval and checkpoints of the last step stay out
         gen_inline = 0.0
         if not self.is_async:
             t0 = time.perf_counter()
@@ -129,7 +128,7 @@ class Driver:
         await self.watch.set(self.state.step)
 
         now = time.perf_counter()
-        step_s, t_prev = now - t_prev, now
+        step_s = now - t_start
         values = self._metrics(fresh, version_before, step_s)
         values.update(batch_metrics)
         values.update(train_metrics)
@@ -154,7 +153,6 @@ class Driver:
         ck = spec.checkpoint.every
         if ck and n % ck == 0 and n < spec.train.steps:
             await self._checkpoint()
-        return t_prev
 
     def _metrics(self, groups: list[ScoredGroup], version: int, step_s: float) -> dict[str, float]:
         rewards = [r for g in groups for r in g.rewards]
