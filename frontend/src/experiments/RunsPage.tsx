@@ -97,7 +97,13 @@ export function RunsPage() {
           </li>
           {(experiments.data ?? []).map((e) => (
             <li key={e.id} className={filters.experiment === String(e.id) ? "active" : ""}>
-              <button className="linklike" onClick={() => set("experiment", String(e.id))}>{e.name}</button>
+              <button className="linklike" onClick={() => set("experiment", String(e.id))} title={e.description}>{e.name}</button>
+              {e.run_count !== undefined && (
+                <span className={`exp-count ${e.active_run_count ? "active" : ""}`}
+                  title={`${e.active_run_count ?? 0} active of ${e.run_count} runs`}>
+                  {e.active_run_count ? `${e.active_run_count}/` : ""}{e.run_count}
+                </span>
+              )}
               <Link className="small" to={`/experiments/${e.id}/compare`} title="Compare backends">compare</Link>
             </li>
           ))}
