@@ -99,15 +99,6 @@ export interface Checkpoint {
   created_at: string;
 }
 
-export interface RunEventRow {
-  id: number;
-  dispatch?: number;
-  kind: "log" | "status";
-  level: string;
-  message: string;
-  time: string;
-}
-
 export interface Sample {
   prompt: string;
   completion: string;

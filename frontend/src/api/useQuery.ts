@@ -92,22 +92,3 @@ export function useQuery<T, Raw = T>(
     [current.raw]);
   return { data, error: current.error, loading: current.loading, reload };
 }
-
-/** A mutation with its own pending/error state, for buttons and forms. */
-export function useMutation<Args extends unknown[], T>(fn: (...args: Args) => Promise<T>) {
-  const [pending, setPending] = useState(false);
-  const [error, setError] = useState<ApiError | null>(null);
-  const run = useCallback(async (...args: Args): Promise<T | undefined> => {
-    setPending(true);
-    setError(null);
-    try {
-      return await fn(...args);
-    } catch (err) {
-      setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
-      return undefined;
-    } finally {
-      setPending(false);
-    }
-  }, [fn]);
-  return { run, pending, error, reset: () => setError(null) };
-}
