@@ -14,7 +14,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
-from paddock.teams.models import Membership
+from paddock.teams.access import actor_for
+from paddock.teams.selectors import team_list
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
@@ -22,8 +23,9 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> Js
 
 
 def session_payload(user) -> dict:
-    """The logged-in user and the teams they belong to, with their role in each."""
-    memberships = Membership.objects.filter(user=user).select_related("team").order_by("team__name")
+    """The logged-in user and the teams they belong to, with their role in each (the same
+    access rules as the API: teams.access and teams.selectors)."""
+    actor = actor_for(user=user)
     return {
         "user": {
             "id": user.pk,
@@ -32,8 +34,8 @@ def session_payload(user) -> dict:
             "is_staff": user.is_staff,
         },
         "teams": [
-            {"id": m.team_id, "name": m.team.name, "slug": m.team.slug, "role": m.role}
-            for m in memberships
+            {"id": t.pk, "name": t.name, "slug": t.slug, "role": actor.role_in(t.pk)}
+            for t in team_list(actor=actor)
         ],
     }
 
