@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from playwright.sync_api import Page, expect
 
 from paddock.experiments.models import Run
@@ -39,6 +40,7 @@ class Job:
     desired state the ingest replies carry (as the GRPO driver does after checkpointing)."""
 
     def __init__(self, run_id: int, url: str, spool: Path):
+        self.run_id, self.step = run_id, 0
         _, token = orm(dispatched, run_id)
         config = ReporterConfig(
             url=url, run_id=run_id, token=token, dispatch=1, spool_dir=spool, interval_s=0.2
@@ -50,9 +52,20 @@ class Job:
     def _follow(self, desired: str) -> None:
         if desired != self.state:
             self.state = desired
+            if desired == "paused":
+                self._checkpoint()
             self.reporter.status(desired, detail=f"job acknowledges {desired}")
 
+    def _checkpoint(self) -> None:
+        """What a pause writes first: a checkpoint directory in the artifact store."""
+        uri = f"{settings.PADDOCK_ARTIFACTS_URI}/runs/{self.run_id}/step-{self.step}"
+        directory = Path(uri.removeprefix("file://"))
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "adapter_model.safetensors").write_bytes(b"\0" * 4096)
+        self.reporter.checkpoint(self.step, uri, adapter_version=self.step, size=4096)
+
     def steps(self, first: int, last: int, offset: float = 0.0) -> None:
+        self.step = last
         for step in range(first, last + 1):
             reward = 0.2 + 0.6 * (1 - math.exp(-step / 15)) + offset + 0.03 * math.sin(step)
             self.reporter.metric(step, {
@@ -76,6 +89,7 @@ class Job:
 
 def shot(page: Page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")  # else the sticky top bar lands mid-page
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
@@ -138,6 +152,11 @@ def test_golden_path(people, asgi_server, browser_page, tmp_path):
         page.get_by_test_id("run-pause").click()
         expect(badge).to_have_attribute("data-state", "paused", timeout=10_000)
         expect(page.get_by_test_id("run-pause")).to_be_disabled()
+        # the pause wrote a checkpoint: listed at once, downloadable
+        page.get_by_role("tab", name="checkpoints").click()
+        with page.expect_download() as download:
+            page.get_by_role("link", name="Download").click()
+        assert download.value.suggested_filename == f"run{runs['torch']}-step30.tar"
         shot(page, "run-paused")
         page.get_by_test_id("run-resume").click()
         expect(badge).to_have_attribute("data-state", "running", timeout=10_000)
