@@ -132,6 +132,13 @@ def test_golden_path(people, asgi_server, browser_page, tmp_path):
             expect(row.get_by_test_id("last-reward")).not_to_have_text("—", timeout=10_000)
         shot(page, "runs")
 
+        # tick both runs and compare them from the table
+        for pk in runs.values():
+            page.get_by_label(f"select run {pk}").check()
+        page.get_by_role("button", name="Compare 2 runs").click()
+        expect(page.get_by_test_id("verdict")).to_contain_text("torch and vllm")
+        page.go_back()
+
         # the run page: charts fill from history, then move with live points
         page.get_by_role("link", name=f"#{runs['torch']}").click()
         reward = page.get_by_test_id("chart-Reward")

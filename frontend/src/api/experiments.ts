@@ -40,16 +40,22 @@ export function useConfig(id: number | null | undefined) {
 
 /** Several config versions at once (the compare view's diff). */
 export function useConfigs(ids: readonly number[]) {
-  const key = ids.join(",");
-  const [state, setState] = useState<{ key: string; data?: ConfigVersion[]; error: ApiError | null }>(
+  return useMany<ConfigVersion>(ids.map((id) => `/api/v1/configs/${id}`));
+}
+
+/** Several GETs at once, one answer (all or the first error). */
+export function useMany<T>(paths: readonly string[]) {
+  const key = paths.join("|");
+  const [state, setState] = useState<{ key: string; data?: T[]; error: ApiError | null }>(
     { key: "", error: null });
   useEffect(() => {
     if (!key) return;
     const controller = new AbortController();
-    Promise.all(key.split(",").map((id) => request<ConfigVersion>(`/api/v1/configs/${id}`, { signal: controller.signal })))
+    Promise.all(key.split("|").map((path) => request<T>(path, { signal: controller.signal })))
       .then((data) => setState({ key, data, error: null }),
         (err) => { if (!controller.signal.aborted) setState({ key, error: err instanceof ApiError ? err : new ApiError(0, "client", String(err)) }); });
     return () => controller.abort();
   }, [key]);
+  if (!key) return { key, data: [] as T[], error: null };
   return state.key === key ? state : { key, data: undefined, error: null };
 }

@@ -4,7 +4,7 @@
 // experiment's stream.
 import { useEffect, useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router";
-import { useConfigs, useExperiment } from "../api/experiments";
+import { useConfigs, useExperiment, useMany } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
 import { fetchMultiMetrics, useRuns } from "../api/runs";
 import type { Backend, Run } from "../api/types";
@@ -62,16 +62,18 @@ export default function ComparePage() {
   const [search] = useSearchParams();
   const experimentId = params.experimentId ? Number(params.experimentId) : null;
   const experiment = useExperiment(experimentId);
-  const runsQuery = useRuns(team?.id ?? null, experimentId ? { experiment: experimentId } : {});
-  const onlyRuns = search.get("runs")?.split(",").map(Number);
-  const runs = useMemo(() => (runsQuery.data ?? [])
-    .filter((r) => !onlyRuns || onlyRuns.includes(r.id)).sort((a, b) => a.id - b.id),
-  // eslint-disable-next-line react-hooks/exhaustive-deps
-  [runsQuery.data, search]);
+  const onlyRuns = search.get("runs")?.split(",").map(Number).filter((n) => n > 0);
+  // an experiment's runs, or runs chosen one by one (?runs=1,2,3) from anywhere
+  const experimentRuns = useRuns(experimentId ? team?.id ?? null : null, { experiment: experimentId ?? undefined });
+  const chosenRuns = useMany<Run>(!experimentId && onlyRuns ? onlyRuns.map((id) => `/api/v1/runs/${id}`) : []);
+  const runsQuery = experimentId ? experimentRuns
+    : { data: onlyRuns ? chosenRuns.data : undefined, error: chosenRuns.error, reload: undefined };
+  const runs = useMemo(() => [...(runsQuery.data ?? [])].sort((a, b) => a.id - b.id), [runsQuery.data]);
   const [view, setView] = useChartView();
   const [history, setHistory] = useState<Map<number, Map<string, Series>> | null>(null);
   const [historyError, setHistoryError] = useState<Error | null>(null);
-  const live = useExperimentStreams(experimentId ? [experimentId] : []);
+  // live over the streams of every experiment in view (one, or those of the chosen runs)
+  const live = useExperimentStreams(experimentId ? [experimentId] : [...new Set(runs.map((r) => r.experiment))]);
   const runKey = runs.map((r) => r.id).join(",");
 
   useEffect(() => {
@@ -124,7 +126,7 @@ export default function ComparePage() {
     return { d, chart, text: verdict(a, b, d) };
   }, [a, b, runSeries, view, experimentId]);
 
-  if (!experimentId && !onlyRuns) return <Empty title="Pick an experiment to compare">From the runs page, choose “compare” beside an experiment.</Empty>;
+  if (!experimentId && !onlyRuns) return <Empty title="Pick what to compare">From the runs page, choose “compare” beside an experiment, or tick runs and compare them.</Empty>;
   if (experiment.error) return <ErrorBox error={experiment.error} onRetry={experiment.reload} />;
   if (runsQuery.error) return <ErrorBox error={runsQuery.error} onRetry={runsQuery.reload} />;
   if (!runsQuery.data) return <Loading what="Loading runs" />;
@@ -134,7 +136,8 @@ export default function ComparePage() {
   return (
     <div className="compare-page">
       <header className="compare-head">
-        <h1>{experiment.data?.name ?? "Compare"} <span className="muted small">compare backends</span></h1>
+        <h1>{experimentId ? experiment.data?.name ?? "Compare" : `Compare ${runs.length} runs`}{" "}
+          <span className="muted small">{experimentId ? "compare backends" : "across experiments"}</span></h1>
         <div className="compare-runs">
           {liveRuns.map((r) => (
             <Link key={r.id} to={`/runs/${r.id}`} className="run-chip" style={{ borderColor: BACKEND_COLOR[r.backend] }}>

@@ -1,7 +1,7 @@
 // The landing page: the team's experiments and runs, filtered and searched, with state,
 // progress and reward updating live over the experiments' streams (no polling).
 import { useEffect, useMemo, useState } from "react";
-import { Link, useSearchParams } from "react-router";
+import { Link, useNavigate, useSearchParams } from "react-router";
 import { useExperiments } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
 import { fetchMultiMetrics, useRunPages } from "../api/runs";
@@ -31,6 +31,8 @@ export function RunsPage() {
     creator: params.get("creator") ?? "", experiment: params.get("experiment") ?? "",
   };
   const [search, setSearch] = useState(params.get("q") ?? "");
+  const [selected, setSelected] = useState<ReadonlySet<number>>(new Set());
+  const navigate = useNavigate();
   const experiments = useExperiments(team?.id ?? null);
   const runs = useRunPages(team?.id ?? null, filters);
 
@@ -127,6 +129,12 @@ export function RunsPage() {
           </select>
           <input aria-label="Creator" placeholder="creator" value={filters.creator} className="narrow"
             onChange={(e) => set("creator", e.target.value)} />
+          {selected.size > 0 && (
+            <button className="btn small primary" disabled={selected.size < 2}
+              onClick={() => navigate(`/compare?runs=${[...selected].sort((a, b) => a - b).join(",")}`)}>
+              Compare {selected.size} run{selected.size === 1 ? "" : "s"}
+            </button>
+          )}
           <span className={`live-dot ${activeExperiments.length && live.status === "live" ? "on" : ""}`}
             title={activeExperiments.length ? `live: ${live.status}` : "no active runs"} />
         </div>
@@ -138,7 +146,8 @@ export function RunsPage() {
               can("member") ? <Link to="/launch">Launch an experiment</Link> : "Runs appear here once launched."}
           </Empty>
         )}
-        {rows.length > 0 && <RunsTable runs={rows} experiments={experimentById} rewards={sparks} />}
+        {rows.length > 0 && <RunsTable runs={rows} experiments={experimentById} rewards={sparks} selected={selected}
+          onSelect={(id, on) => setSelected((s) => { const n = new Set(s); if (on) n.add(id); else n.delete(id); return n; })} />}
         {runs.hasMore && (
           <div className="table-foot">
             <ErrorBox error={runs.moreError} />
