@@ -97,9 +97,11 @@ function Tokens({ teamId }: { teamId: number }) {
           <strong>Copy the token “{created.name}” now: it is shown this once.</strong>
           <div className="secret-row">
             <code className="secret">{created.token}</code>
-            <button className="btn small" onClick={async () => {
-              await navigator.clipboard?.writeText(created.token); setCopied(true);
-            }}>{copied ? "Copied" : "Copy"}</button>
+            {navigator.clipboard && (  // only in a secure context (https or localhost)
+              <button className="btn small" onClick={async () => {
+                await navigator.clipboard.writeText(created.token); setCopied(true);
+              }}>{copied ? "Copied" : "Copy"}</button>
+            )}
             <button className="btn small ghost" onClick={() => setCreated(null)}>Done</button>
           </div>
         </div>
