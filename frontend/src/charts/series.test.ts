@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { emptySeries, mergeHistory, mergePoints, valueAtStep } from "./series";
+import { emptySeries, etaFromSeries, mergeHistory, mergePoints, valueAtStep } from "./series";
 
 describe("mergePoints", () => {
   it("appends live points in order", () => {
@@ -38,5 +38,19 @@ describe("valueAtStep", () => {
   it("is null outside the series", () => {
     expect(valueAtStep(tokens, 21)).toBeNull();
     expect(valueAtStep(tokens, -1)).toBeNull();
+  });
+});
+
+describe("etaFromSeries", () => {
+  it("uses the recent pace, not the whole history", () => {
+    // 10 s/step for steps 0..10 (say a slow warm-up), then 1 s/step up to step 40
+    const step = [...Array.from({ length: 11 }, (_, i) => i), ...Array.from({ length: 30 }, (_, i) => 11 + i)];
+    const time = step.map((s) => (s <= 10 ? 10 * s : 100 + (s - 10)));
+    const value = step.map(() => 0);
+    expect(etaFromSeries({ step, value, time }, 100, 20)).toBe(60);
+  });
+  it("is null without two points", () => {
+    expect(etaFromSeries({ step: [1], value: [0], time: [0] }, 10)).toBeNull();
+    expect(etaFromSeries(undefined, 10)).toBeNull();
   });
 });

@@ -71,3 +71,15 @@ export function valueAtStep(series: Series, step: number): number | null {
   const t = (step - s0) / (s1 - s0);
   return series.value[i - 1] + t * (series.value[i] - series.value[i - 1]);
 }
+
+/** Seconds left to `total` steps at the pace of the last `window` points (a pause or a
+ * slow start long ago does not skew it, unlike elapsed/step). Null without two points. */
+export function etaFromSeries(series: Series | undefined, total: number, window = 20): number | null {
+  if (!series || series.step.length < 2 || total <= 0) return null;
+  const last = series.step.length - 1;
+  const first = Math.max(0, last - window);
+  const steps = series.step[last] - series.step[first];
+  const seconds = series.time[last] - series.time[first];
+  if (steps <= 0 || seconds < 0) return null;
+  return Math.max(0, total - series.step[last]) * (seconds / steps);
+}
