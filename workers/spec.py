@@ -296,7 +296,11 @@ class TrainSpec(_Section):
 class CheckpointSpec(_Section):
     every: int = Field(0, ge=0, description="steps between checkpoints; 0 = only at end/pause")
     keep_last: int | None = Field(None, gt=0)
-    resume_from: str | None = Field(None, description="checkpoint directory to resume from")
+    resume_from: str | None = Field(
+        None,
+        description="checkpoint directory to resume from, or latest (the newest one under "
+        "the run's output directory)",
+    )
 
 
 class ResourcesSpec(_Section):

@@ -141,3 +141,25 @@ def test_spec_module_imports_no_torch():
         check=True,
         cwd=Path(__file__).resolve().parents[2],
     )
+
+
+def _leaf_paths(model: type, prefix: str):
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():
+        key, ann = field.alias or name, field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from _leaf_paths(ann, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+def test_every_key_is_in_the_config_reference():
+    from workers.spec import TorchRolloutSpec, TrtllmRolloutSpec, VllmRolloutSpec
+
+    doc = (EXAMPLES.parent / "docs" / "config-reference.md").read_text()
+    paths = [p for p in _leaf_paths(RunSpec, "") if not p.startswith(("rollout", "reward"))]
+    for member in (TorchRolloutSpec, VllmRolloutSpec, TrtllmRolloutSpec):
+        paths += _leaf_paths(member, "rollout.")
+    missing = sorted({p for p in paths if f"`{p}`" not in doc})
+    assert not missing, f"document these keys in docs/config-reference.md: {missing}"
