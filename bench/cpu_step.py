@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="steps to run; the first is warm-up")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--micro-batch", type=int, default=64)
+    ap.add_argument("--async", dest="is_async", action="store_true",
+                    help="the async driver (max_staleness 1): rollout overlaps training")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp) / "model")
@@ -62,6 +64,7 @@ def main() -> None:
             "data": {"task": "arithmetic", "eval_size": 8},
             "train": {"steps": args.steps, "prompts_per_step": 8, "micro_batch_size": args.micro_batch,
                       "eval_every": 0, "threads": args.threads, "lr": 1e-4},
+            "async": {"enabled": args.is_async, "max_staleness": 1},
         }  # fmt: skip
         out = Path(tmp) / "run"
         t0 = time.perf_counter()
@@ -74,7 +77,8 @@ def main() -> None:
         "response_length/mean")}  # fmt: skip
     completions = 8 * 8
     per_s = completions / med["time/step_s"]
-    print(f"threads: {args.threads}, steps timed: {len(steps)}, run wall time {wall:.1f} s")
+    mode = "async (max_staleness 1)" if args.is_async else "sync"
+    print(f"{mode}, threads: {args.threads}, steps timed: {len(steps)}, run wall {wall:.1f} s")
     print(f"mean response length: {med['response_length/mean']:.1f} tokens")
     print(f"step: {med['time/step_s']:.3f} s  (generate {med['time/generate_s']:.3f} s, "
           f"train {med['time/train_s']:.3f} s, weight sync {med['time/weight_sync_s']:.3f} s, "

@@ -106,3 +106,30 @@ def test_adapter_round_trips_through_peft_directory(make_spec, tmp_path):
     assert other.adapter_version == 1
     with torch.no_grad():
         torch.testing.assert_close(other.model(input_ids=ids).logits, want)
+
+
+def test_shared_prompt_forward_equals_the_plain_forward(make_spec):
+    spec = parse_spec(make_spec("rollout.temperature=0.8"))
+    policy = LoraPolicy(spec, spec.model.path)
+    # Give the adapter non-zero B so the LoRA path matters in both value and gradient.
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02, generator=torch.Generator().manual_seed(len(name)))
+    batch = collate(_rollout(spec, policy), policy.tokenizer.pad_token_id)
+    assert len({tuple(r) for r in batch.input_ids[:, :4].tolist()}) < len(batch)  # shared
+
+    lp, _ = policy.token_logprobs(batch)  # the shared-prefix path
+    (lp * batch.mask).sum().backward()
+    got = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+    policy.model.zero_grad()
+
+    logits = policy.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logp = torch.log_softmax(logits / 0.8, dim=-1)  # [B, L, V]
+    at = logp.gather(1, batch.resp_pos.unsqueeze(-1).expand(-1, -1, logp.shape[-1]))
+    want = at.gather(2, batch.resp_tokens.unsqueeze(-1)).squeeze(-1) * batch.mask
+    torch.testing.assert_close(lp * batch.mask, want, atol=1e-5, rtol=1e-5)
+    want.sum().backward()
+    for n, p in policy.model.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(got[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)

@@ -26,6 +26,7 @@ class TrainBatch:
     lp_roll: torch.Tensor  # [B, T]
     versions: torch.Tensor  # [B, T] long; -1 on padding
     advantages: torch.Tensor  # [B]
+    prompt_len: torch.Tensor  # [B] long: input_ids[i, :prompt_len[i]] is the prompt
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -64,4 +65,7 @@ def collate(samples: list[TrainSample], pad_id: int) -> TrainBatch:
         lp_roll[i, :r] = torch.tensor(s.lp_roll)
         versions[i, :r] = torch.tensor(s.versions)
     advantages = torch.tensor([s.advantage for s in samples])
-    return TrainBatch(input_ids, attn, resp_pos, resp_tokens, mask, lp_roll, versions, advantages)
+    prompt_len = torch.tensor([len(s.prompt_ids) for s in samples], dtype=torch.long)
+    return TrainBatch(
+        input_ids, attn, resp_pos, resp_tokens, mask, lp_roll, versions, advantages, prompt_len
+    )

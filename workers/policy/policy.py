@@ -52,13 +52,11 @@ class LoraPolicy:
     def token_logprobs(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Logprobs `[B, T]` (after the rollout temperature) and entropy `[B, T]` of the
         response tokens; differentiable when grad is enabled."""
-        body, head = self._lm_parts()
+        _, head = self._lm_parts()
         with self._autocast():
-            hidden = body(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask
-            ).last_hidden_state  # [B, L, H]
+            hidden = self._response_hidden(batch)  # [B, T, H]: the states predicting each token
         rows, cols = batch.mask.nonzero(as_tuple=True)  # only response tokens: N of them
-        sel = hidden[rows, batch.resp_pos[rows, cols]]  # [N, H]
+        sel = hidden[rows, cols]  # [N, H]
         lp_flat, ent_flat = chunked_token_logprobs(
             sel,
             batch.resp_tokens[rows, cols],
@@ -71,6 +69,58 @@ class LoraPolicy:
         lp = lp.index_put((rows, cols), lp_flat)
         ent = ent.index_put((rows, cols), ent_flat)
         return lp, ent
+
+    def _response_hidden(self, batch: TrainBatch) -> torch.Tensor:
+        """Final hidden states `[B, T, H]` at the positions that predict each response token.
+
+        The G samples of a group share their prompt, so each distinct prompt goes through the
+        model once and its KV cache is shared by its samples (the gradient of every sample
+        flows back into it). With 6-token prompts and 16-token answers that is a quarter of
+        the training FLOPs; with long prompts, most of them."""
+        body, _ = self._lm_parts()
+        device = batch.input_ids.device
+        keys: dict[tuple[int, ...], int] = {}
+        owner = []  # [B] → index of the sample's prompt among the distinct ones
+        for i in range(len(batch)):
+            key = tuple(batch.input_ids[i, : int(batch.prompt_len[i])].tolist())
+            owner.append(keys.setdefault(key, len(keys)))
+        if len(keys) == len(batch):  # nothing shared: one plain forward
+            hidden = body(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask
+            ).last_hidden_state  # [B, L, H]
+            return hidden.gather(1, batch.resp_pos.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        prompts = list(keys)
+        width = max(len(p) for p in prompts)
+        p_ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        p_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for u, p in enumerate(prompts):  # left-padded: every prompt ends at column width − 1
+            p_ids[u, width - len(p) :] = torch.tensor(p)
+            p_mask[u, width - len(p) :] = 1
+        p_ids, p_mask = p_ids.to(device), p_mask.to(device)
+        own = torch.tensor(owner, device=device)
+        out = body(
+            input_ids=p_ids,
+            attention_mask=p_mask,
+            position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
+        )
+        first = out.last_hidden_state[own, -1]  # [B, H]: predicts response token 0
+        t = batch.resp_tokens.shape[1]
+        if t == 1:
+            return first.unsqueeze(1)
+        cache = out.past_key_values
+        cache.reorder_cache(own)  # [U, …] → [B, …], differentiable (index_select)
+        resp_in = batch.resp_tokens[:, : t - 1]  # token j predicts token j + 1
+        resp_mask = batch.mask[:, : t - 1].to(p_mask.dtype)
+        positions = p_mask.sum(-1)[own].unsqueeze(1) + torch.arange(t - 1, device=device)
+        rest = body(
+            input_ids=resp_in,
+            attention_mask=torch.cat([p_mask[own], resp_mask], dim=1),
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state  # [B, T − 1, H]
+        return torch.cat([first.unsqueeze(1), rest], dim=1)
 
     @torch.no_grad()
     def _reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
