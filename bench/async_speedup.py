@@ -28,8 +28,12 @@ PHASES = ("time/generate_s", "time/train_s", "time/weight_sync_s", "time/wait_s"
 
 
 def run(mode: str, steps: int, target: float, out: Path) -> dict[str, float]:
-    overrides = [f"train.steps={steps}", "train.eval_every=2", "checkpoint.every=0",
-                 f"async.enabled={'true' if mode == 'async' else 'false'}"]  # fmt: skip
+    overrides = [
+        f"train.steps={steps}",
+        "train.eval_every=2",
+        "checkpoint.every=0",
+        f"async.enabled={'true' if mode == 'async' else 'false'}",
+    ]
     t0 = time.perf_counter()
     train(EXAMPLE, out, overrides, progress=False)
     wall = time.perf_counter() - t0
@@ -44,8 +48,14 @@ def run(mode: str, steps: int, target: float, out: Path) -> dict[str, float]:
             reached = r["step"]
             break
     step_s = statistics.median(r["time/step_s"] for r in rows[1:])
-    return {"base": base, "reached_step": reached, "to_target_s": elapsed if reached else float("nan"),
-            "run_wall_s": wall, "step_s": step_s, **phases}  # fmt: skip
+    return {
+        "base": base,
+        "reached_step": reached,
+        "to_target_s": elapsed if reached else float("nan"),
+        "run_wall_s": wall,
+        "step_s": step_s,
+        **phases,
+    }
 
 
 def main() -> None:
@@ -60,11 +70,13 @@ def main() -> None:
             for mode in ("sync", "async"):
                 res = run(mode, args.steps, args.target, Path(tmp) / f"{mode}-{i}")
                 results[mode].append(res)
-                print(f"{mode:5s} run {i}: base {res['base']:.3f}, reached {args.target} at step "
-                      f"{res['reached_step']} after {res['to_target_s']:.2f} s "
-                      f"(generate {res['time/generate_s']:.2f}, train {res['time/train_s']:.2f}, "
-                      f"sync {res['time/weight_sync_s']:.2f}, wait {res['time/wait_s']:.2f})",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{mode:5s} run {i}: base {res['base']:.3f}, reached {args.target} at step "
+                    f"{res['reached_step']} after {res['to_target_s']:.2f} s "
+                    f"(generate {res['time/generate_s']:.2f}, train {res['time/train_s']:.2f}, "
+                    f"sync {res['time/weight_sync_s']:.2f}, wait {res['time/wait_s']:.2f})",
+                    flush=True,
+                )
     med = {m: statistics.median(r["to_target_s"] for r in rs) for m, rs in results.items()}
     print(
         f"median time to eval/accuracy >= {args.target}: sync {med['sync']:.2f} s, "

@@ -32,11 +32,18 @@ TRL_COMPLETIONS_PER_S = 23.0
 def build_model(out: Path) -> Path:
     tok = build_char_tokenizer()
     config = Qwen2Config(
-        vocab_size=256, hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
-        num_key_value_heads=8, intermediate_size=1376, max_position_embeddings=128,
-        tie_word_embeddings=True, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id,
+        vocab_size=256,
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        intermediate_size=1376,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
     n = sum(p.numel() for p in model.parameters())
@@ -51,38 +58,61 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="steps to run; the first is warm-up")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--micro-batch", type=int, default=64)
-    ap.add_argument("--async", dest="is_async", action="store_true",
-                    help="the async driver (max_staleness 1): rollout overlaps training")  # fmt: skip
+    ap.add_argument(
+        "--async",
+        dest="is_async",
+        action="store_true",
+        help="the async driver (max_staleness 1): rollout overlaps training",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp) / "model")
         spec = {
             "model": {"path": str(model_dir)},
-            "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+            "lora": {
+                "r": 8,
+                "alpha": 16,
+                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+            },
             "algorithm": {"num_generations": 8},
             "rollout": {"backend": "torch", "max_new_tokens": 16, "temperature": 1.0},
             "data": {"task": "arithmetic", "eval_size": 8},
-            "train": {"steps": args.steps, "prompts_per_step": 8, "micro_batch_size": args.micro_batch,
-                      "eval_every": 0, "threads": args.threads, "lr": 1e-4},
+            "train": {
+                "steps": args.steps,
+                "prompts_per_step": 8,
+                "micro_batch_size": args.micro_batch,
+                "eval_every": 0,
+                "threads": args.threads,
+                "lr": 1e-4,
+            },
             "async": {"enabled": args.is_async, "max_staleness": 1},
-        }  # fmt: skip
+        }
         out = Path(tmp) / "run"
         t0 = time.perf_counter()
         train(spec, out, progress=False)
         wall = time.perf_counter() - t0
         rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] >= 2]  # step 1 warms up allocators and caches
-    med = {k: statistics.median(r[k] for r in steps) for k in (
-        "time/step_s", "time/generate_s", "time/train_s", "time/weight_sync_s",
-        "response_length/mean")}  # fmt: skip
+    med = {
+        k: statistics.median(r[k] for r in steps)
+        for k in (
+            "time/step_s",
+            "time/generate_s",
+            "time/train_s",
+            "time/weight_sync_s",
+            "response_length/mean",
+        )
+    }
     completions = 8 * 8
     per_s = completions / med["time/step_s"]
     mode = "async (max_staleness 1)" if args.is_async else "sync"
     print(f"{mode}, threads: {args.threads}, steps timed: {len(steps)}, run wall {wall:.1f} s")
     print(f"mean response length: {med['response_length/mean']:.1f} tokens")
-    print(f"step: {med['time/step_s']:.3f} s  (generate {med['time/generate_s']:.3f} s, "
-          f"train {med['time/train_s']:.3f} s, weight sync {med['time/weight_sync_s']:.3f} s, "
-          f"other {med['time/step_s'] - med['time/generate_s'] - med['time/train_s'] - med['time/weight_sync_s']:.3f} s)")  # fmt: skip
+    gen, trn, sync = med["time/generate_s"], med["time/train_s"], med["time/weight_sync_s"]
+    split = f"generate {gen:.3f} s, train {trn:.3f} s, weight sync {sync:.3f} s"
+    if not args.is_async:  # in async mode generation overlaps the rest: no remainder
+        split += f", other {med['time/step_s'] - gen - trn - sync:.3f} s"
+    print(f"step: {med['time/step_s']:.3f} s  ({split})")
     print(f"completions/s: {per_s:.1f}  ({per_s / TRL_COMPLETIONS_PER_S:.2f}x TRL's 23/s)")
 
 
