@@ -111,7 +111,11 @@ def main() -> None:
     gen, trn, sync = med["time/generate_s"], med["time/train_s"], med["time/weight_sync_s"]
     split = f"generate {gen:.3f} s, train {trn:.3f} s, weight sync {sync:.3f} s"
     if not args.is_async:  # in async mode generation overlaps the rest: no remainder
-        split += f", other {med['time/step_s'] - gen - trn - sync:.3f} s"
+        other = statistics.median(
+            r["time/step_s"] - r["time/generate_s"] - r["time/train_s"] - r["time/weight_sync_s"]
+            for r in steps
+        )
+        split += f", other {other:.3f} s"
     print(f"step: {med['time/step_s']:.3f} s  ({split})")
     print(f"completions/s: {per_s:.1f}  ({per_s / TRL_COMPLETIONS_PER_S:.2f}x TRL's 23/s)")
 
