@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,8 @@ from workers.policy.lora import adapter_tensors, read_adapter_dir
 from workers.rollout import make_backend
 from workers.spec import parse_spec
 from workers.train import train
+
+from .helpers import SlowModel
 
 DESIGN_METRICS = [
     "reward/mean", "reward/std", "accuracy", "loss/policy", "entropy", "clip_frac",
@@ -97,20 +98,6 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
         h.update(k.encode())
         h.update(tensors[k].numpy().tobytes())
     return h.hexdigest()
-
-
-class SlowModel:
-    """Delegates to the engine's model, sleeping before each forward."""
-
-    def __init__(self, model, delay_s: float):
-        self._model, self._delay = model, delay_s
-
-    def __call__(self, *args, **kwargs):
-        time.sleep(self._delay)
-        return self._model(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
 
 
 class RecordingExecutor(LocalExecutor):

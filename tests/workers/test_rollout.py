@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -18,17 +17,7 @@ from workers.rollout import (
 )
 from workers.spec import parse_spec
 
-
-class SlowModel:
-    def __init__(self, model, delay_s: float):
-        self._model, self._delay = model, delay_s
-
-    def __call__(self, *args, **kwargs):
-        time.sleep(self._delay)
-        return self._model(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
+from .helpers import SlowModel
 
 
 @pytest.fixture
