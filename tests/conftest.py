@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -63,6 +64,13 @@ def ray_head(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     # jobs run `python -m workers.job`: the `python` on the head's PATH must be this one
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # token authentication, as `paddock up` runs it: the head and every client of this test
+    # session (Celery workers, the Jobs client in tests) read the token from this file
+    token = tmp_path_factory.mktemp("ray-auth") / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    env.update(auth)
+    os.environ.update(auth)
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={gcs_port}",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
@@ -76,7 +84,8 @@ def ray_head(tmp_path_factory):
         import requests
 
         try:
-            return requests.get(f"{address}/api/version", timeout=1).ok
+            # 401 is an answer too: the dashboard is up and asks for the token
+            return requests.get(f"{address}/api/version", timeout=1).status_code in (200, 401)
         except requests.RequestException:
             return False
 

@@ -91,12 +91,10 @@ def job_stop(*, address: str, submission_id: str) -> bool:
         raise ClusterUnreachable(f"{address}: {exc}") from exc
 
 
-def cluster_version(*, address: str, timeout_s: float = 3.0) -> str:
-    import requests
-
+def cluster_version(*, address: str) -> str:
+    """The cluster's Ray version, through the Jobs client so that token authentication
+    (RAY_AUTH_MODE=token) is honoured like it is for every other call."""
     try:
-        reply = requests.get(f"{address.rstrip('/')}/api/version", timeout=timeout_s)
-        reply.raise_for_status()
-        return str(reply.json().get("ray_version", "?"))
-    except (requests.RequestException, ValueError) as exc:
+        return str(_client(address).get_version())
+    except (RuntimeError, ConnectionError, ValueError) as exc:
         raise ClusterUnreachable(f"{address}: {exc}") from exc

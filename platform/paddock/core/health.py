@@ -7,7 +7,6 @@ import time
 import uuid
 from typing import Any
 
-import requests
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import connection
@@ -82,10 +81,10 @@ def probe_ray() -> Probe:
     def check():
         if not settings.RAY_ADDRESS:
             raise RuntimeError("RAY_ADDRESS is not set (the Ray Jobs API address)")
-        reply = requests.get(f"{settings.RAY_ADDRESS}/api/version", timeout=2)
-        reply.raise_for_status()
-        body = reply.json()
-        return {"address": settings.RAY_ADDRESS, "ray_version": body.get("ray_version")}
+        from paddock.clusters.ray_jobs import cluster_version
+
+        version = cluster_version(address=settings.RAY_ADDRESS)
+        return {"address": settings.RAY_ADDRESS, "ray_version": version}
 
     return _timed(check)
 

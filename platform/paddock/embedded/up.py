@@ -8,6 +8,7 @@ server, a Celery worker and Celery beat, each a real process of its own."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -85,6 +86,19 @@ def start_redis(sup: Supervisor, home: Path, env: dict[str, str]) -> str:
     return url
 
 
+def ray_auth_env(home: Path) -> dict[str, str]:
+    """Token authentication for the local head (Ray's own mechanism): a random token kept
+    (0600) under PADDOCK_HOME, given to the head and to the platform's processes only, so
+    other users of this machine cannot submit jobs to it."""
+    path = home / "ray" / "auth_token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+
+
 def start_ray(sup: Supervisor, home: Path, env: dict[str, str], cpus: int | None) -> str:
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_bin is None:
@@ -129,6 +143,7 @@ def up(options: UpOptions) -> int:
             say(f"bundled Redis on {env['REDIS_URL']}")
         ray_started_here = not env.get("RAY_ADDRESS")
         if ray_started_here:
+            env.update(ray_auth_env(home))
             env["RAY_ADDRESS"] = start_ray(sup, home, env, options.ray_cpus)
             say(f"starting a local Ray head (Jobs API {env['RAY_ADDRESS']})")
         env.setdefault("PADDOCK_PUBLIC_URL", f"http://{options.host}:{options.port}")
