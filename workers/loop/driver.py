@@ -129,6 +129,7 @@ class Driver:
 
         now = time.perf_counter()
         step_s = now - t_start
+        self.state.elapsed_s += step_s
         values = self._metrics(fresh, version_before, step_s)
         values.update(batch_metrics)
         values.update(train_metrics)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..rollout.base import GroupResult
 
@@ -31,9 +31,8 @@ class RunState:
     step: int = 0
     adapter_version: int = 0
     tokens_total: int = 0
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0  # training wall time, summed over steps (eval excluded)
     dropped_stale_total: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def draw(seed: int, step: int, group: int, n_examples: int) -> tuple[int, int]:

@@ -15,7 +15,8 @@ def _chunk(
     weight: torch.Tensor,  # [V, H]
     temperature: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = hidden @ weight.t()  # [n, V]
+    # Under bf16 autocast the hidden states come out bf16 while the head weight is fp32.
+    logits = hidden.to(weight.dtype) @ weight.t()  # [n, V]
     # At least fp32 for the softmax (bf16 under autocast would lose the tail); fp64 stays.
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
     lse = torch.logsumexp(logits, dim=-1)  # [n]
