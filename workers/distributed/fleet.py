@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,9 +99,13 @@ class Fleet:
         def strategy(i: int) -> PlacementGroupSchedulingStrategy:
             return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
 
+        run = uuid.uuid4().hex[:8]
+
         def opts(i: int) -> dict[str, Any]:
             b = wanted[i]
+            kind = "trainer" if i < n_train else "rollout"
             return {
+                "name": f"paddock-{run}-{kind}-{i if i < n_train else i - n_train}",
                 "num_cpus": b["CPU"],
                 "num_gpus": b.get("GPU", 0),
                 "scheduling_strategy": strategy(i),

@@ -72,6 +72,12 @@ class Driver:
         steps = self.spec.train.steps
         await self._publish()  # the engine serves nothing until it acknowledges a version
         self.emitter.status("running", "resumed" if self.resumed else "started")
+        mode = f"async (max_staleness {self.max_staleness})" if self.is_async else "sync"
+        self.emitter.log(
+            f"{mode} GRPO, rollout backend {self.backend.name}, step {self.state.step} of "
+            f"{self.spec.train.steps}, adapter version {self.state.adapter_version}",
+            "debug",
+        )
         if not self.resumed:
             self.emitter.metric(0, {"eval/accuracy": await evaluate(self.rollout)}, advance=False)
         if self.is_async:
@@ -100,7 +106,7 @@ class Driver:
             await self.producer.produce(step)
             gen_inline = time.perf_counter() - t0
         t_wait = time.perf_counter()
-        groups = await self.buffer.take(step)
+        groups = await self._take(step)
         wait_s = time.perf_counter() - t_wait
         version_before = self.executor.adapter_version
         fresh, stale = TrajectoryBuffer.filter_stale(groups, version_before, self.max_staleness)
@@ -154,6 +160,18 @@ class Driver:
         ck = spec.checkpoint.every
         if ck and n % ck == 0 and n < spec.train.steps:
             await self._checkpoint()
+
+    async def _take(self, step: int) -> list[ScoredGroup]:
+        """The step's groups; if the producer task fails meanwhile (an engine error, a dead
+        rollout actor), its error rather than a wait that never ends."""
+        task = self.producer.task
+        take = asyncio.ensure_future(self.buffer.take(step))
+        if task is not None:
+            done, _ = await asyncio.wait({take, task}, return_when=asyncio.FIRST_COMPLETED)
+            if take not in done and not task.cancelled() and task.exception() is not None:
+                take.cancel()
+                task.result()  # raises the producer's error
+        return await take
 
     def _metrics(self, groups: list[ScoredGroup], version: int, step_s: float) -> dict[str, float]:
         rewards = [r for g in groups for r in g.rewards]
