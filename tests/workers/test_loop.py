@@ -58,7 +58,7 @@ def test_sync_run_writes_outputs_and_metrics(make_spec, tmp_path):
         assert name in metrics[-1], name
     assert metrics[-1]["token_mult_prob_error"] == pytest.approx(1.0, abs=1e-4)
     kinds = {e["type"] for e in events}
-    assert kinds == {"status", "metric", "samples", "checkpoint"}
+    assert kinds == {"status", "metric", "samples", "checkpoint", "log"}
     assert [e["state"] for e in events if e["type"] == "status"] == ["running", "succeeded"]
 
 

@@ -31,6 +31,7 @@ class Emitter:
         self.metrics_path = out_dir / "metrics.jsonl"
         self._file = self.metrics_path.open("a", encoding="utf-8")
         self.on_metrics, self.on_event = on_metrics, on_event
+        self.total_steps = total_steps
         self.last: dict[str, float] = {}
         self._bar = (
             tqdm(
@@ -77,7 +78,9 @@ class Emitter:
             self._bar.write(f"[{level}] {message}", file=sys.stderr)
 
     def status(self, state: str, detail: str = "") -> None:
-        self._event({"type": "status", "state": state, "detail": detail})
+        # total_steps lets a viewer draw progress and an ETA from the metric steps.
+        self._event({"type": "status", "state": state, "detail": detail, "time": time.time(),
+                     "total_steps": self.total_steps})  # fmt: skip
 
     def checkpoint(self, step: int, uri: str, adapter_version: int) -> None:
         self._event(
