@@ -173,14 +173,20 @@ class TorchBackend:
 
     def _decode(self, requests, samples, rows, row_prompts, gens, params) -> None:
         r = len(rows)
-        width = max(len(p) for p in row_prompts)
-        ids = torch.full((r, width), self.pad_id, dtype=torch.long)  # [R, P] left-padded
-        attn = torch.zeros((r, width), dtype=torch.long)
-        for k, p in enumerate(row_prompts):
-            ids[k, width - len(p) :] = torch.tensor(p)
-            attn[k, width - len(p) :] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [R, P]
+        # The n samples of a group share their prompt: prefill each distinct prompt once
+        # and give every row a view of its KV cache (prefix sharing).
+        distinct: dict[tuple[int, ...], int] = {}
+        owner = [distinct.setdefault(tuple(p), len(distinct)) for p in row_prompts]  # [R]
+        width = max(len(p) for p in distinct)
+        ids = torch.full((len(distinct), width), self.pad_id, dtype=torch.long)  # [U, P]
+        prompt_attn = torch.zeros((len(distinct), width), dtype=torch.long)  # left-padded
+        for u, p in enumerate(distinct):
+            ids[u, width - len(p) :] = torch.tensor(p)
+            prompt_attn[u, width - len(p) :] = 1
+        ids, prompt_attn = ids.to(self.device), prompt_attn.to(self.device)
+        own = torch.tensor(owner, device=self.device)
+        pos = (prompt_attn.cumsum(-1) - 1).clamp(min=0)  # [U, P]
+        attn = prompt_attn[own]  # [R, P]
         budget = [params.max_new_tokens - len(samples[i][j].token_ids) for i, j in rows]
         active = [b > 0 for b in budget]
         for k, (i, j) in enumerate(rows):
@@ -202,14 +208,17 @@ class TorchBackend:
                 version = self._version
                 out = self.model(
                     input_ids=step_input,
-                    attention_mask=attn,
+                    attention_mask=attn if past is not None else prompt_attn,
                     position_ids=step_pos,
                     past_key_values=past,
                     use_cache=True,
                     logits_to_keep=1,
                 )
+            logits = out.logits[:, -1, :].float() / params.temperature  # [R or U, V]
+            if past is None:  # the prefill ran on the U distinct prompts: fan out to R rows
+                out.past_key_values.reorder_cache(own)
+                logits, step_pos = logits[own], step_pos[own]
             past = out.past_key_values
-            logits = out.logits[:, -1, :].float() / params.temperature  # [R, V]
             logp = torch.log_softmax(logits, dim=-1)
             if params.greedy:
                 tokens = logits.argmax(dim=-1)
