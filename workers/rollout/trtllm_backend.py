@@ -156,6 +156,7 @@ class TrtllmBackend:
             self._failed = exc
             raise
         self._lora, self._lora_version = lora, update.version
+        self._failed = None
         self._dirs = [*self._dirs[-1:], path]
         adapter_files.remove_versions(self._root, keep=set(self._dirs))
         self._version = update.version

