@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from paddock.embedded.up import ray_agent_port_flags
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -75,7 +77,7 @@ def ray_head(tmp_path_factory):
         [str(ray_bin), "start", "--head", "--block", f"--port={gcs_port}",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
          "--include-dashboard=true", "--disable-usage-stats", "--num-cpus=2",
-         f"--temp-dir={temp_dir}"],
+         f"--temp-dir={temp_dir}", *ray_agent_port_flags()],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     address = f"http://127.0.0.1:{dash_port}"

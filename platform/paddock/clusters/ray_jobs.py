@@ -51,6 +51,8 @@ def job_submit(
     except RuntimeError as exc:
         if "already exists" in str(exc):
             return False
+        if "try again later" in str(exc) or "status code 5" in str(exc):
+            raise ClusterUnreachable(f"{address}: {exc}") from exc  # transient: retried
         raise
     except ConnectionError as exc:
         raise ClusterUnreachable(f"{address}: {exc}") from exc

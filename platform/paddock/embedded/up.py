@@ -99,6 +99,18 @@ def ray_auth_env(home: Path) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
 
 
+def ray_agent_port_flags() -> list[str]:
+    """Free ports for the head's agents. Ray's fixed defaults (52365 for the dashboard agent)
+    collide with any other head on the machine, and then jobs fail with "No available agent
+    to submit job"."""
+    return [
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+    ]
+
+
 def start_ray(sup: Supervisor, home: Path, env: dict[str, str], cpus: int | None) -> str:
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_bin is None:
@@ -113,6 +125,7 @@ def start_ray(sup: Supervisor, home: Path, env: dict[str, str], cpus: int | None
         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
         "--include-dashboard=true", "--disable-usage-stats",
         f"--num-cpus={cpus or os.cpu_count() or 2}",
+        *ray_agent_port_flags(),
     ]  # fmt: skip
     sup.start("ray", argv, ray_env, home)
     return f"http://127.0.0.1:{dashboard_port}"
