@@ -118,6 +118,13 @@ def main() -> None:
         split += f", other {other:.3f} s"
     print(f"step: {med['time/step_s']:.3f} s  ({split})")
     print(f"completions/s: {per_s:.1f}  ({per_s / TRL_COMPLETIONS_PER_S:.2f}x TRL's 23/s)")
+    # CPU seconds the process spent per step: what the step costs on cores nobody else uses
+    # (on a shared machine wall time also counts the other tenants).
+    cpu = statistics.median(r["time/cpu_s"] for r in steps)
+    print(
+        f"CPU time a step: {cpu:.3f} s; with {args.threads} idle core(s) that is about "
+        f"{completions * args.threads / cpu:.1f} completions/s"
+    )
 
 
 if __name__ == "__main__":

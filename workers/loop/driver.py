@@ -100,6 +100,7 @@ class Driver:
     async def _step(self) -> None:
         spec, step = self.spec, self.state.step
         t_start = time.perf_counter()  # eval and checkpoints of the last step stay out
+        cpu_start = time.process_time()  # CPU seconds of this process: robust to other load
         gen_inline = 0.0
         if not self.is_async:
             t0 = time.perf_counter()
@@ -148,6 +149,7 @@ class Driver:
                 "time/train_s": train_s,
                 "time/weight_sync_s": sync_s,
                 "time/wait_s": wait_s,
+                "time/cpu_s": time.process_time() - cpu_start,
                 "staleness/dropped_groups": float(len(stale)),
             }
         )
