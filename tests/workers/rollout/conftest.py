@@ -80,8 +80,11 @@ async def torch_engine(tiny_dir: Path):
     await backend.close()
 
 
-@pytest.fixture(params=BACKENDS)
-def engine(request):
+@pytest_asyncio.fixture(params=BACKENDS, loop_scope="session")
+async def engine(request):
     """Each backend in turn; the engines are session-wide, so the order of the tests only
-    decides when each one starts."""
-    return request.getfixturevalue(f"{request.param}_engine")
+    decides when each one starts. A test that fails while the engine is paused must not
+    leave the next one waiting at the gate."""
+    backend = request.getfixturevalue(f"{request.param}_engine")
+    yield backend
+    await backend.resume()
