@@ -16,7 +16,7 @@ from typing import Any
 import ray
 import torch
 
-from ..loop.executor import LocalExecutor
+from ..loop.executor import LocalExecutor, _rng_state
 from ..loop.setup import model_dir_for
 from ..policy import LoraPolicy, TrainSample
 from ..rollout import AdapterUpdate, GroupRequest, GroupResult, PauseMode, make_backend
@@ -40,7 +40,7 @@ class TrainerActor:
     def __init__(self, spec: RunSpec, rank: int, world: int, cpus: float):
         _threads(spec, cpus)
         self.spec, self.rank, self.world = spec, rank, world
-        self.executor: LocalExecutor | None = None
+        self.executor: LocalExecutor
 
     def rendezvous(self) -> str:
         """On rank 0: the address:port where the group meets (a free port on its node)."""
@@ -58,16 +58,27 @@ class TrainerActor:
             from .process_group import init_process_group
 
             init_process_group(master, self.rank, self.world)
-            policy: LoraPolicy = ShardedLoraPolicy(self.spec, model_dir)
+            self.executor = RankExecutor(ShardedLoraPolicy(self.spec, model_dir), self.rank)
         else:
-            policy = LoraPolicy(self.spec, model_dir)
-        self.executor = LocalExecutor(policy)
+            self.executor = LocalExecutor(LoraPolicy(self.spec, model_dir))
 
     def where(self) -> dict[str, Any]:
         return _where()
 
     def adapter_version(self) -> int:
         return self.executor.adapter_version
+
+    def parameter_layout(self) -> dict[str, tuple[str, list[int], list[int]]]:
+        """name → (tensor type, local shape, full shape) of every parameter of this rank:
+        what a sharding check (or a curious operator) looks at."""
+        from torch.distributed.tensor import DTensor
+
+        out = {}
+        for name, p in self.executor.policy.model.named_parameters():
+            local = p.to_local() if isinstance(p, DTensor) else p
+            kind = "DTensor" if isinstance(p, DTensor) else "Tensor"
+            out[name] = (kind, list(local.shape), list(p.shape))
+        return out
 
     async def train_step(self, samples: list[TrainSample]) -> tuple[int, dict[str, float]]:
         metrics = await self.executor.train_step(samples)
@@ -88,6 +99,22 @@ class TrainerActor:
     async def load(self, src: str) -> int:
         await self.executor.load(Path(src))
         return self.executor.adapter_version
+
+
+class RankExecutor(LocalExecutor):
+    """LocalExecutor for one rank of a sharded policy: every rank takes part in the gathers,
+    rank 0 alone writes the files."""
+
+    def __init__(self, policy: LoraPolicy, rank: int):
+        super().__init__(policy)
+        self.rank = rank
+
+    async def save(self, out: Path) -> None:
+        self.policy.save_adapter(out / "adapter")
+        optimizer = self.policy.optimizer_state()
+        if self.rank == 0:
+            torch.save(optimizer, out / "optimizer.pt")
+            torch.save(_rng_state(), out / "rng.pt")
 
 
 class RolloutActor:
