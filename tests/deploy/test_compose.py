@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from .conftest import DEPLOY, REPO
+from .conftest import DEPLOY, REPO, load_yaml
 
 PLATFORM = {"migrate", "web", "worker", "beat"}
 RAY = {"ray-head", "ray-worker"}
@@ -104,3 +104,17 @@ def test_artifact_store_is_shared_at_one_path(compose, name):
 def test_one_beat(compose):
     beat = compose["services"]["beat"]
     assert beat.get("deploy", {}).get("replicas", 1) == 1
+
+
+def test_gpu_override():
+    gpu = load_yaml(DEPLOY / "compose.gpu.yaml")
+    assert set(gpu["services"]) == {"ray-worker"}
+    worker = gpu["services"]["ray-worker"]
+    devices = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
+    args = worker["build"]["args"]
+    base = load_yaml(DEPLOY / "compose.yaml")["services"]["ray-worker"]["build"]["args"]
+    assert set(args) == set(base), "the override must reset every build argument of the base"
+    assert args["INSTALL_VLLM"] == "1" and args["BASE_IMAGE"].startswith("nvidia/cuda:")
+    dockerfile = (DEPLOY / "docker" / "worker.Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE={args['BASE_IMAGE']}" in dockerfile

@@ -25,7 +25,7 @@ def example_vars() -> set[str]:
 
 def referenced() -> dict[str, set[str]]:
     """Variables named in compose, the Helm chart, the KubeRay manifests and .env.example."""
-    files = [DEPLOY / "compose.yaml", *sorted((DEPLOY / "kuberay").glob("*.yaml")),
+    files = [*sorted(DEPLOY.glob("compose*.yaml")), *sorted((DEPLOY / "kuberay").glob("*.yaml")),
              CHART / "values.yaml", *sorted((CHART / "templates").iterdir())]  # fmt: skip
     found: dict[str, set[str]] = {}
     for path in files:

@@ -28,7 +28,19 @@ def test_a_raycluster_of_the_platforms_ray(cluster):
     assert cluster["spec"]["authOptions"]["secretName"] == values["ray"]["auth"]["secretName"]
     head = cluster["spec"]["headGroupSpec"]
     assert head["rayStartParams"]["num-cpus"] == "0"
-    assert cluster["metadata"]["name"] in values["ray"]["address"]
+
+
+def test_the_charts_default_cluster_is_the_gpu_one():
+    values = load_yaml(CHART / "values.yaml")
+    gpu = load_yaml(DEPLOY / "kuberay" / "raycluster-gpu.yaml")
+    # KubeRay's head service is <name>-head-svc
+    assert f"//{gpu['metadata']['name']}-head-svc." in values["ray"]["address"]
+
+
+def test_each_cluster_runs_one_image(cluster):
+    images = {c["image"] for _, group in _pods(cluster)
+              for c in group["template"]["spec"]["containers"]}  # fmt: skip
+    assert len(images) == 1, images
 
 
 def test_gpu_worker_groups_ask_kubernetes_for_what_they_tell_ray(cluster):
