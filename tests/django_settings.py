@@ -52,6 +52,7 @@ from paddock.settings import *  # noqa: E402, F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test logins
 CELERY_TASK_DEFAULT_QUEUE = f"paddock-test-{SESSION}"
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"paddock-test-{SESSION}"  # noqa: F405
+CACHES["default"]["KEY_PREFIX"] = f"paddock-test-{SESSION}"  # noqa: F405
 
 # A Celery worker started by a test uses the test database of that session.
 if os.environ.get("PADDOCK_TEST_DB_NAME"):

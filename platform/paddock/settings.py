@@ -3,6 +3,7 @@ docs/configuration.md); nothing here is a secret."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -14,6 +15,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PADDOCK_HOME = ENV.home
 PADDOCK_PUBLIC_URL = ENV.public_url
 PADDOCK_ARTIFACTS_URI = ENV.artifacts_uri
+# Where a spec's model.path and data paths may point (experiments/spec_paths.py)
+PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "models")).split(":")
+PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
 RAY_ADDRESS = ENV.ray_address
 REDIS_URL = ENV.redis_url
 
@@ -118,6 +122,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+WHITENOISE_IMMUTABLE_FILE_TEST = r"^/static/.+-[A-Za-z0-9_-]{8}\.(js|css)$"
 
 # --- Celery (broker: Redis; the embedded mode runs a bundled Redis on a unix socket) ---
 CELERY_BROKER_URL = celery_broker_url(ENV.redis_url)
@@ -140,6 +145,15 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {"hosts": [ENV.redis_url], "capacity": 2000, "expiry": 30},
+    }
+}
+
+# --- Cache: Redis, shared by every process (the rate limits of core/ratelimit.py count here) ---
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": ENV.redis_url,
+        "KEY_PREFIX": "paddock",
     }
 }
 

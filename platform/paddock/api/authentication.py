@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from paddock.api.errors import DomainError
+from paddock.core.ratelimit import auth_failure_record
 from paddock.teams.services import api_token_authenticate
 
 
@@ -21,16 +22,23 @@ class BearerTokenAuthentication(BaseAuthentication):
         if len(parts) != 2:
             raise AuthenticationFailed("use 'Authorization: Bearer <token>'", code="token_invalid")
         try:
-            raw = parts[1].decode("ascii")
-            token = api_token_authenticate(raw=raw)
+            token = api_token_authenticate(raw=parts[1].decode("ascii"))
         except UnicodeDecodeError:
-            raise AuthenticationFailed("unknown API token", code="token_invalid") from None
+            raise _refusal(request, "unknown API token", "token_invalid") from None
         except DomainError as exc:
-            raise AuthenticationFailed(exc.message, code=exc.code) from None
+            raise _refusal(request, exc.message, exc.code) from None
         return token.user, token
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="paddock"'
+
+
+def _refusal(request, message: str, code: str) -> Exception:
+    """401, or 429 once the client's address has failed too often (core/ratelimit.py)."""
+    wait = auth_failure_record(ip=request.META.get("REMOTE_ADDR"))
+    if wait:
+        return Throttled(wait, "too many failed authentications")
+    return AuthenticationFailed(message, code=code)
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

@@ -9,6 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from paddock.api.errors import DomainError
+from paddock.core.ratelimit import auth_failure_record
 
 from .bootstrap_tokens import bootstrap_exchange
 
@@ -32,5 +33,11 @@ def bootstrap(request: HttpRequest, run_id: int) -> JsonResponse:
     try:
         reply = bootstrap_exchange(run_id=run_id, dispatch=dispatch, raw=raw.strip())
     except DomainError as exc:
+        wait = auth_failure_record(ip=request.META.get("REMOTE_ADDR")) if exc.status == 401 else 0
+        if wait:
+            return JsonResponse(
+                {"code": "rate_limited", "message": "too many failed authentications",
+                 "field": None}, status=429, headers={"Retry-After": str(wait)},
+            )  # fmt: skip
         return JsonResponse(exc.as_dict(), status=exc.status)
     return JsonResponse(reply)

@@ -14,6 +14,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
+from paddock.core.ratelimit import login_blocked, login_failure_record
 from paddock.teams.access import actor_for
 from paddock.teams.selectors import team_list
 
@@ -69,8 +70,15 @@ def session_login(request: HttpRequest) -> JsonResponse:
         return _error(400, "required", "enter your username", "username")
     if not isinstance(password, str) or not password:
         return _error(400, "required", "enter your password", "password")
+    ip = request.META.get("REMOTE_ADDR")
+    wait = login_blocked(ip=ip, username=username)
+    if wait:
+        reply = _error(429, "rate_limited", f"too many failed logins; try again in {wait} s")
+        reply["Retry-After"] = str(wait)
+        return reply
     user = authenticate(request, username=username, password=password)
     if user is None:
+        login_failure_record(ip=ip, username=username)
         return _error(400, "invalid_credentials", "wrong username or password", "password")
     login(request, user)  # rotates the session key and the CSRF token
     return JsonResponse(session_payload(user))

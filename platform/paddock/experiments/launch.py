@@ -21,6 +21,7 @@ from paddock.experiments.configs import (
     spec_normalize,
 )
 from paddock.experiments.models import ConfigVersion, Experiment, ExperimentTag, Run
+from paddock.experiments.spec_paths import spec_paths_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
 from paddock.teams.selectors import team_usage
@@ -121,6 +122,7 @@ def _plan(
     *, team: Team, spec: Any, backends: list[str] | None, seeds: int, cluster_id: int | None
 ) -> LaunchPlan:
     normalized = spec_normalize(spec=spec)
+    spec_paths_check(team_id=team.pk, spec=normalized)
     backends = list(dict.fromkeys(backends or [normalized["rollout"]["backend"]]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError("invalid", f"must be between 1 and {MAX_SEEDS}", field="seeds")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 from paddock.api.errors import DomainError
+from paddock.core.ratelimit import auth_failure_record
 from paddock.experiments.models import Experiment, Run
 from paddock.teams.access import Actor, actor_for
 from paddock.teams.services import api_token_authenticate
@@ -30,6 +31,7 @@ def scope_actor(scope) -> Actor:
         try:
             token = api_token_authenticate(raw=raw)
         except DomainError:
+            auth_failure_record(ip=client[0])  # a websocket refusal is a close either way
             return actor_for(user=None)
         return actor_for(user=token.user, token=token, ip=client[0], user_agent=agent)
     return actor_for(user=scope.get("user"), ip=client[0], user_agent=agent)

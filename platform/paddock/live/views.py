@@ -13,6 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from paddock.api.errors import DomainError
+from paddock.core.ratelimit import auth_failure_record
 
 from .ingest import ingest_receive
 from .ingest_schema import MAX_BODY_BYTES
@@ -43,5 +44,16 @@ def ingest(request: HttpRequest, run_id: int) -> JsonResponse:
     try:
         reply = ingest_receive(run_id=run_id, raw_token=raw.strip(), body=body)
     except DomainError as exc:
-        return JsonResponse(exc.as_dict(), status=exc.status)
+        return _refusal(request, exc)
     return JsonResponse(reply.as_dict())
+
+
+def _refusal(request: HttpRequest, exc: DomainError) -> JsonResponse:
+    """A failed token is counted (core/ratelimit.py); a valid one never is."""
+    if exc.status == 401:
+        wait = auth_failure_record(ip=request.META.get("REMOTE_ADDR"))
+        if wait:
+            reply = _error("rate_limited", "too many failed authentications", 429)
+            reply["Retry-After"] = str(wait)
+            return reply
+    return JsonResponse(exc.as_dict(), status=exc.status)

@@ -1,0 +1,92 @@
+"""Where a spec may point a job: model and dataset paths only inside allowed roots.
+
+A job reads `model.path` and `data.path` / `data.eval_path` with the cluster's filesystem
+and streams samples of what it read back to the browser, so a free path would let any
+member read any file a job can (another team's dataset, a key on the cluster). A path must
+be absolute, free of `..`, and inside one of `settings.PADDOCK_MODEL_ROOTS` (models) or
+`settings.PADDOCK_DATA_ROOTS` or the team's own artifacts (datasets). The check is lexical:
+the platform cannot see the cluster's disk, so the roots must not hold links leading out.
+
+`checkpoint.resume_from` matters most: a job unpickles a checkpoint's buffer and RNG
+state, so a path of the user's choosing would run code of the user's choosing. It may only
+name a checkpoint of one of the team's own runs in the artifact store, which only the
+team's jobs write (or `latest`, the run's own output directory).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from urllib.parse import unquote, urlsplit
+
+from django.conf import settings
+
+from paddock.api.errors import DomainError
+from paddock.experiments.models import Run
+
+
+def _local(path: str) -> str | None:
+    """`path` (or a file:// URI) as a normalized absolute path; None when it is relative,
+    climbs with `..` or names another scheme."""
+    if "://" in path:
+        parts = urlsplit(path)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+            return None
+        path = unquote(parts.path)
+    if not path.startswith("/") or ".." in path.split("/") or "\0" in path:
+        return None
+    return posixpath.normpath(path)
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    local = _local(path)
+    if local is None:
+        return False
+    for root in roots:
+        root = _local(str(root))
+        if root is not None and (local == root or local.startswith(root.rstrip("/") + "/")):
+            return True
+    return False
+
+
+def _own_checkpoint(path: str, team_id: int) -> bool:
+    runs = f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs"
+    local, root = _local(path), _local(runs)
+    if local is None or root is None or not local.startswith(root + "/"):
+        return False
+    run_id = local.removeprefix(root + "/").split("/")[0]
+    return run_id.isdigit() and Run.objects.filter(pk=int(run_id), team_id=team_id).exists()
+
+
+def team_artifacts_root(team_id: int) -> str:
+    return f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/teams/{team_id}"
+
+
+def spec_paths_check(*, team_id: int, spec: dict, field: str = "spec") -> None:
+    """DomainError("path_not_allowed") naming every path of `spec` outside its roots."""
+    errors = []
+    model_path = spec.get("model", {}).get("path")
+    if model_path and not _inside(model_path, settings.PADDOCK_MODEL_ROOTS):
+        errors.append(
+            {"field": f"{field}.model.path",
+             "message": f"must be inside one of {settings.PADDOCK_MODEL_ROOTS}"}
+        )  # fmt: skip
+    data_roots = [*settings.PADDOCK_DATA_ROOTS, team_artifacts_root(team_id)]
+    for key in ("path", "eval_path"):
+        path = spec.get("data", {}).get(key)
+        if path and not _inside(path, data_roots):
+            errors.append(
+                {"field": f"{field}.data.{key}",
+                 "message": f"must be one of the team's datasets or inside {data_roots[:-1]}"}
+            )  # fmt: skip
+    resume = spec.get("checkpoint", {}).get("resume_from")
+    if resume and resume != "latest" and not _own_checkpoint(resume, team_id):
+        errors.append(
+            {"field": f"{field}.checkpoint.resume_from",
+             "message": "must be 'latest' or a checkpoint of one of the team's runs"}
+        )  # fmt: skip
+    if errors:
+        first = errors[0]
+        raise DomainError(
+            "path_not_allowed", f"{first['field']}: {first['message']}", field=first["field"],
+            errors=errors,
+        )  # fmt: skip
