@@ -193,3 +193,11 @@ def test_chart_paths_match_the_images():
     assert values["artifacts"]["mountPath"] == "/srv/paddock/artifacts"
     assert values["artifactsUri"] == "file://" + values["artifacts"]["mountPath"]
     assert "deploy/docker/healthcheck.py" in dockerfile
+
+
+def test_ray_auth_off_and_extra_env(helm):
+    extra = [{"name": "HTTPS_PROXY", "value": "http://proxy.internal:3128"}]
+    docs = render(helm, {**VALUES, "ray": {"auth": {"enabled": False}}, "extraEnv": extra})
+    assert "RAY_AUTH_MODE" not in by_kind(docs, "ConfigMap")["paddock-env"]["data"]
+    for name, pod in _pods(docs):
+        assert pod["containers"][0]["env"] == extra, name

@@ -50,7 +50,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "paddock.env" -}}
-{{- if .Values.ray.auth.enabled }}
+{{- if .Values.ray.auth.enabled -}}
 - name: RAY_AUTH_TOKEN
   valueFrom:
     secretKeyRef:
