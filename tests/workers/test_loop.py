@@ -121,8 +121,11 @@ class RecordingExecutor(LocalExecutor):
 
 @pytest.mark.parametrize("weight_update", ["abort", "keep"])
 def test_staleness_bound_and_served_versions(make_spec, tmp_path, weight_update):
-    spec = parse_spec(make_spec("train.steps=5", "async.enabled=true", "async.max_staleness=1",
-                                f"async.weight_update={weight_update}"))  # fmt: skip
+    spec = parse_spec(make_spec("train.steps=4", "async.enabled=true", "async.max_staleness=1",
+                                f"async.weight_update={weight_update}",
+                                # hot sampling: answers run to max_new_tokens instead of
+                                # stopping after 2 tokens, so publishes land mid-sample
+                                "rollout.temperature=3.0", "rollout.max_new_tokens=8"))  # fmt: skip
     tiny = spec.model.path
     executor = RecordingExecutor(LoraPolicy(spec, tiny))
     backend = make_backend(spec, tiny)
@@ -136,12 +139,12 @@ def test_staleness_bound_and_served_versions(make_spec, tmp_path, weight_update)
 
     backend._load_adapter = spy
     # Slow decoding down so that publishes land while requests are in flight.
-    backend.model = SlowModel(backend.model, delay_s=0.03)
+    backend.model = SlowModel(backend.model, delay_s=0.1)
 
     outcome = asyncio.run(run_training(spec, tmp_path, progress=False, executor=executor,
                                        backend=backend))  # fmt: skip
     assert outcome.state == "succeeded"
-    assert len(executor.trained) == 5
+    assert len(executor.trained) == 4
     mixed = 0
     for trainer_version, per_sample in executor.trained:
         versions = [v for vs in per_sample for v in vs]
