@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from paddock.clusters.models import RayCluster
 from paddock.experiments.configs import rollout_backends
 from paddock.experiments.launch import MAX_SEEDS
-from paddock.experiments.metrics import MAX_POINTS_LIMIT, X_AXES
+from paddock.experiments.metrics import LATEST_KEYS, MAX_POINTS_LIMIT, X_AXES, metric_latest_of
 from paddock.experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -17,9 +18,11 @@ from paddock.experiments.models import (
     RunEvent,
     RunState,
 )
+from paddock.live.models import SampleSet
 from paddock.teams.models import ApiToken, AuditEvent, Membership, Role, Team, TeamQuota
 
 MAX_ID = 2**63 - 1
+MAX_COMPARED_RUNS = 50  # an experiment's runs: 3 backends × up to 16 seeds
 Id = lambda **kw: serializers.IntegerField(min_value=1, max_value=MAX_ID, **kw)  # noqa: E731
 
 
@@ -262,14 +265,22 @@ class RunSerializer(serializers.ModelSerializer):
     created_by = UserBriefSerializer(allow_null=True)
     cluster_name = serializers.CharField(source="cluster.name", allow_null=True, default=None)
     cursor = CursorSerializer(source="*")
+    latest = serializers.SerializerMethodField(
+        help_text=f"the value at the highest stored step of each of {', '.join(LATEST_KEYS)}; "
+        "a key with no value yet is absent"
+    )
 
     class Meta:
         model = Run
         fields = ["id", "experiment", "experiment_name", "team", "config", "backend", "seed",
                   "gpus", "state", "desired_state", "queued_reason", "error", "cluster",
                   "cluster_name", "dispatch_count", "ray_submission_id", "attempts",
-                  "max_attempts", "step", "total_steps", "cursor", "created_by", "created_at",
-                  "updated_at", "started_at", "finished_at"]  # fmt: skip
+                  "max_attempts", "step", "total_steps", "cursor", "latest", "created_by",
+                  "created_at", "updated_at", "started_at", "finished_at"]  # fmt: skip
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "number"}})
+    def get_latest(self, run) -> dict[str, float]:
+        return metric_latest_of(run)
 
 
 class RunFilterSerializer(serializers.Serializer):
@@ -296,6 +307,10 @@ class RunEventSerializer(serializers.ModelSerializer):
 
 class RunEventQuerySerializer(serializers.Serializer):
     after = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0)
+    before = serializers.IntegerField(
+        min_value=1, max_value=MAX_ID, required=False,
+        help_text="the events before this id, newest first (scrolling a log tail back)",
+    )  # fmt: skip
     kind = serializers.ChoiceField(choices=RunEvent.Kind.choices, required=False)
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)
 
@@ -303,6 +318,35 @@ class RunEventQuerySerializer(serializers.Serializer):
 class RunEventPageSerializer(serializers.Serializer):
     results = RunEventSerializer(many=True)
     last_id = serializers.IntegerField(help_text="pass as ?after= to get what follows")
+    next_before = serializers.IntegerField(
+        allow_null=True,
+        help_text="with ?before=: pass as ?before= for the older events; null when there are "
+        "none (always null without ?before=)",
+    )
+
+
+class SampleSetSerializer(serializers.ModelSerializer):
+    items = serializers.ListField(
+        child=serializers.DictField(),
+        help_text='[{"prompt", "completion", "reward", "advantage", "adapter_version", …}]',
+    )
+
+    class Meta:
+        model = SampleSet
+        fields = ["id", "step", "dispatch", "items", "created_at"]
+
+
+class SampleQuerySerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    before_step = serializers.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=200, default=20)
+
+
+class SampleSetPageSerializer(serializers.Serializer):
+    results = SampleSetSerializer(many=True)
+    next_before_step = serializers.IntegerField(
+        allow_null=True, help_text="pass as ?before_step= for older steps; null at the first"
+    )
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
@@ -316,6 +360,19 @@ class MetricsQuerySerializer(serializers.Serializer):
     keys = serializers.CharField(required=False, help_text="comma-separated; default: all")
     max_points = serializers.IntegerField(min_value=2, max_value=MAX_POINTS_LIMIT, default=1000)
     x = serializers.ChoiceField(choices=X_AXES, default="step")
+    x_min = serializers.FloatField(
+        required=False, min_value=-1e300, max_value=1e300,
+        help_text="only points with x ≥ x_min (a zoom: finer buckets over the window)",
+    )  # fmt: skip
+    x_max = serializers.FloatField(
+        required=False, min_value=-1e300, max_value=1e300, help_text="only points with x ≤ x_max"
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        lo, hi = attrs.get("x_min"), attrs.get("x_max")
+        if lo is not None and hi is not None and lo > hi:
+            raise serializers.ValidationError({"x_max": "must be ≥ x_min"})
+        return attrs
 
     def validate_keys(self, value: str) -> list[str]:
         keys = list(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
@@ -325,16 +382,26 @@ class MetricsQuerySerializer(serializers.Serializer):
 
 
 class MultiMetricsQuerySerializer(MetricsQuerySerializer):
-    runs = serializers.CharField(help_text="comma-separated run ids (at most 20)")
+    runs = serializers.CharField(
+        required=False,
+        help_text=f"comma-separated run ids (at most {MAX_COMPARED_RUNS}); or `experiment`",
+    )
+    experiment = Id(required=False, help_text="every run of this experiment, oldest first")
     keys = serializers.CharField(help_text="comma-separated metric keys")
+
+    def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
+        if ("runs" in attrs) == ("experiment" in attrs):
+            raise serializers.ValidationError({"runs": "give runs or experiment (one of them)"})
+        return attrs
 
     def validate_runs(self, value: str) -> list[int]:
         try:
             ids = list(dict.fromkeys(int(v) for v in value.split(",") if v.strip()))
         except ValueError:
             raise serializers.ValidationError("comma-separated run ids") from None
-        if not ids or len(ids) > 20 or not all(1 <= i <= MAX_ID for i in ids):
-            raise serializers.ValidationError("1 to 20 run ids")
+        if not ids or len(ids) > MAX_COMPARED_RUNS or not all(1 <= i <= MAX_ID for i in ids):
+            raise serializers.ValidationError(f"1 to {MAX_COMPARED_RUNS} run ids")
         return ids
 
 

@@ -11,22 +11,28 @@ from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, parse_id, query, request_actor
-from paddock.api.errors import not_found
+from paddock.api.errors import DomainError, not_found
 from paddock.api.pagination import NewestFirst
 from paddock.api.views_teams import ERRORS
 from paddock.experiments import selectors
 from paddock.experiments.artifacts import checkpoint_download
 from paddock.experiments.control import RUN_CONTROLS
-from paddock.experiments.metrics import metric_keys, metric_series
+from paddock.experiments.metrics import Window, metric_keys, metric_series_many
 from paddock.experiments.models import Run
 
 
-def _series(run_id: int, keys: list[str], x: str, max_points: int) -> dict:
-    series = [
-        metric_series(run_id=run_id, key=key, x=x, max_points=max_points)
-        for key in keys or metric_keys(run_id=run_id)
+def _series(run_ids: list[int], params: dict, keys: list[str]) -> list[dict]:
+    """One entry per run, each with one series per key; one statement per key for all runs."""
+    window = Window(params.get("x_min"), params.get("x_max"))
+    by_key = [
+        metric_series_many(run_ids=run_ids, key=key, x=params["x"],
+                           max_points=params["max_points"], window=window)
+        for key in keys
+    ]  # fmt: skip
+    return [
+        {"run": run_id, "x": params["x"], "series": [series[i] for series in by_key]}
+        for i, run_id in enumerate(run_ids)
     ]
-    return {"run": run_id, "x": x, "series": series}
 
 
 class RunViewSet(ActorViewSet):
@@ -34,24 +40,26 @@ class RunViewSet(ActorViewSet):
     queryset = Run.objects.none()
     pagination_class = NewestFirst
 
-    def _run(self, pk) -> Run:
-        return selectors.run_get(actor=self.actor, run_id=parse_id(pk, "run"))
+    def _run(self, pk, with_latest: bool = False) -> Run:
+        run_id = parse_id(pk, "run")
+        return selectors.run_get(actor=self.actor, run_id=run_id, with_latest=with_latest)
 
     @extend_schema(parameters=[s.RunFilterSerializer])
     def list(self, request):
         filters = query(s.RunFilterSerializer, request)
         renames = {"team": "team_id", "experiment": "experiment_id", "state": "states"}
         filters = {renames.get(k, k): v for k, v in filters.items()}
-        page = self.paginate_queryset(selectors.run_list(actor=self.actor, **filters))
+        runs = selectors.run_list(actor=self.actor, with_latest=True, **filters)
+        page = self.paginate_queryset(runs)
         return self.get_paginated_response(s.RunSerializer(page, many=True).data)
 
     @extend_schema(responses={200: s.RunSerializer, **ERRORS})
     def retrieve(self, request, pk=None):
-        return Response(s.RunSerializer(self._run(pk)).data)
+        return Response(s.RunSerializer(self._run(pk, with_latest=True)).data)
 
     def _control(self, pk, verb: str) -> Response:
         run = RUN_CONTROLS[verb](actor=self.actor, run=self._run(pk))
-        return Response(s.RunSerializer(self._run(run.pk)).data)
+        return Response(s.RunSerializer(self._run(run.pk, with_latest=True)).data)
 
     @extend_schema(request=None, responses={200: s.RunSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
@@ -71,18 +79,42 @@ class RunViewSet(ActorViewSet):
     @extend_schema(
         parameters=[s.RunEventQuerySerializer],
         responses={200: s.RunEventPageSerializer, **ERRORS},
+        description="Log and status events after an id, oldest first; with `before`, the "
+        "events before that id, newest first.",
     )
     @action(detail=True, methods=["get"])
     def events(self, request, pk=None):
         params = query(s.RunEventQuerySerializer, request)
+        before, limit = params.get("before"), params["limit"]
         events = selectors.run_event_list(
-            actor=self.actor, run=self._run(pk), after_id=params["after"],
-            kind=params.get("kind", ""), limit=params["limit"],
+            actor=self.actor, run=self._run(pk), after_id=params["after"], before_id=before,
+            kind=params.get("kind", ""), limit=limit + (before is not None),
         )  # fmt: skip
-        last_id = events[-1].id if events else params["after"]
-        return Response(
-            {"results": s.RunEventSerializer(events, many=True).data, "last_id": last_id}
-        )
+        next_before = None
+        if before is not None:
+            more, events = len(events) > limit, events[:limit]
+            next_before = events[-1].id if more else None
+        last_id = max((e.id for e in events), default=params["after"])
+        page = {"results": events, "last_id": last_id, "next_before": next_before}
+        return Response(s.RunEventPageSerializer(page).data)
+
+    @extend_schema(
+        parameters=[s.SampleQuerySerializer],
+        responses={200: s.SampleSetPageSerializer, **ERRORS},
+        description="The sample inspector's history: a few prompts of each step with their "
+        "completions, rewards and advantages, newest step first, one set per step.",
+    )
+    @action(detail=True, methods=["get"])
+    def samples(self, request, pk=None):
+        params = query(s.SampleQuerySerializer, request)
+        limit = params["limit"]
+        sets = selectors.sample_set_list(
+            actor=self.actor, run=self._run(pk), step=params.get("step"),
+            before_step=params.get("before_step"), limit=limit + 1,
+        )  # fmt: skip
+        more, sets = len(sets) > limit, sets[:limit]
+        page = {"results": sets, "next_before_step": sets[-1].step if more else None}
+        return Response(s.SampleSetPageSerializer(page).data)
 
     @extend_schema(responses={200: s.CheckpointSerializer(many=True), **ERRORS})
     @action(detail=True, methods=["get"])
@@ -119,24 +151,35 @@ class RunViewSet(ActorViewSet):
     def metrics(self, request, pk=None):
         params = query(s.MetricsQuerySerializer, request)
         run = self._run(pk)
-        data = _series(run.pk, params.get("keys") or [], params["x"], params["max_points"])
+        keys = params.get("keys") or metric_keys(run_id=run.pk)
+        data = _series([run.pk], params, keys)[0]
         return Response(s.RunMetricsSerializer(data).data)
 
 
 @extend_schema(
     parameters=[s.MultiMetricsQuerySerializer],
     responses={200: s.MultiMetricsSerializer, **ERRORS},
-    description="The same keys for several runs (a comparison): one series per run × key.",
+    description="The same keys for several runs (a comparison), named by `runs` or by "
+    "`experiment`: one series per run × key, one SQL statement per key for all the runs.",
 )
 @api_view(["GET"])
 def multi_metrics(request):
     params = query(s.MultiMetricsQuerySerializer, request)
     actor = request_actor(request)
-    visible = set(
-        selectors.run_list(actor=actor).filter(pk__in=params["runs"]).values_list("pk", flat=True)
-    )
-    missing = [r for r in params["runs"] if r not in visible]
-    if missing:
-        raise not_found(f"run {missing[0]}")
-    runs = [_series(r, params["keys"], params["x"], params["max_points"]) for r in params["runs"]]
+    if "experiment" in params:
+        run_ids = selectors.experiment_run_ids(actor=actor, experiment_id=params["experiment"])
+        if len(run_ids) > s.MAX_COMPARED_RUNS:
+            raise DomainError(
+                "invalid", f"the experiment has {len(run_ids)} runs; name at most "
+                f"{s.MAX_COMPARED_RUNS} with ?runs=", field="experiment",
+            )  # fmt: skip
+    else:
+        run_ids = params["runs"]
+        visible = set(
+            selectors.run_list(actor=actor).filter(pk__in=run_ids).values_list("pk", flat=True)
+        )
+        missing = [r for r in run_ids if r not in visible]
+        if missing:
+            raise not_found(f"run {missing[0]}")
+    runs = _series(run_ids, params, params["keys"])
     return Response(s.MultiMetricsSerializer({"x": params["x"], "runs": runs}).data)

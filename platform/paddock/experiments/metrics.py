@@ -14,10 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import connection
+from django.db.models import OuterRef, Subquery
 
 from paddock.experiments.models import MetricPoint
 
 X_AXES = ("step", "time", "tokens")
+# the last values a runs table shows: `latest` on every run the API returns
+LATEST_KEYS = ("reward/mean", "accuracy", "eval/accuracy", "kl", "token_mult_prob_error",
+               "throughput/tokens_per_s", "staleness/mean")  # fmt: skip
 TOKENS_KEY = "tokens/total"  # cumulative generated tokens: the `tokens` x axis
 MAX_POINTS_LIMIT = 10_000
 
@@ -33,6 +37,18 @@ class Series:
     @property
     def downsampled(self) -> bool:
         return len(self.x) < self.count
+
+
+@dataclass(frozen=True)
+class Window:
+    """An x range to zoom into (both ends included; None: open). Points outside it are
+    left out before downsampling, so a zoom gets finer buckets over just that range."""
+
+    lo: float | None = None
+    hi: float | None = None
+
+    def holds(self, x: float) -> bool:
+        return (self.lo is None or x >= self.lo) and (self.hi is None or x <= self.hi)
 
 
 def metric_points_store(*, run_id: int, points: Iterable[tuple[str, int, float, float]]) -> int:
@@ -128,48 +144,66 @@ def _x_sql(x: str) -> tuple[str, str]:
     )
 
 
-def _series_postgresql(*, run_id: int, key: str, x: str, max_points: int) -> Series:
+def _series_postgresql(
+    *, run_ids: list[int], key: str, x: str, max_points: int, window: Window
+) -> dict[int, Series]:
+    """Every run's series of `key` in one statement: per run, its point count and x range
+    (`b`), then its points grouped by bucket (the same arithmetic as `_bucket`, so both
+    paths keep the same points), each group giving its lowest and its highest point; a run
+    with at most max_points points groups by step instead, so it comes back whole. The max
+    negates x and step so that ties go to the first point, as in `downsample_minmax`."""
     x_col, join = _x_sql(x)
     table = MetricPoint._meta.db_table
-    source = f"FROM {table} p {join} WHERE p.run_id = %(run)s AND p.key = %(key)s"
-    params = {"run": run_id, "key": key, "tokens_key": TOKENS_KEY}
-    series = Series(key=key)
-    with connection.cursor() as cur:
-        # the x range: from the (run, key, step) index for steps, a scan otherwise
-        bounds = "p.step" if x == "step" else x_col
-        cur.execute(f"SELECT min({bounds})::float8, max({bounds})::float8 {source}", params)
-        lo, hi = cur.fetchone()
-        if lo is None:
-            return series
-        # min and max per bucket, the same arithmetic as _bucket so both paths keep the
-        # same points; the max negates x and step so that ties go to the first point
-        cur.execute(
-            f"""SELECT count(*), min(ARRAY[p.value, {x_col}, p.step]),
-                       max(ARRAY[p.value, -{x_col}, -p.step])
-                {source}
-                GROUP BY LEAST(FLOOR(({x_col} - %(lo)s) / NULLIF(%(span)s, 0)
-                                     * %(buckets)s), %(buckets)s - 1)""",
-            {**params, "lo": lo, "span": hi - lo, "buckets": max_points // 2},
+    where = "p.run_id = ANY(%(runs)s) AND p.key = %(key)s"
+    # on steps, whole bounds on the integer column, so the (run, key, step) index takes them
+    x_bound = "p.step" if x == "step" else x_col
+    lo, hi = window.lo, window.hi
+    if x == "step":  # clamped to bigint: a far bound must not overflow the column's type
+        lo = max(math.ceil(lo), -(2**63)) if lo is not None else None
+        hi = min(math.floor(hi), 2**63 - 1) if hi is not None else None
+    if lo is not None:
+        where += f" AND {x_bound} >= %(x_min)s"
+    if hi is not None:
+        where += f" AND {x_bound} <= %(x_max)s"
+    sql = f"""
+        WITH pts AS NOT MATERIALIZED (
+            SELECT p.run_id AS r, {x_col} AS x, p.step AS s, p.value AS v
+            FROM {table} p {join} WHERE {where}
+        ), b AS (
+            SELECT r, min(x) AS lo, max(x) - min(x) AS span, count(*) AS n FROM pts GROUP BY r
         )
+        SELECT pts.r, b.n, min(ARRAY[pts.v, pts.x, pts.s]), max(ARRAY[pts.v, -pts.x, -pts.s])
+        FROM pts JOIN b ON b.r = pts.r
+        GROUP BY pts.r, b.n,
+                 CASE WHEN b.n <= %(max_points)s THEN -1 - pts.s::float8
+                      ELSE LEAST(FLOOR((pts.x - b.lo) / NULLIF(b.span, 0) * %(buckets)s),
+                                 %(buckets)s - 1) END"""
+    params = {"runs": run_ids, "key": key, "tokens_key": TOKENS_KEY, "x_min": lo,
+              "x_max": hi, "max_points": max_points, "buckets": max_points // 2}  # fmt: skip
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
         groups = cur.fetchall()
-        series.count = sum(g[0] for g in groups)
-        if series.count <= max_points:
-            cur.execute(f"SELECT {x_col}, p.step, p.value {source} ORDER BY 1, 2", params)
-            rows = cur.fetchall()
-        else:
-            kept = set()
-            for _, low, high in groups:
-                kept.add((low[1], low[2], low[0]))
-                kept.add((-high[1], -high[2], high[0]))
-            rows = sorted(kept, key=lambda r: (r[0], r[1]))
-    for xv, step, value in rows:
-        series.x.append(xv)
-        series.step.append(int(step))
-        series.y.append(_finite(value))
-    return series
+    # (x, step) → value: a bucket's low and high may be one point (and NaN != NaN)
+    kept: dict[int, dict[tuple[float, float], float]] = {r: {} for r in run_ids}
+    counts: dict[int, int] = {}
+    for run_id, n, low, high in groups:
+        counts[run_id] = n
+        kept[run_id][(low[1], low[2])] = low[0]
+        kept[run_id][(-high[1], -high[2])] = high[0]
+    out = {}
+    for run_id in run_ids:
+        series = out[run_id] = Series(key=key, count=counts.get(run_id, 0))
+        for (xv, step), value in sorted(kept[run_id].items()):
+            series.x.append(xv)
+            series.step.append(int(step))
+            series.y.append(_finite(value))
+    return out
 
 
-def _series_python(*, run_id: int, key: str, x: str, max_points: int) -> Series:
+def _series_python(
+    *, run_id: int, key: str, x: str, max_points: int, window: Window | None = None
+) -> Series:
+    window = window or Window()
     rows = MetricPoint.objects.filter(run_id=run_id, key=key).values_list("step", "time", "value")
     if x == "tokens":
         tokens = dict(
@@ -180,6 +214,7 @@ def _series_python(*, run_id: int, key: str, x: str, max_points: int) -> Series:
         points = [(t, s, v) for s, t, v in rows]
     else:
         points = [(float(s), s, v) for s, _, v in rows]
+    points = [p for p in points if window.holds(p[0])]
     points.sort(key=lambda p: (p[0], p[1]))
     keep = downsample_minmax([p[0] for p in points], [p[2] for p in points], max_points)
     series = Series(key=key, count=len(points))
@@ -191,16 +226,70 @@ def _series_python(*, run_id: int, key: str, x: str, max_points: int) -> Series:
     return series
 
 
-def metric_series(*, run_id: int, key: str, x: str = "step", max_points: int = 1000) -> Series:
-    """One metric of one run against `x` (step | time | tokens), at most `max_points`
-    points, spikes kept. With x=tokens, steps without a `tokens/total` point are left out.
-    The caller has checked that the actor may read the run."""
+def metric_series_many(
+    *,
+    run_ids: Sequence[int],
+    key: str,
+    x: str = "step",
+    max_points: int = 1000,
+    window: Window | None = None,
+) -> list[Series]:
+    """One metric of several runs against `x` (step | time | tokens), each at most
+    `max_points` points with spikes kept, in the order of `run_ids`. On PostgreSQL one
+    statement for all the runs. With x=tokens, steps without a `tokens/total` point are
+    left out. The caller has checked that the actor may read the runs."""
     if x not in X_AXES:
         raise ValueError(f"x must be one of {X_AXES}")
     max_points = max(2, min(max_points, MAX_POINTS_LIMIT))
+    window = window or Window()
+    run_ids = list(dict.fromkeys(run_ids))
+    if not run_ids:
+        return []
     if connection.vendor == "postgresql":
-        return _series_postgresql(run_id=run_id, key=key, x=x, max_points=max_points)
-    return _series_python(run_id=run_id, key=key, x=x, max_points=max_points)
+        by_run = _series_postgresql(
+            run_ids=run_ids, key=key, x=x, max_points=max_points, window=window
+        )
+        return [by_run[r] for r in run_ids]
+    return [
+        _series_python(run_id=r, key=key, x=x, max_points=max_points, window=window)
+        for r in run_ids
+    ]
+
+
+def metric_series(
+    *,
+    run_id: int,
+    key: str,
+    x: str = "step",
+    max_points: int = 1000,
+    window: Window | None = None,
+) -> Series:
+    """One metric of one run: `metric_series_many` of that run alone."""
+    return metric_series_many(run_ids=[run_id], key=key, x=x, max_points=max_points, window=window)[
+        0
+    ]
+
+
+def metric_latest_annotations() -> dict[str, Subquery]:
+    """Annotations for a queryset of runs: per key of LATEST_KEYS, the value stored at the
+    run's highest step of that key. Correlated subqueries, each a backward step of the
+    (run, key, step) index, so a page of runs and their last values is one statement (no
+    query per run, nothing added to ingest); read back with `metric_latest_of`."""
+    return {
+        f"latest_{i}": Subquery(
+            MetricPoint.objects.filter(run_id=OuterRef("pk"), key=key)
+            .order_by("-step")
+            .values("value")[:1]
+        )
+        for i, key in enumerate(LATEST_KEYS)
+    }
+
+
+def metric_latest_of(run) -> dict[str, float]:
+    """The last values of a run annotated with `metric_latest_annotations`; a key with no
+    (finite) value is left out, as in the live snapshot's `latest`."""
+    values = {key: getattr(run, f"latest_{i}", None) for i, key in enumerate(LATEST_KEYS)}
+    return {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
 
 
 def metric_keys(*, run_id: int) -> list[str]:

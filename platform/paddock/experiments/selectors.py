@@ -3,10 +3,11 @@ is not found), each shaped for its list so that a page costs a fixed number of q
 
 from __future__ import annotations
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, Max, Prefetch, Q, QuerySet
 
 from paddock.api.errors import not_found
 from paddock.clusters.models import RayCluster
+from paddock.experiments.metrics import metric_latest_annotations
 from paddock.experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -16,6 +17,7 @@ from paddock.experiments.models import (
     Run,
     RunEvent,
 )
+from paddock.live.models import SampleSet
 from paddock.teams.access import Actor
 from paddock.teams.models import Role
 
@@ -72,10 +74,15 @@ def run_list(
     backend: str = "",
     tag: str = "",
     creator: str = "",
+    with_latest: bool = False,
 ) -> QuerySet[Run]:
+    """Runs of the actor's teams; `with_latest` adds each run's last metric values
+    (LATEST_KEYS, read with `metric_latest_of`) to the same query."""
     runs = Run.objects.filter(team_id__in=actor.team_ids).select_related(
         "experiment", "created_by", "cluster"
     )
+    if with_latest:
+        runs = runs.annotate(**metric_latest_annotations())
     if team_id is not None:
         runs = runs.filter(team_id=team_id)
     if experiment_id is not None:
@@ -93,11 +100,20 @@ def run_list(
     return runs
 
 
-def run_get(*, actor: Actor, run_id: int) -> Run:
-    run = run_list(actor=actor).filter(pk=run_id).first()
+def run_get(*, actor: Actor, run_id: int, with_latest: bool = False) -> Run:
+    run = run_list(actor=actor, with_latest=with_latest).filter(pk=run_id).first()
     if run is None:
         raise not_found("run")
     return run
+
+
+def experiment_run_ids(*, actor: Actor, experiment_id: int) -> list[int]:
+    """The ids of an experiment's runs, oldest first (not found: another team's or none)."""
+    if not Experiment.objects.filter(pk=experiment_id, team_id__in=actor.team_ids).exists():
+        raise not_found("experiment")
+    return list(
+        Run.objects.filter(experiment_id=experiment_id).order_by("id").values_list("id", flat=True)
+    )
 
 
 def config_get(*, actor: Actor, config_id: int) -> ConfigVersion:
@@ -124,15 +140,51 @@ def checkpoint_get(*, actor: Actor, run_id: int, checkpoint_id: int) -> Checkpoi
 
 
 def run_event_list(
-    *, actor: Actor, run: Run, after_id: int = 0, kind: str = "", limit: int = 200
+    *,
+    actor: Actor,
+    run: Run,
+    after_id: int = 0,
+    before_id: int | None = None,
+    kind: str = "",
+    limit: int = 200,
 ) -> list[RunEvent]:
     """Events of a run after event `after_id`, oldest first: `runs logs --follow` polls
-    with the id of the last one it printed."""
+    with the id of the last one it printed. With `before_id`, the events before it (and
+    still after `after_id`), newest first: a log tail scrolling back."""
     actor.require(run.team_id, Role.VIEWER, what="run")
     events = run.events.filter(id__gt=after_id)
     if kind:
         events = events.filter(kind=kind)
+    if before_id is not None:
+        return list(events.filter(id__lt=before_id).order_by("-id")[:limit])
     return list(events.order_by("id")[:limit])
+
+
+def sample_set_list(
+    *,
+    actor: Actor,
+    run: Run,
+    step: int | None = None,
+    before_step: int | None = None,
+    limit: int = 20,
+) -> list[SampleSet]:
+    """A run's sample sets, newest step first, one per step: a step reported again (by a
+    later dispatch, after a resume) shows its latest set, as its metric points do."""
+    actor.require(run.team_id, Role.VIEWER, what="run")
+    return sample_sets_newest(run_id=run.pk, step=step, before_step=before_step, limit=limit)
+
+
+def sample_sets_newest(
+    *, run_id: int, step: int | None = None, before_step: int | None = None, limit: int = 20
+) -> list[SampleSet]:
+    """`sample_set_list` without the access check, for the live snapshot."""
+    sets = SampleSet.objects.filter(run_id=run_id)
+    if step is not None:
+        sets = sets.filter(step=step)
+    if before_step is not None:
+        sets = sets.filter(step__lt=before_step)
+    newest = sets.values("step").annotate(newest=Max("id")).values("newest")
+    return list(SampleSet.objects.filter(id__in=newest).order_by("-step")[:limit])
 
 
 def cluster_list(*, actor: Actor) -> QuerySet[RayCluster]:

@@ -9,11 +9,13 @@ from typing import Any
 from django.db.models import Q
 
 from paddock.experiments.models import MetricPoint, Run, RunEvent
+from paddock.experiments.selectors import sample_sets_newest
 
 from .models import BatchSummary
 
 SNAPSHOT_POINTS = 500  # per key: the recent window; older history comes from the REST API
 SNAPSHOT_LOGS = 100
+SNAPSHOT_SAMPLES = 5  # sample sets (steps); older ones from GET /api/v1/runs/<id>/samples
 
 
 def _cursor(run: Run) -> dict[str, int]:
@@ -35,6 +37,7 @@ def _run_fields(run: Run) -> dict[str, Any]:
 
 def _log_row(event: RunEvent) -> dict[str, Any]:
     return {
+        "id": event.id,  # ?before=<the oldest id> on /api/v1/runs/<id>/events scrolls back
         "time": event.time.timestamp(),
         "level": event.level,
         "message": event.message,
@@ -59,6 +62,8 @@ def run_snapshot(run_id: int, points_per_key: int = SNAPSHOT_POINTS) -> dict[str
             latest[key] = rows[-1][1]
     logs = list(RunEvent.objects.filter(run_id=run_id).order_by("-id")[:SNAPSHOT_LOGS])
     logs.reverse()
+    samples = sample_sets_newest(run_id=run_id, limit=SNAPSHOT_SAMPLES)
+    samples.reverse()
     return {
         "type": "snapshot",
         "run_id": run_id,
@@ -67,6 +72,7 @@ def run_snapshot(run_id: int, points_per_key: int = SNAPSHOT_POINTS) -> dict[str
         "latest": latest,
         "points": points,
         "logs": [_log_row(e) for e in logs],
+        "samples": [{"step": s.step, "items": s.items} for s in samples],
     }
 
 
@@ -104,7 +110,10 @@ def run_replay(run_id: int, after: tuple[int, int]) -> list[dict[str, Any]]:
     events = RunEvent.objects.filter(run_id=run_id, id__gt=seen or 0).order_by("id")
     for event in events:
         messages.append({"type": "log", "run_id": run_id, "cursor": cursor, **_log_row(event)})
-    messages.append({"type": "state", "run_id": run_id, "cursor": cursor, **_run_fields(run)})
+    detail = run.error or run.queued_reason  # as broadcast_state words it
+    messages.append(
+        {"type": "state", "run_id": run_id, "cursor": cursor, **_run_fields(run), "detail": detail}
+    )
     return messages
 
 

@@ -5,7 +5,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from paddock.experiments.metrics import metric_points_store
 from paddock.experiments.models import Run
+from paddock.live.models import SampleSet
 from paddock.teams.models import Role
 from paddock.teams.services import api_token_create
 from tests.platform.conftest import launch
@@ -22,6 +24,8 @@ LISTS = {
     "/api/v1/clusters": 4,
     "/api/v1/runs/{run}/events": 5,
     "/api/v1/runs/{run}/checkpoints": 5,
+    "/api/v1/runs/{run}/events?before=999999999": 5,
+    "/api/v1/runs/{run}/samples": 5,
 }
 
 
@@ -34,6 +38,9 @@ def _grow(world, client, actor, times):
     for step in range(start, start + times):
         run.checkpoints.create(step=step, uri=f"file:///x/{step}")
         run.events.create(kind="log", message=f"step {step}", time=timezone.now())
+        SampleSet.objects.create(run=run, step=step, items=[{"prompt": "p", "completion": "c"}])
+        # every run of the list carries its last values: still one query for the page
+        metric_points_store(run_id=run.pk, points=[("reward/mean", step, 0.0, 1.0)])
 
 
 def _count(client, url) -> int:

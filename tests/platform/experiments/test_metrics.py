@@ -63,11 +63,19 @@ def _noisy(run, n=5000):
     metric_points_store(run_id=run.pk, points=points)
 
 
+WINDOWS = {"step": (100.5, 3000), "time": (1100.0, 2000.25), "tokens": (0, 250_000)}
+
+
+@pytest.mark.parametrize("zoom", [False, True])
 @pytest.mark.parametrize("x", ["step", "time", "tokens"])
-def test_the_database_path_keeps_what_the_python_path_keeps(run, x):
+def test_the_database_path_keeps_what_the_python_path_keeps(run, x, zoom):
     _noisy(run)
-    fast = metric_series(run_id=run.pk, key="reward/mean", x=x, max_points=200)
-    slow = metrics._series_python(run_id=run.pk, key="reward/mean", x=x, max_points=200)
+    window = metrics.Window(*WINDOWS[x]) if zoom else None
+    fast = metric_series(run_id=run.pk, key="reward/mean", x=x, max_points=200, window=window)
+    slow = metrics._series_python(run_id=run.pk, key="reward/mean", x=x, max_points=200,
+                                  window=window)  # fmt: skip
+    if zoom:
+        assert fast.x[0] >= WINDOWS[x][0] and fast.x[-1] <= WINDOWS[x][1]
     assert (fast.x, fast.y, fast.step, fast.count) == (slow.x, slow.y, slow.step, slow.count)
     assert len(fast.x) <= 200 and fast.downsampled
     if x != "tokens":
@@ -91,6 +99,9 @@ def test_the_endpoint_serves_downsampled_series_and_the_multi_run_form(world, cl
                                            "max_points": 50, "x": "time"}).json()  # fmt: skip
     assert [r["run"] for r in multi["runs"]] == [run.pk, other]
     assert multi["runs"][1]["series"][0]["count"] == 0
+    alone = client.get(f"/api/v1/runs/{run.pk}/metrics",
+                       {"keys": "reward/mean", "max_points": 50, "x": "time"}).json()  # fmt: skip
+    assert multi["runs"][0] == alone  # one statement for several runs keeps the same points
     bad = client.get(f"/api/v1/runs/{run.pk}/metrics", {"x": "wall"})
     assert (bad.status_code, bad.json()["field"]) == (400, "x")
 
