@@ -5,6 +5,7 @@ skip, and docs/deployment.md gives the manual `helm template` step."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -20,6 +21,8 @@ VALUES = {
 
 
 def test_chart_and_values_parse():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(load_yaml(CHART / "values.yaml")) <= set(schema["properties"])
     chart = load_yaml(CHART / "Chart.yaml")
     assert chart["apiVersion"] == "v2" and chart["name"] == "paddock"
     assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
@@ -204,3 +207,26 @@ def test_ray_auth_off_and_extra_env(helm):
     assert "RAY_AUTH_MODE" not in by_kind(docs, "ConfigMap")["paddock-env"]["data"]
     for name, pod in _pods(docs):
         assert pod["containers"][0]["env"] == extra, name
+
+
+def test_compose_and_chart_give_the_platform_the_same_variables(docs, compose):
+    chart = set(by_kind(docs, "ConfigMap")["paddock-env"]["data"])
+    chart |= set(by_kind(docs, "Secret")["paddock-env"]["stringData"])
+    (_, pod), *_ = _pods(docs)
+    chart |= {e["name"] for e in pod["containers"][0]["env"]}
+    services = compose["services"]
+    composed = set(services["web"]["environment"]) | set(services["migrate"]["environment"])
+    assert chart == composed
+
+
+def test_values_schema_refuses_typos_and_wrong_urls(helm):
+    with helm.Chart.load(str(CHART)) as chart:
+        chart.validate_schema(VALUES)
+        for bad, where in (
+            ({"web": {"replica": 3}}, "replica"),
+            ({"image": {"repository": "r", "tag": "latest"}}, "/image/tag"),
+            ({"database": {"url": "mysql://db/paddock"}}, "/database/url"),
+            ({"publicUrl": "paddock.example.com"}, "/publicUrl"),
+        ):
+            with pytest.raises(Exception, match=where):
+                chart.validate_schema({**VALUES, **bad})
