@@ -1,4 +1,4 @@
-"""One private local Ray instance for a test module (2 CPUs, no dashboard), shut down at the
+"""One private local Ray instance for these tests (2 CPUs, no dashboard), shut down at the
 end; never another cluster found on the machine."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import ray
 from ray._private.authentication_test_utils import reset_auth_token_state
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def ray_local(tmp_path_factory):
     # A local ray.init() turns token authentication on and, unless told where the token is,
     # writes ~/.ray/auth_token, which every later `ray start --head` on the machine would

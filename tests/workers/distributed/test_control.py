@@ -1,6 +1,7 @@
 """Pause / resume / abort reach the actors: a pause aborts in-flight generation on the rollout
 actors (partials stay in the checkpointed buffer) and checkpoints; release_on_pause exits and
-frees the actors; a held pause resumes in place."""
+frees the actors (resuming from a checkpoint in a new fleet: test_failures); a held pause
+resumes in place."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from workers.train import train
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
-ASYNC = ["async.enabled=true", "async.max_staleness=1", "resources.rollout_replicas=2", *RAY]
+ASYNC = ["async.enabled=true", "async.max_staleness=1", *RAY]
 
 
 def status_events(events):
     return [e["state"] for e in events if e["type"] == "status"]
 
 
-def test_pause_with_release_checkpoints_exits_and_resumes_from_there(make_spec, tmp_path):
+def test_pause_with_release_checkpoints_and_frees_the_actors(make_spec, tmp_path):
     control, events = StaticControl(), []
 
     def on_metrics(step, values):
@@ -31,7 +32,7 @@ def test_pause_with_release_checkpoints_exits_and_resumes_from_there(make_spec, 
             control.set("paused")
 
     spec = make_spec("train.steps=4", "resources.release_on_pause=true", *ASYNC)
-    outcome = train(spec, tmp_path / "a", progress=False, control=control,
+    outcome = train(spec, tmp_path, progress=False, control=control,
                     on_metrics=on_metrics, on_event=events.append)  # fmt: skip
     assert outcome.state == "paused" and outcome.step == 2
     assert status_events(events) == ["running", "paused"]
@@ -39,10 +40,6 @@ def test_pause_with_release_checkpoints_exits_and_resumes_from_there(make_spec, 
     # the rollout side was one step ahead: that step, whole or cut short, is in the checkpoint
     buffer = torch.load(outcome.checkpoint / "buffer.pt", weights_only=False)
     assert 2 in buffer["steps"] or 2 in buffer["pending"]
-
-    resumed = train(make_spec("train.steps=4", f"checkpoint.resume_from={outcome.checkpoint}",
-                              *ASYNC), tmp_path / "b", progress=False)  # fmt: skip
-    assert resumed.state == "succeeded" and resumed.step == 4
 
 
 def test_a_held_pause_resumes_in_place_and_abort_stops(make_spec, tmp_path):

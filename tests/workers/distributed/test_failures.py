@@ -1,5 +1,5 @@
-"""A rollout actor killed mid-run: the run fails with an event naming the actor, or, with
-resources.max_restarts, a fresh fleet resumes from the last checkpoint."""
+"""A rollout actor killed mid-run: while resources.max_restarts allows, a fresh fleet resumes
+from the last checkpoint; past it, the run fails with an event naming the actor."""
 
 from __future__ import annotations
 
@@ -16,54 +16,37 @@ from workers.train import train
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 
-def kill_rollout_actor(index: int) -> int:
-    """SIGKILL the process of the live fleet's rollout actor `index`; returns its pid."""
-    names = ray.util.list_named_actors()
-    (name,) = [n for n in names if n.endswith(f"-rollout-{index}")]
+def kill_rollout_actor() -> int:
+    """SIGKILL the process of the live fleet's rollout actor; returns its pid."""
+    (name,) = [n for n in ray.util.list_named_actors() if n.endswith("-rollout-0")]
     pid = ray.get(ray.get_actor(name).where.remote())["pid"]
     os.kill(pid, signal.SIGKILL)
     return pid
 
 
-def run_and_kill(make_spec, out, *overrides):
+def test_a_killed_rollout_actor_restarts_from_the_checkpoint_then_fails_the_run(
+    make_spec, tmp_path
+):
     events: list[dict] = []
     killed: list[int] = []
 
-    def on_metrics(step, values):
-        if step == 2 and not killed:
-            killed.append(kill_rollout_actor(1))
+    def on_metrics(step, values):  # kill at step 2 (checkpointed), again after the restart
+        if (step, len(killed)) in ((2, 0), (3, 1)):
+            killed.append(kill_rollout_actor())
 
-    spec = make_spec("train.steps=4", "checkpoint.every=2", "resources.rollout_replicas=2",
-                     *RAY, *overrides)  # fmt: skip
-    try:
-        return train(spec, out, progress=False, on_metrics=on_metrics, on_event=events.append)
-    finally:
-        run_and_kill.events, run_and_kill.killed = events, killed
+    spec = make_spec("train.steps=5", "checkpoint.every=2", "resources.max_restarts=1",
+                     "async.enabled=true", "async.max_staleness=1", *RAY)  # fmt: skip
+    with pytest.raises(ActorDied, match=r"rollout actor 0 of 1 \(pid \d+ on .*\) died"):
+        train(spec, tmp_path, progress=False, on_metrics=on_metrics, on_event=events.append)
 
-
-def statuses(events):
-    return [(e["state"], e["detail"]) for e in events if e["type"] == "status"]
-
-
-def test_a_dead_rollout_actor_fails_the_run_with_a_clear_event(make_spec, tmp_path):
-    mode = ["async.enabled=true", "async.max_staleness=1"]  # the failure is in the producer
-    with pytest.raises(ActorDied, match=r"rollout actor 1 of 2 \(pid \d+ on .*\) died"):
-        run_and_kill(make_spec, tmp_path, "resources.max_restarts=0", *mode)
-    (pid,) = run_and_kill.killed
-    *_, (state, detail) = statuses(run_and_kill.events)
-    assert state == "failed"
-    assert f"rollout actor 1 of 2 (pid {pid} on" in detail and "died" in detail
-
-
-def test_with_max_restarts_the_run_resumes_from_its_checkpoint(make_spec, tmp_path):
-    outcome = run_and_kill(make_spec, tmp_path, "resources.max_restarts=1")
-    assert outcome.state == "succeeded" and outcome.step == 4
-    events = run_and_kill.events
-    assert [s for s, _ in statuses(events)] == ["running", "running", "succeeded"]
-    assert statuses(events)[1] == ("running", "resumed")
+    first, second = killed
     (restart,) = [e for e in events if e["type"] == "log" and "restart 1 of" in e["message"]]
-    assert "rollout actor 1 of 2" in restart["message"]
+    assert f"rollout actor 0 of 1 (pid {first} on" in restart["message"]
     assert restart["message"].endswith(f"restart 1 of 1 from {tmp_path / 'checkpoints' / 'step-2'}")
-    # steps 3 and 4 come from the resumed fleet; nothing after the kill was lost
+    statuses = [(e["state"], e["detail"]) for e in events if e["type"] == "status"]
+    assert [s for s, _ in statuses] == ["running", "running", "failed"]
+    assert statuses[1] == ("running", "resumed")
+    assert f"rollout actor 0 of 1 (pid {second} on" in statuses[2][1]
+    # step 3 was trained by the resumed fleet (from step 2's checkpoint)
     steps = [e["step"] for e in events if e["type"] == "metric"]
-    assert steps[-2:] == [3, 4] and 2 in steps
+    assert steps.count(3) == 1 and steps.index(3) > steps.index(2)

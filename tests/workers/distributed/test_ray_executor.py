@@ -1,5 +1,7 @@
-"""The Ray executor drives the same loop as the in-process one: same results, adapter
-broadcast with a per-actor version handshake."""
+"""The Ray executor drives the same loop as the in-process one. One run covers the whole
+path: 2 FSDP2 trainer ranks (gloo) and 2 rollout actors against an in-process run of the
+same spec: loss and adapter match within fp32 tolerance, and the LoRA matrices were sharded
+with the base."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 
 from tests.workers.distributed.conftest import RAY
@@ -20,25 +23,43 @@ def rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def final_adapter(out: Path) -> dict[str, torch.Tensor]:
-    last = max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
-    return read_adapter_dir(last / "adapter")[0]
-
-
-def test_two_rollout_actors_reproduce_the_local_run(make_spec, tmp_path):
+def test_fsdp_ranks_and_rollout_actors_match_the_in_process_run(make_spec, tmp_path):
     local, remote = tmp_path / "local", tmp_path / "ray"
     train(make_spec("train.steps=2"), local, progress=False)
+
+    layouts: list[dict] = []
     events: list[dict] = []
-    outcome = train(make_spec("train.steps=2", "resources.rollout_replicas=2", *RAY), remote,
-                    progress=False, on_event=events.append)  # fmt: skip
+
+    def on_metrics(step, values):
+        if step == 1:
+            names = sorted(n for n in ray.util.list_named_actors() if "-trainer-" in n)
+            layouts.extend(ray.get([ray.get_actor(n).parameter_layout.remote() for n in names]))
+
+    spec = make_spec("train.steps=2", "resources.trainer_actors=2",
+                     "resources.rollout_replicas=2", *RAY)  # fmt: skip
+    outcome = train(spec, remote, progress=False, on_metrics=on_metrics, on_event=events.append)
     assert outcome.state == "succeeded" and outcome.adapter_version == 2
-    a, b = final_adapter(local), final_adapter(remote)
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], msg=k)
-    keys = ["reward/mean", "loss/policy", "adapter_version"]
-    assert [{k: r.get(k) for k in keys} for r in rows(local)] == [
-        {k: r.get(k) for k in keys} for r in rows(remote)
-    ]
-    assert all(r["time/weight_sync_s"] > 0 for r in rows(remote)[1:])
     assert [e["state"] for e in events if e["type"] == "status"] == ["running", "succeeded"]
+
+    for a, b in zip(rows(local), rows(remote), strict=True):
+        assert a.get("reward/mean") == b.get("reward/mean")  # same samples, split over actors
+        for key in ("loss/policy", "entropy", "grad_norm", "eval/accuracy"):
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), key
+    assert all(r["time/weight_sync_s"] > 0 for r in rows(remote)[1:])
+
+    want, v1 = read_adapter_dir(local / "checkpoints" / "step-2" / "adapter")
+    got, v2 = read_adapter_dir(remote / "checkpoints" / "step-2" / "adapter")
+    assert v1 == v2 == 2 and want.keys() == got.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert any(v.abs().sum() > 0 for k, v in got.items() if "lora_B" in k)  # it trained
+
+    # each rank holds half of every LoRA matrix and of the base weights, as DTensors
+    assert len(layouts) == 2
+    for layout in layouts:
+        lora = [v for n, v in layout.items() if "lora_" in n]
+        assert lora and all(kind == "DTensor" for kind, _, _ in lora)
+        assert all(local[0] * 2 == full[0] and local[1:] == full[1:] for _, local, full in lora)
+        q_base = next(v for n, v in layout.items() if n.endswith("q_proj.base_layer.weight"))
+        assert q_base[0] == "DTensor" and q_base[1][0] * 2 == q_base[2][0]
