@@ -37,6 +37,8 @@ _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 def _import_vllm() -> Any:
+    # vLLM logs a line per adapter load and prefix-cache reset, i.e. per train step.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         import vllm
     except ModuleNotFoundError as exc:
@@ -177,7 +179,7 @@ class VllmBackend:
         # keep: the frozen requests' KV cache must survive the pause.
         await self.engine.pause_generation(mode=mode, clear_cache=mode != "keep")
         if mode == "abort":
-            await self._wait_idle()
+            await self._drain()
 
     async def resume(self) -> None:
         await self.engine.resume_generation()
@@ -191,13 +193,12 @@ class VllmBackend:
             self._aborting = True
             self._cond.notify_all()
         try:
-            await self.engine.abort(list(self._live))
             if self._mode == "keep":  # frozen requests end only once the engine runs again
                 await self.engine.resume_generation()
-                await self._wait_idle()
+                await self._drain()
                 await self.engine.pause_generation(mode="keep", clear_cache=False)
             else:
-                await self._wait_idle()
+                await self._drain()
         finally:
             async with self._cond:
                 self._aborting = False
@@ -263,6 +264,18 @@ class VllmBackend:
         async with self._cond:
             await self._cond.wait_for(lambda: self._inflight == 0)
 
+    async def _drain(self) -> None:
+        """Abort our engine requests until every generate call has returned. A request a
+        call submitted just as the engine paused sits queued in the engine (a paused vLLM
+        queues new requests) and would never end: it is aborted on the next round."""
+        while True:
+            await self.engine.abort(list(self._live))
+            try:
+                await asyncio.wait_for(self._wait_idle(), 0.2)
+                return
+            except TimeoutError:
+                continue
+
     def _params(self, params: SamplingParams, n: int, max_tokens: int, seed: int) -> Any:
         from vllm.sampling_params import RequestOutputKind
 
@@ -313,6 +326,10 @@ class VllmBackend:
         self, req: GroupRequest, prompt: list[int], params: Any, targets: list[Sample]
     ) -> None:
         eid = f"{req.request_id}#{next(self._ids)}"
+        if self._mode == "abort" or self._aborting:  # the gate closed behind this call
+            for s in targets:
+                s.finish_reason = "abort"
+            return
         starts = [len(s.token_ids) for s in targets]
         labels = self._version  # fallback label when the engine reports no version spans
         self._live.add(eid)
