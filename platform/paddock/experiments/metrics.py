@@ -144,55 +144,99 @@ def _x_sql(x: str) -> tuple[str, str]:
     )
 
 
+# Every run's series of one key in one statement. Each run's x range is found first (`b`),
+# then its points are grouped by bucket with the same arithmetic as `_bucket` (so both paths
+# keep the same points), each group giving its count, its lowest and its highest point (the
+# max negates x and step so that ties go to the first point, as in `downsample_minmax`). A
+# run known to have at most max_points points (`whole`) groups by step: it comes back whole.
+#
+# On steps the range comes from two probes of the (run, key, step) index per run, so the
+# points are read once; `whole` is then "the step range is at most max_points wide", and a
+# sparser run that still has at most max_points points (an eval every 50 steps) is read again
+# whole by `_SPARSE`. On time and tokens the range and the count take a pass of their own.
+_BY_STEP = """
+    WITH b AS MATERIALIZED (
+        SELECT r, lo::float8 AS lo, (hi - lo)::float8 AS span, hi - lo < %(max_points)s AS whole
+        FROM (SELECT r,
+                     (SELECT min(p.step) FROM {table} p
+                      WHERE p.run_id = r AND p.key = %(key)s {window}) AS lo,
+                     (SELECT max(p.step) FROM {table} p
+                      WHERE p.run_id = r AND p.key = %(key)s {window}) AS hi
+              FROM unnest(%(runs)s::bigint[]) AS r) AS q
+        WHERE lo IS NOT NULL
+    )
+    SELECT b.r, b.whole, count(*), min(ARRAY[p.value, p.step::float8, p.step]),
+           max(ARRAY[p.value, -p.step::float8, -p.step])
+    FROM b JOIN {table} p ON p.run_id = b.r AND p.key = %(key)s {window}
+    GROUP BY b.r, b.whole,
+             CASE WHEN b.whole THEN p.step::float8
+                  ELSE LEAST(FLOOR((p.step::float8 - b.lo) / NULLIF(b.span, 0) * %(buckets)s),
+                             %(buckets)s - 1) END"""
+_BY_X = """
+    WITH pts AS NOT MATERIALIZED (
+        SELECT p.run_id AS r, {x} AS x, p.step AS s, p.value AS v
+        FROM {table} p {join} WHERE p.run_id = ANY(%(runs)s) AND p.key = %(key)s {window}
+    ), b AS (
+        SELECT r, min(x) AS lo, max(x) - min(x) AS span, count(*) <= %(max_points)s AS whole
+        FROM pts GROUP BY r
+    )
+    SELECT pts.r, b.whole, count(*), min(ARRAY[pts.v, pts.x, pts.s]),
+           max(ARRAY[pts.v, -pts.x, -pts.s])
+    FROM pts JOIN b ON b.r = pts.r
+    GROUP BY pts.r, b.whole,
+             CASE WHEN b.whole THEN -1 - pts.s::float8
+                  ELSE LEAST(FLOOR((pts.x - b.lo) / NULLIF(b.span, 0) * %(buckets)s),
+                             %(buckets)s - 1) END"""
+_SPARSE = """
+    SELECT p.run_id, true, 1, ARRAY[p.value, p.step::float8, p.step],
+           ARRAY[p.value, -p.step::float8, -p.step]
+    FROM {table} p WHERE p.run_id = ANY(%(runs)s) AND p.key = %(key)s {window}"""
+
+
+def _window_sql(x: str, window: Window) -> tuple[str, dict]:
+    """The WHERE terms of a window, and their parameters."""
+    x_col, _ = _x_sql(x)
+    lo, hi = window.lo, window.hi
+    if x == "step":
+        # whole bounds on the integer column, so the (run, key, step) index takes them,
+        # clamped to bigint: a far bound must not overflow the column's type
+        x_col = "p.step"
+        lo = max(math.ceil(lo), -(2**63)) if lo is not None else None
+        hi = min(math.floor(hi), 2**63 - 1) if hi is not None else None
+    sql = ""
+    if lo is not None:
+        sql += f" AND {x_col} >= %(x_min)s"
+    if hi is not None:
+        sql += f" AND {x_col} <= %(x_max)s"
+    return sql, {"x_min": lo, "x_max": hi}
+
+
 def _series_postgresql(
     *, run_ids: list[int], key: str, x: str, max_points: int, window: Window
 ) -> dict[int, Series]:
-    """Every run's series of `key` in one statement: per run, its point count and x range
-    (`b`), then its points grouped by bucket (the same arithmetic as `_bucket`, so both
-    paths keep the same points), each group giving its lowest and its highest point; a run
-    with at most max_points points groups by step instead, so it comes back whole. The max
-    negates x and step so that ties go to the first point, as in `downsample_minmax`."""
     x_col, join = _x_sql(x)
-    table = MetricPoint._meta.db_table
-    where = "p.run_id = ANY(%(runs)s) AND p.key = %(key)s"
-    # on steps, whole bounds on the integer column, so the (run, key, step) index takes them
-    x_bound = "p.step" if x == "step" else x_col
-    lo, hi = window.lo, window.hi
-    if x == "step":  # clamped to bigint: a far bound must not overflow the column's type
-        lo = max(math.ceil(lo), -(2**63)) if lo is not None else None
-        hi = min(math.floor(hi), 2**63 - 1) if hi is not None else None
-    if lo is not None:
-        where += f" AND {x_bound} >= %(x_min)s"
-    if hi is not None:
-        where += f" AND {x_bound} <= %(x_max)s"
-    sql = f"""
-        WITH pts AS NOT MATERIALIZED (
-            SELECT p.run_id AS r, {x_col} AS x, p.step AS s, p.value AS v
-            FROM {table} p {join} WHERE {where}
-        ), b AS (
-            SELECT r, min(x) AS lo, max(x) - min(x) AS span, count(*) AS n FROM pts GROUP BY r
-        )
-        SELECT pts.r, b.n, min(ARRAY[pts.v, pts.x, pts.s]), max(ARRAY[pts.v, -pts.x, -pts.s])
-        FROM pts JOIN b ON b.r = pts.r
-        GROUP BY pts.r, b.n,
-                 CASE WHEN b.n <= %(max_points)s THEN -1 - pts.s::float8
-                      ELSE LEAST(FLOOR((pts.x - b.lo) / NULLIF(b.span, 0) * %(buckets)s),
-                                 %(buckets)s - 1) END"""
-    params = {"runs": run_ids, "key": key, "tokens_key": TOKENS_KEY, "x_min": lo,
-              "x_max": hi, "max_points": max_points, "buckets": max_points // 2}  # fmt: skip
+    where, params = _window_sql(x, window)
+    parts = {"table": MetricPoint._meta.db_table, "window": where, "x": x_col, "join": join}
+    params |= {"runs": run_ids, "key": key, "tokens_key": TOKENS_KEY,
+               "max_points": max_points, "buckets": max_points // 2}  # fmt: skip
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        cur.execute((_BY_STEP if x == "step" else _BY_X).format(**parts), params)
         groups = cur.fetchall()
+        counts: dict[int, int] = dict.fromkeys(run_ids, 0)
+        for run_id, _, n, _, _ in groups:
+            counts[run_id] += n
+        sparse = {r for r, whole, *_ in groups if not whole and counts[r] <= max_points}
+        if sparse:
+            cur.execute(_SPARSE.format(**parts), {**params, "runs": sorted(sparse)})
+            groups = [g for g in groups if g[0] not in sparse] + cur.fetchall()
     # (x, step) → value: a bucket's low and high may be one point (and NaN != NaN)
     kept: dict[int, dict[tuple[float, float], float]] = {r: {} for r in run_ids}
-    counts: dict[int, int] = {}
-    for run_id, n, low, high in groups:
-        counts[run_id] = n
+    for run_id, _, _, low, high in groups:
         kept[run_id][(low[1], low[2])] = low[0]
         kept[run_id][(-high[1], -high[2])] = high[0]
     out = {}
     for run_id in run_ids:
-        series = out[run_id] = Series(key=key, count=counts.get(run_id, 0))
+        series = out[run_id] = Series(key=key, count=counts[run_id])
         for (xv, step), value in sorted(kept[run_id].items()):
             series.x.append(xv)
             series.step.append(int(step))

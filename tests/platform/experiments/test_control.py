@@ -70,4 +70,4 @@ def test_events_follow_after_an_id(run, member):
     rest = member.get(f"/api/v1/runs/{run.pk}/events", {"after": first["last_id"]}).json()
     assert [e["message"] for e in rest["results"]] == ["starting → running"]
     empty = member.get(f"/api/v1/runs/{run.pk}/events", {"after": rest["last_id"]}).json()
-    assert empty == {"results": [], "last_id": rest["last_id"]}
+    assert empty == {"results": [], "last_id": rest["last_id"], "next_before": None}

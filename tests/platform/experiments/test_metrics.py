@@ -111,3 +111,17 @@ def test_non_finite_values_come_back_as_null(run, world, client_as):
                                                ("kl", 1, 0.0, float("inf"))])  # fmt: skip
     body = client_as(world.users_a[Role.VIEWER]).get(f"/api/v1/runs/{run.pk}/metrics").json()
     assert body["series"][0]["y"] == [None, None]
+
+
+@pytest.mark.parametrize("max_points", [100, 1000])
+def test_a_sparse_series_is_whole_when_it_fits_and_bucketed_when_not(run, max_points):
+    # an eval every 50 steps: 401 points over 20,001 steps, with a spike
+    points = [("eval/accuracy", s, float(s), (s % 7) / 7) for s in range(0, 20_001, 50)]
+    points[123] = ("eval/accuracy", 123 * 50, 123 * 50.0, 9.0)
+    metric_points_store(run_id=run.pk, points=points)
+    fast = metric_series(run_id=run.pk, key="eval/accuracy", max_points=max_points)
+    slow = metrics._series_python(run_id=run.pk, key="eval/accuracy", x="step",
+                                  max_points=max_points)  # fmt: skip
+    assert (fast.x, fast.y, fast.step, fast.count) == (slow.x, slow.y, slow.step, slow.count)
+    assert fast.count == 401 and 9.0 in fast.y
+    assert len(fast.x) == (401 if max_points == 1000 else len(fast.x)) <= max_points
