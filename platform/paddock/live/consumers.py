@@ -12,6 +12,7 @@ lost and nothing is sent twice. Metric batches are coalesced to at most one mess
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from .snapshots import experiment_run_ids, run_replay, run_snapshot
 
 MIN_INTERVAL_S = 0.2
 FORBIDDEN = 4403
+MAX_CLIENT_FRAME = 4096  # a control message is a few dozen bytes
 
 
 def _key(cursor: dict[str, int]) -> tuple[int, int]:
@@ -111,9 +113,22 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
 
     # ---- client messages ------------------------------------------------------------------
 
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        # A bad frame is the client's mistake: answer it and keep the stream (the default
+        # decoder raises, which closes the socket with a server error).
+        if text_data is None or len(text_data) > MAX_CLIENT_FRAME:
+            await self._error("invalid_json", "send a JSON text frame {'action': …} under 4 KiB")
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            await self._error("invalid_json", "the frame is not JSON")
+            return
+        await self.receive_json(content)
+
     async def receive_json(self, content, **kwargs):
         action = content.get("action") if isinstance(content, dict) else None
-        control = RUN_CONTROLS.get(action or "")
+        control = RUN_CONTROLS.get(action) if isinstance(action, str) else None
         if control is None:
             await self._error("invalid_action", "action must be pause, resume or abort")
             return

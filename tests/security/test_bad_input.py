@@ -1,0 +1,152 @@
+"""Bad input: random and mutated specs never crash the validator and every rejection names
+a path; random YAML is refused only with SpecError (or YAML's own error); names take any
+unicode and refuse the oversized cleanly; every session write needs the CSRF token."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from django.test import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rest_framework.test import APIClient
+
+from paddock.experiments.models import Experiment
+from paddock.teams.models import Role, Team
+from tests.platform.conftest import launch
+from tests.security.test_cross_team import API_ROUTES, _fill
+from workers.spec import RunSpec, SpecError, load_spec, spec_errors
+
+DEFAULT = RunSpec().to_dict() if hasattr(RunSpec(), "to_dict") else RunSpec().model_dump()
+SECTIONS = set(RunSpec.model_fields) | {f.alias for f in RunSpec.model_fields.values() if f.alias}
+
+scalars = (
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30)
+)  # fmt: skip
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),  # fmt: skip
+    max_leaves=12,
+)
+
+
+def _paths(tree, prefix=()):
+    yield prefix
+    if isinstance(tree, dict):
+        for key, child in tree.items():
+            yield from _paths(child, (*prefix, key))
+
+
+PATHS = [p for p in _paths(DEFAULT) if p]
+
+
+def _assert_named(errors, data):
+    for error in errors:
+        assert isinstance(error["field"], str) and error["field"], (error, data)
+        assert isinstance(error["message"], str) and error["message"], (error, data)
+        field = error["field"]
+        assert field == "(root)" or any(
+            field == str(key) or field.startswith(f"{key}.") for key in [*SECTIONS, *data]
+        ), (error, data)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(sorted(SECTIONS)) | st.text(max_size=8), values,
+                       max_size=6))  # fmt: skip
+def test_random_specs_never_crash_the_validator(data):
+    _assert_named(spec_errors(data), data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(PATHS), st.sampled_from(["set", "delete", "unknown"]), values)
+def test_mutated_specs_are_refused_with_a_path_or_accepted(path, how, value):
+    data = copy.deepcopy(DEFAULT)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if how == "set":
+        node[path[-1]] = value
+    elif how == "delete":
+        del node[path[-1]]
+    else:
+        target = node[path[-1]] if isinstance(node[path[-1]], dict) else node
+        target["not_a_key"] = value
+    errors = spec_errors(data)
+    _assert_named(errors, data)
+    if how == "unknown":
+        assert any("not_a_key" in e["field"] for e in errors), errors
+    if not errors:
+        RunSpec.model_validate(data)  # accepted means it really builds
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200) | st.builds(lambda d: yaml.safe_dump(d), values))
+def test_random_yaml_is_refused_only_with_spec_or_yaml_errors(text):
+    try:
+        load_spec(text + "\n")
+    except SpecError as exc:
+        assert exc.errors and all(e["field"] for e in exc.errors)
+    except yaml.YAMLError:
+        pass
+
+
+NAMES = ["ünïcödé 実験 🚀", "\u202eevil", "a\x00b", "<script>alert(1)</script>", "x" * 10_000,
+         "  ", "'; DROP TABLE teams; --"]  # fmt: skip
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", NAMES, ids=range(len(NAMES)))
+def test_names_take_unicode_and_refuse_the_oversized_cleanly(world, client_as, name):
+    client = client_as(world.users_a[Role.MEMBER])
+    reply = launch(client, world.team_a, name=name)
+    assert reply.status_code in (201, 400), reply.content[:200]
+    if reply.status_code == 400:
+        assert reply.json()["field"] == "name"
+    else:
+        assert Experiment.objects.get(pk=reply.json()["experiment"]["id"]
+                                      if "experiment" in reply.json() else reply.json()["id"]
+                                      ).name == name  # fmt: skip
+    team = client_as(world.users_a[Role.OWNER]).post("/api/v1/teams", {"name": name}, format="json")
+    assert team.status_code in (201, 400, 409), team.content[:200]
+    if team.status_code == 201:
+        assert Team.objects.get(pk=team.json()["id"]).name == name
+
+
+WRITES = ["post", "put", "patch", "delete"]
+
+
+@pytest.mark.django_db
+def test_every_session_write_needs_the_csrf_token(world, launched):
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(world.users_a[Role.OWNER])
+    ids = dict.fromkeys(["team", "experiment", "config", "run", "user", "token", "checkpoint"],
+                        launched[0]["runs"][0]["id"])  # fmt: skip
+    ids["team"] = world.team_a.pk
+    checked = 0
+    for route in API_ROUTES:
+        url = _fill(route, ids)
+        for method in WRITES:
+            reply = getattr(client, method)(url, {}, format="json")
+            if reply.status_code == 405:
+                continue
+            checked += 1
+            if route.endswith(("/ingest", "/bootstrap")):
+                # bearer-only endpoints: a session cookie is no credential there
+                assert reply.status_code in (400, 401), (method, url, reply.content[:200])
+            else:
+                assert reply.status_code == 403, (method, url, reply.content[:200])
+                # DRF answers in the API's shape; Django's middleware (session/) in HTML
+                if not route.endswith(("schema/", "docs/")):  # read-only views, HTML
+                    assert b"CSRF" in reply.content, (method, url)
+    assert checked >= 15
+    # login and logout: Django's CSRF middleware guards them (login CSRF)
+    browser = Client(enforce_csrf_checks=True)
+    body = json.dumps({"username": "a-owner", "password": "x"})
+    assert browser.post("/api/v1/session/login", body, content_type="application/json"
+                        ).status_code == 403  # fmt: skip
