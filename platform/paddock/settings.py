@@ -185,6 +185,7 @@ _https = ENV.public_url.startswith("https://")
 SESSION_COOKIE_SECURE = _https
 CSRF_COOKIE_SECURE = _https
 SECURE_SSL_REDIRECT = _https and not DEBUG
+SECURE_REDIRECT_EXEMPT = [r"^livez$", r"^healthz$"]  # probes speak plain HTTP inside
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_HSTS_SECONDS = 31536000 if _https else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _https

@@ -91,3 +91,17 @@ def test_paddock_train_never_loads_django_and_up_never_loads_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_livez_answers_without_touching_dependencies(client):
+    reply = client.get("/livez")
+    assert reply.status_code == 200 and reply.json() == {"status": "ok"}
+
+
+def test_the_ray_executor_job_reserves_no_gpu_of_its_own():
+    from paddock.clusters.dispatch import _entrypoint_resources
+
+    ray = {"executor": "ray", "trainer_gpus": 2, "trainer_cpus": 4}
+    local = {"executor": "local", "trainer_gpus": 1, "trainer_cpus": 2}
+    assert _entrypoint_resources(ray) == {"num_cpus": 0.1, "num_gpus": 0.0}
+    assert _entrypoint_resources(local) == {"num_cpus": 2.0, "num_gpus": 1.0}

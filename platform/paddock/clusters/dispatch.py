@@ -108,10 +108,22 @@ def _order(run: Run, cluster: RayCluster) -> DispatchOrder:
         submission_id=run.ray_submission_id,
         cluster_id=cluster.pk,
         address=cluster.address,
-        num_cpus=float(resources.get("trainer_cpus", 1)),
-        num_gpus=float(resources.get("trainer_gpus", 0)),
+        **_entrypoint_resources(resources),
         env=env,
     )
+
+
+def _entrypoint_resources(resources: dict) -> dict[str, float]:
+    """What the job's driver process reserves. With the in-process executor it is the
+    trainer and the engine, so it takes the trainer's share; with the Ray executor the
+    actors' placement group holds the GPUs and CPUs, and a driver that reserved them too
+    would count them twice (and could wait forever for its own group)."""
+    if resources.get("executor", "local") == "ray":
+        return {"num_cpus": 0.1, "num_gpus": 0.0}
+    return {
+        "num_cpus": float(resources.get("trainer_cpus", 1)),
+        "num_gpus": float(resources.get("trainer_gpus", 0)),
+    }
 
 
 def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:

@@ -4,6 +4,12 @@ from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from .health import health_report
 
 
+def livez(request: HttpRequest) -> JsonResponse:
+    """Liveness: this process answers. Nothing else is checked, so an orchestrator never
+    restarts the web tier because a dependency (Ray, Celery) is down."""
+    return JsonResponse({"status": "ok"})
+
+
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 while the server can reach its database (so it can serve), with every component's
     state in the body; `?strict=1` answers 503 unless every component is healthy."""
