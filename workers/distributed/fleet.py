@@ -99,13 +99,13 @@ class Fleet:
         def strategy(i: int) -> PlacementGroupSchedulingStrategy:
             return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
 
-        run = uuid.uuid4().hex[:8]
+        tag = uuid.uuid4().hex[:8]
 
         def opts(i: int) -> dict[str, Any]:
             b = wanted[i]
             kind = "trainer" if i < n_train else "rollout"
             return {
-                "name": f"paddock-{run}-{kind}-{i if i < n_train else i - n_train}",
+                "name": f"paddock-{tag}-{kind}-{i if i < n_train else i - n_train}",
                 "num_cpus": b["CPU"],
                 "num_gpus": b.get("GPU", 0),
                 "scheduling_strategy": strategy(i),
@@ -146,5 +146,6 @@ class Fleet:
         """Kill every actor and free the placement group (idempotent)."""
         for m in self.trainers + self.rollouts:
             ray.kill(m.handle, no_restart=True)
-        remove_placement_group(self.pg)
-        self.trainers, self.rollouts = [], []
+        if self.pg is not None:
+            remove_placement_group(self.pg)
+        self.pg, self.trainers, self.rollouts = None, [], []
