@@ -80,11 +80,18 @@ async def torch_engine(tiny_dir: Path):
     await backend.close()
 
 
-@pytest_asyncio.fixture(params=BACKENDS, loop_scope="session")
-async def engine(request):
+@pytest.fixture(params=BACKENDS)
+def engine(request):
     """Each backend in turn; the engines are session-wide, so the order of the tests only
-    decides when each one starts. A test that fails while the engine is paused must not
-    leave the next one waiting at the gate."""
-    backend = request.getfixturevalue(f"{request.param}_engine")
-    yield backend
-    await backend.resume()
+    decides when each one starts."""
+    return request.getfixturevalue(f"{request.param}_engine")
+
+
+@pytest_asyncio.fixture(autouse=True, loop_scope="session")
+async def _resume_after(request):
+    """A test that fails while its engine is paused must not leave the next one waiting at
+    the gate. (Requested after `engine` is set up, so this never starts an engine.)"""
+    yield
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "engine" in callspec.params:
+        await request.getfixturevalue(f"{callspec.params['engine']}_engine").resume()
