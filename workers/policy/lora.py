@@ -15,7 +15,7 @@ from peft.utils import get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from ..spec import LoraSpec
+from ..spec import LoraSpec, ModelSpec
 
 ADAPTER_NAME = "default"
 VERSION_FILE = "paddock_adapter.json"
@@ -28,14 +28,27 @@ def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerBase:
     return tok
 
 
+def base_dtype(model: ModelSpec, device: torch.device) -> torch.dtype:
+    """bf16 base weights on a GPU unless the spec asks for float32: the frozen base is then
+    read once a step in its own dtype instead of being cast by autocast at every forward
+    (and the rollout engine decodes in bf16). On CPU, float32."""
+    if device.type == "cuda" and model.dtype in ("auto", "bfloat16"):
+        return torch.bfloat16
+    return torch.float32
+
+
 def load_lora_model(
-    model_dir: str | Path, lora: LoraSpec, device: torch.device, seed: int = 0
+    model_dir: str | Path,
+    lora: LoraSpec,
+    device: torch.device,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
 ) -> PeftModel:
-    """Base model in float32 (autocast handles bf16 on GPU) with a fresh LoRA adapter. `seed`
-    fixes the adapter's initial A matrices (B starts at zero, so the policy starts at the
-    base either way)."""
+    """Base model in `dtype` (see `base_dtype`) with a fresh LoRA adapter, whose weights stay
+    float32 whatever the base's (PEFT's autocast_adapter_dtype). `seed` fixes the adapter's
+    initial A matrices (B starts at zero, so the policy starts at the base either way)."""
     base = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=torch.float32, trust_remote_code=False
+        str(model_dir), dtype=dtype, trust_remote_code=False
     ).to(device)
     config = LoraConfig(
         r=lora.r,

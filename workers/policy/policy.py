@@ -12,7 +12,8 @@ from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
 from ..spec import RunSpec
 from . import lora as lora_io
 from .batch import TrainBatch
-from .logprobs import chunked_token_logprobs
+from .fused_logprobs import token_logprobs as token_logprobs_fn
+from .mixed_precision import bf16_autocast
 
 
 def pick_device(spec: RunSpec) -> torch.device:
@@ -29,7 +30,13 @@ class LoraPolicy:
         self.spec = spec
         self.device = device or pick_device(spec)
         self.tokenizer = lora_io.load_tokenizer(model_dir)
-        self.model = lora_io.load_lora_model(model_dir, spec.lora, self.device, seed=spec.seed)
+        self.model = lora_io.load_lora_model(
+            model_dir,
+            spec.lora,
+            self.device,
+            seed=spec.seed,
+            dtype=lora_io.base_dtype(spec.model, self.device),
+        )
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         t = spec.train
         self.optimizer = torch.optim.AdamW(
@@ -37,11 +44,7 @@ class LoraPolicy:
         )
         self.adapter_version = 0
         use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
-        self._autocast = (
-            (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
-            if use_bf16
-            else contextlib.nullcontext
-        )
+        self._autocast = (lambda: bf16_autocast(self.model)) if use_bf16 else contextlib.nullcontext
 
     # ---------------------------------------------------------------- forward passes
 
@@ -57,7 +60,7 @@ class LoraPolicy:
             hidden = self._response_hidden(batch)  # [B, T, H]: the states predicting each token
         rows, cols = batch.mask.nonzero(as_tuple=True)  # only response tokens: N of them
         sel = hidden[rows, cols]  # [N, H]
-        lp_flat, ent_flat = chunked_token_logprobs(
+        lp_flat, ent_flat = token_logprobs_fn(
             sel,
             batch.resp_tokens[rows, cols],
             head,

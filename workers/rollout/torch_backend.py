@@ -29,7 +29,13 @@ class TorchBackend:
         self.tokenizer = lora_io.load_tokenizer(model_dir)
         self.eos_id = self.tokenizer.eos_token_id
         self.pad_id = self.tokenizer.pad_token_id
-        self.model = lora_io.load_lora_model(model_dir, spec.lora, self.device, seed=spec.seed)
+        self.model = lora_io.load_lora_model(
+            model_dir,
+            spec.lora,
+            self.device,
+            seed=spec.seed,
+            dtype=lora_io.base_dtype(spec.model, self.device),
+        )
         self.model.eval()
         self._version = -1  # nothing acknowledged yet: generate() refuses to run
         self._step_lock = threading.Lock()  # one forward step or one adapter load at a time
@@ -154,7 +160,10 @@ class TorchBackend:
             ]
             samples.append(group)
             already = sum(len(s.token_ids) for s in group)
-            gens.append(torch.Generator().manual_seed(req.seed + 1_000_003 * already))
+            # On a GPU the noise is drawn there: a CPU draw of [rows, vocab] a step, copied
+            # over, cost more than the forward (issue 10).
+            gen = torch.Generator(device=self.device)
+            gens.append(gen.manual_seed(req.seed + 1_000_003 * already))
             for j, s in enumerate(group):
                 if req.partial is not None and req.partial[j].done:
                     s.finish_reason = req.partial[j].finish_reason
@@ -225,16 +234,19 @@ class TorchBackend:
             else:
                 noise = torch.empty_like(logits)
                 for i, ks in by_req.items():
-                    u = torch.rand((len(ks), logits.shape[1]), generator=gens[i])
+                    u = torch.rand(
+                        (len(ks), logits.shape[1]), generator=gens[i], device=gens[i].device
+                    )
                     noise[ks] = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7))).to(noise.device)
                 tokens = (logits + noise).argmax(dim=-1)  # Gumbel-max: a draw from softmax
             token_lp = logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+            step_tokens, step_lps = tokens.tolist(), token_lp.tolist()  # one copy, not 2R
             for k, (i, j) in enumerate(rows):
                 if not active[k]:
                     continue
-                s, tok = samples[i][j], int(tokens[k])
+                s, tok = samples[i][j], step_tokens[k]
                 s.token_ids.append(tok)
-                s.logprobs.append(float(token_lp[k]))
+                s.logprobs.append(step_lps[k])
                 s.versions.append(version)
                 if tok == self.eos_id or self._hit_stop(s, params.stop):
                     s.finish_reason, active[k] = "stop", False

@@ -1,0 +1,172 @@
+"""The GPU fast paths in bf16 against their reference: the fused logprob head against fp64,
+the bf16 policy against a float32 one, and the engine's sampled logprobs against a trainer
+forward of the same adapter (token_mult_prob_error ≤ 1.05, issue 10).
+
+Self-contained (no conftest fixtures), so the GPU machine runs them as they are:
+    python3 -m pytest -c /dev/null --noconftest -p no:cacheprovider -q tests/workers/gpu
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+
+from workers.grpo import token_mult_prob_error
+from workers.policy import LoraPolicy, TrainSample, chunked_token_logprobs, collate
+from workers.policy.fused_logprobs import fused_token_logprobs
+from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams
+from workers.rollout.torch_backend import TorchBackend
+from workers.spec import parse_spec
+
+pytestmark = pytest.mark.gpu
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+VOCAB = 4096
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().cpu(), b.double().cpu()
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A small Qwen3 (2 layers, GQA, head_dim 64) at random init, saved in bf16."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from workers.models.tokenizer import build_char_tokenizer
+
+    out = tmp_path_factory.mktemp("qwen3-small")
+    tok = build_char_tokenizer()
+    config = Qwen3Config(
+        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, intermediate_size=512, tie_word_embeddings=True,
+        max_position_embeddings=512, eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def make_spec(model_dir: Path, dtype: str = "auto"):
+    return parse_spec({
+        "model": {"path": str(model_dir), "dtype": dtype},
+        "lora": {"r": 16, "alpha": 32, "target_modules": TARGETS},
+        "algorithm": {"num_generations": 4},
+        "rollout": {"backend": "torch", "max_new_tokens": 24, "temperature": 0.9},
+        "train": {"micro_batch_size": 8, "logprob_chunk_size": 64},
+        "resources": {"trainer_gpus": 1, "rollout_gpus": 1},
+    })  # fmt: skip
+
+
+def random_adapter(policy: LoraPolicy) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    return {
+        k: torch.randn(v.shape, generator=g).to(v.dtype) * 0.05 if "lora_B" in k else v
+        for k, v in policy.adapter_tensors().items()
+    }
+
+
+def samples(n: int, prompt_len: int, resp_len: int, shared: int = 1) -> list[TrainSample]:
+    g = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(3, VOCAB, (prompt_len,), generator=g).tolist() for _ in range(n)]
+    out = []
+    for i in range(n):
+        r = resp_len - (i % 3)  # ragged responses: padding must be masked
+        out.append(
+            TrainSample(
+                prompts[i // shared],
+                torch.randint(3, VOCAB, (r,), generator=g).tolist(),
+                [-8.0] * r,
+                [0] * r,
+                1.0 if i % 2 else -0.5,
+            )
+        )
+    return out
+
+
+def test_fused_logprobs_bf16_match_fp64_reference():
+    torch.manual_seed(0)
+    n, h, v = 3000, 256, 8192
+    hidden = torch.randn(n, h, device="cuda").to(torch.bfloat16).requires_grad_()
+    weight = (torch.randn(v, h, device="cuda") * 0.2).to(torch.bfloat16)
+    targets = torch.randint(0, v, (n,), device="cuda")
+    g = torch.randn(n, device="cuda")
+    lp, ent = fused_token_logprobs(hidden, targets, weight, temperature=0.8, chunk_size=1024)
+    assert lp.dtype == torch.float32 and not ent.requires_grad
+    (lp * g).sum().backward()
+    h64 = hidden.detach().double().requires_grad_()
+    ref_lp, ref_ent = chunked_token_logprobs(h64, targets, weight.double(), 0.8, chunk_size=n)
+    (ref_lp * g.double()).sum().backward()
+    # bf16 operands are exact in fp32 products; only the fp32 accumulation differs
+    assert rel(lp, ref_lp) < 1e-4
+    assert rel(ent, ref_ent) < 1e-4
+    assert rel(hidden.grad, h64.grad) < 1e-2  # the gradient is rounded to bf16
+
+
+def test_bf16_policy_matches_float32_reference(model_dir):
+    fast, ref = (
+        LoraPolicy(make_spec(model_dir), model_dir),
+        LoraPolicy(make_spec(model_dir, "float32"), model_dir),
+    )
+    base = fast.model.get_base_model().model.layers[0].mlp.up_proj
+    assert base.base_layer.weight.dtype == torch.bfloat16
+    assert base.lora_A["default"].weight.dtype == torch.float32  # the adapter stays fp32
+    adapter = random_adapter(ref)
+    fast.load_adapter_tensors(adapter, 1)
+    ref.load_adapter_tensors(adapter, 1)
+    for shared in (1, 4):  # one plain forward; a group's prompt shared through its KV cache
+        batch = collate(samples(12, 20, 40, shared), 0).to(torch.device("cuda"))
+        grads = []
+        for policy in (fast, ref):
+            policy.model.zero_grad(set_to_none=True)
+            lp, _ = policy.token_logprobs(batch)
+            (lp * batch.mask * batch.advantages[:, None]).sum().backward()
+            grads.append(torch.cat([p.grad.flatten() for p in policy.params]))
+            if policy is fast:
+                lp_fast = lp.detach()
+            else:
+                lp_ref = lp.detach()
+        assert token_mult_prob_error(lp_ref, lp_fast, batch.mask) < 1.02
+        cos = torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0)
+        assert cos > 0.99, f"LoRA gradients of bf16 and fp32 policies differ: cos {cos:.4f}"
+
+
+def test_engine_logprobs_match_trainer_forward(model_dir):
+    spec = make_spec(model_dir)
+    policy = LoraPolicy(spec, model_dir)
+    backend = TorchBackend(spec, model_dir)
+    adapter = random_adapter(policy)
+    policy.load_adapter_tensors(adapter, 1)
+    assert asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter))) == 1
+    params = SamplingParams(temperature=0.9, max_new_tokens=24)
+    g = torch.Generator().manual_seed(5)
+    reqs = [
+        GroupRequest(f"r{i}", torch.randint(3, VOCAB, (10 + i,), generator=g).tolist(), 4,
+                     100 + i, params)
+        for i in range(6)
+    ]  # fmt: skip
+    results = asyncio.run(backend.generate(reqs))
+    again = asyncio.run(backend.generate(reqs))  # device noise, same seeds: same draws
+    assert [s.token_ids for r in results for s in r.samples] == [
+        s.token_ids for r in again for s in r.samples
+    ]
+    batch = collate(
+        [
+            TrainSample(r.prompt_ids, s.token_ids, s.logprobs, s.versions, 0.0)
+            for r in results
+            for s in r.samples
+        ],
+        policy.tokenizer.pad_token_id,
+    ).to(torch.device("cuda"))
+    assert int(batch.mask.sum()) > 100
+    policy.model.eval()
+    with torch.no_grad():
+        lp_trainer, _ = policy.token_logprobs(batch)
+    err = token_mult_prob_error(batch.lp_roll, lp_trainer, batch.mask)
+    assert err <= 1.05, f"token_mult_prob_error {err:.4f}"
+    asyncio.run(backend.close())
