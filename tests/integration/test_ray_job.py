@@ -30,6 +30,7 @@ RAY_JOB = [
 
 def test_tiny_async_as_a_ray_job_with_actors(ray_head, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient
+    from ray.util.state import list_actors
 
     spec = load_spec(REPO / "examples" / "tiny-async.yaml", RAY_JOB)
     spec_file, out = tmp_path / "spec.json", tmp_path / "out"
@@ -53,6 +54,12 @@ def test_tiny_async_as_a_ray_job_with_actors(ray_head, tmp_path):
     logs = client.get_job_logs(job)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
     assert '{"state": "succeeded", "step": 40}' in logs
+    # the job's actors ran on this cluster (the driver joined it, it did not start its own)
+    ray_job_id = client.get_job_info(job).job_id
+    actors = list_actors(address=ray_head["jobs_address"], filters=[("job_id", "=", ray_job_id)])
+    classes = sorted(a.class_name for a in actors)
+    assert classes == ["RolloutActor", "RolloutActor", "TrainerActor"]
+    assert all(a.state == "DEAD" for a in actors)  # and the job took them down with it
 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     reward = [r["reward/mean"] for r in rows if "reward/mean" in r]
