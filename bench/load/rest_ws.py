@@ -50,9 +50,13 @@ async def rest_client(session, url, token, run_ids, stop_at, times, failures):
             async with session.get(url + path, headers=headers) as reply:
                 await reply.read()
                 ok = reply.status == 200
-        except Exception:
+            if not ok:
+                failures.append(f"HTTP {reply.status}")
+        except Exception as exc:
             ok = False
-        (times if ok else failures).append(time.perf_counter() - started)
+            failures.append(type(exc).__name__)
+        if ok:
+            times.append(time.perf_counter() - started)
 
 
 async def ws_client(url, port, token, run_ids, stop_at, times, failures):
@@ -68,8 +72,8 @@ async def ws_client(url, port, token, run_ids, stop_at, times, failures):
                                origin=url, max_size=2**24, open_timeout=10) as ws:  # fmt: skip
                 await asyncio.wait_for(ws.recv(), 10)  # the snapshot
             times.append(time.perf_counter() - started)
-        except Exception:
-            failures.append(time.perf_counter() - started)
+        except Exception as exc:
+            failures.append(type(exc).__name__)
 
 
 async def trial(url, port, token, run_ids, args) -> dict:
@@ -87,8 +91,15 @@ async def trial(url, port, token, run_ids, args) -> dict:
               for _ in range(args.ws)),
         )  # fmt: skip
         elapsed = time.monotonic() - started
-    return {"elapsed": elapsed, "rest": rest_times, "rest_fail": len(rest_fail),
-            "ws": ws_times, "ws_fail": len(ws_fail)}  # fmt: skip
+    return {"elapsed": elapsed, "rest": rest_times, "rest_fail": rest_fail,
+            "ws": ws_times, "ws_fail": ws_fail}  # fmt: skip
+
+
+def _failures(reasons: list[str]) -> str:
+    if not reasons:
+        return "0 failures"
+    counts = {r: reasons.count(r) for r in sorted(set(reasons))}
+    return f"{len(reasons)} failures ({', '.join(f'{n} {r}' for r, n in counts.items())})"
 
 
 def seed_metrics(run_ids: list[int]) -> None:
@@ -155,14 +166,15 @@ def main() -> int:
     for i, r in enumerate(results, 1):
         print(f"trial {i}: REST {len(r['rest']) / r['elapsed']:.0f} req/s "
               f"p50 {percentile(r['rest'], 0.5) * 1e3:.0f} ms "
-              f"p99 {percentile(r['rest'], 0.99) * 1e3:.0f} ms, {r['rest_fail']} failures | "
+              f"p99 {percentile(r['rest'], 0.99) * 1e3:.0f} ms, {_failures(r['rest_fail'])} | "
               f"websocket connect+snapshot {len(r['ws']) / r['elapsed']:.1f}/s "
               f"p50 {percentile(r['ws'], 0.5) * 1e3:.0f} ms "
-              f"p99 {percentile(r['ws'], 0.99) * 1e3:.0f} ms, {r['ws_fail']} failures")  # fmt: skip
+              f"p99 {percentile(r['ws'], 0.99) * 1e3:.0f} ms, "
+              f"{_failures(r['ws_fail'])}")  # fmt: skip
     rates = [len(r["rest"]) / r["elapsed"] for r in results]
     print(f"REST req/s over trials: mean {statistics.fmean(rates):.0f}, "
           f"min {min(rates):.0f}, max {max(rates):.0f}")  # fmt: skip
-    failed = sum(r["rest_fail"] + r["ws_fail"] for r in results)
+    failed = sum(len(r["rest_fail"]) + len(r["ws_fail"]) for r in results)
     return 1 if failed else 0
 
 

@@ -165,6 +165,7 @@ async def test_no_websocket_route_opens_for_another_team(world, team_b):
         assert closes[0] == closes[1] == 4403, (route, closes)
 
 
+@pytest.mark.slow  # 7-15 s here: the accepted socket's consumer takes seconds to let go
 @pytest.mark.django_db(transaction=True)
 async def test_a_foreign_origin_is_refused(world, launched):
     from channels.db import database_sync_to_async
