@@ -150,3 +150,27 @@ def test_every_session_write_needs_the_csrf_token(world, launched):
     body = json.dumps({"username": "a-owner", "password": "x"})
     assert browser.post("/api/v1/session/login", body, content_type="application/json"
                         ).status_code == 403  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_an_oversized_or_malformed_upload_is_refused_and_stores_nothing(
+    world, client_as, settings, tmp_path, monkeypatch
+):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from paddock.experiments import artifacts
+    from paddock.experiments.models import Dataset
+
+    settings.PADDOCK_ARTIFACTS_URI = (tmp_path / "artifacts").as_uri()
+    monkeypatch.setattr(artifacts, "MAX_DATASET_BYTES", 1024)  # the real limit is 256 MiB
+    client = client_as(world.users_a[Role.MEMBER])
+    row = b'{"prompt": "1+1", "answer": "2"}\n'
+    for data, field in ((row * 64, "file"), (b"\xff\xfe not json\n", "file"),
+                        (b"", "file")):  # fmt: skip
+        upload = SimpleUploadedFile("d.jsonl", data)
+        reply = client.post("/api/v1/datasets", {"team": world.team_a.pk, "name": "d",
+                                                 "file": upload}, format="multipart")  # fmt: skip
+        assert reply.status_code == 400, reply.content[:200]
+        assert reply.json()["field"] == field
+    assert not Dataset.objects.exists()
+    assert not (tmp_path / "artifacts").exists() or not any((tmp_path / "artifacts").rglob("*.*"))
