@@ -1,5 +1,17 @@
-"""The Ray executor: trainer and rollout actors in a placement group, adapter broadcast
-through the object store, FSDP2 process groups. Chosen by `resources.executor: ray`."""
+"""The Ray executor, chosen by `resources.executor: ray` (`train()` then calls `run_on_ray`
+instead of `run_training`; both run the same Driver).
+
+- fleet.py: one placement group (`trainer_actors` bundles of `trainer_cpus` and
+  trainer_gpus / trainer_actors GPUs, then `rollout_replicas` bundles of `rollout_cpus` and
+  `rollout_gpus`), the actors in it, `ActorDied` naming the actor that is gone.
+- actors.py: TrainerActor (one rank: LoraPolicy, or ShardedLoraPolicy under FSDP2 with
+  several ranks) and RolloutActor (one engine from `make_backend`).
+- proxies.py: RayTrainerExecutor and RayRolloutBackend, what the driver holds; the adapter
+  goes through the object store once per version and every rollout actor acknowledges it.
+- process_group.py: the trainer ranks' torch.distributed group (NCCL on GPU, gloo on CPU).
+- run.py: `run_on_ray` (join the job's cluster, start the fleet, run, restart from the last
+  checkpoint up to `resources.max_restarts` when an actor dies).
+"""
 
 from .run import connect, run_on_ray
 
