@@ -18,6 +18,23 @@ from paddock.embedded.up import ray_agent_port_flags
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _ray_token_auth() -> None:
+    """Ray token authentication for the whole test session, as `paddock up` runs it. Set
+    before anything imports Ray: Ray reads RAY_AUTH_MODE once per process. Every head and
+    client of the session (and the workers and servers it starts) use this one token."""
+    path = REPO / ".paddock" / "test-ray-auth-token"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
+
+
+_ray_token_auth()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -66,13 +83,6 @@ def ray_head(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     # jobs run `python -m workers.job`: the `python` on the head's PATH must be this one
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    # token authentication, as `paddock up` runs it: the head and every client of this test
-    # session (Celery workers, the Jobs client in tests) read the token from this file
-    token = tmp_path_factory.mktemp("ray-auth") / "auth_token"
-    token.write_text(secrets.token_hex(32))
-    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-    env.update(auth)
-    os.environ.update(auth)
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={gcs_port}",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
@@ -100,7 +110,7 @@ def ray_head(tmp_path_factory):
         family = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         os.killpg(proc.pid, 15)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=10)  # `ray start --block` may sit out SIGTERM: don't wait long
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
         for pid in family:
