@@ -1,0 +1,134 @@
+// One run, live: its state and controls, the metric charts fed by the websocket on top of
+// the downsampled history, the log tail, checkpoints, samples and config.
+import { useEffect, useMemo, useState } from "react";
+import { Link, useParams } from "react-router";
+import { useRunStream } from "../api/live";
+import { fetchRunMetrics, useRun } from "../api/runs";
+import { invalidate } from "../api/useQuery";
+import type { LogLine } from "../api/liveStore";
+import { Chart } from "../charts/LazyChart";
+import { ALL_RUN_KEYS, panelChart, RUN_PANELS } from "../charts/panels";
+import { emptySeries, etaFromSeries, mergeHistory, type Series } from "../charts/series";
+import { formatNumber } from "../lib/format";
+import { useSession } from "../session/SessionContext";
+import { ErrorBox, Loading } from "../ui/States";
+import { Checkpoints } from "./Checkpoints";
+import { ConfigView } from "./ConfigView";
+import { LogTail } from "./LogTail";
+import { Progress } from "./Progress";
+import { RunControls } from "./RunControls";
+import { SampleInspector } from "./SampleInspector";
+import { BackendTag, StateBadge } from "./StateBadge";
+import { ChartToolbar, useChartView } from "./ChartToolbar";
+
+type Tab = "logs" | "checkpoints" | "samples" | "config";
+
+export default function RunPage() {
+  const runId = Number(useParams().runId);
+  const { can } = useSession();
+  const run = useRun(runId);
+  const live = useRunStream(runId);
+  const [view, setView] = useChartView();
+  const [history, setHistory] = useState<Map<string, Series> | null>(null);
+  const [historyError, setHistoryError] = useState<Error | null>(null);
+  const [tab, setTab] = useState<Tab>("logs");
+
+  useEffect(() => {
+    const controller = new AbortController();
+    setHistory(null);
+    fetchRunMetrics(runId, ALL_RUN_KEYS, 2000, controller.signal).then(setHistory, (err: Error) => {
+      if (!controller.signal.aborted) { setHistoryError(err); setHistory(new Map()); }
+    });
+    return () => controller.abort();
+  }, [runId]);
+
+  const liveRun = live.runs.get(runId);
+  const state = liveRun?.run?.state ?? run.data?.state;
+  const desired = liveRun?.run?.desired_state ?? run.data?.desired_state ?? "running";
+  const step = Math.max(liveRun?.run?.step ?? 0, run.data?.step ?? 0);
+  const total = liveRun?.run?.total_steps || run.data?.total_steps || 0;
+
+  // refetch the checkpoint list when the stream reports one (or the state moves), not on a timer
+  const checkpointCue = `${state}:${liveRun?.checkpoints ?? 0}`;
+  useEffect(() => { invalidate(`/api/v1/runs/${runId}/checkpoints`); }, [checkpointCue, runId]);
+
+  const series = useMemo(() => {
+    const out = new Map<string, Series>();
+    const keys = new Set([...(history?.keys() ?? []), ...(liveRun?.series.keys() ?? [])]);
+    for (const key of keys) {
+      out.set(key, mergeHistory(history?.get(key) ?? emptySeries(), liveRun?.series.get(key) ?? emptySeries()));
+    }
+    return out;
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new points
+  }, [history, live.version, liveRun]);
+
+  const charts = useMemo(() => RUN_PANELS.map((p) => panelChart(p, series, view, `run-${runId}`)),
+    [series, view, runId]);
+
+  // the snapshot brings the last lines, the stream the new ones
+  const logs = useMemo<LogLine[]>(() => [...(liveRun?.logs ?? [])],
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new lines
+    [live.version, liveRun]);
+
+  // samples arrive over the stream only (the REST API keeps no history of them yet)
+  const sampleSteps = useMemo(() => [...(liveRun?.samples ?? [])],
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new samples
+    [live.version, liveRun]);
+
+  if (run.error && !run.data) return <ErrorBox error={run.error} onRetry={run.reload} />;
+  if (!run.data || !state) return <Loading what={`Loading run #${runId}`} />;
+  const r = run.data;
+  const latest = { ...r.latest, ...liveRun?.latest };
+
+  return (
+    <div className="run-page">
+      <header className="run-head">
+        <div className="run-title">
+          <h1>Run #{r.id}</h1>
+          <StateBadge state={state} desired={desired} />
+          <BackendTag backend={r.backend} />
+          <span className="muted">seed {r.seed}</span>
+          <span className={`live-dot ${live.status === "live" ? "on" : ""}`} title={`stream: ${live.status}`} />
+          <span className="muted small">{live.status === "live" ? "live" : live.status}</span>
+        </div>
+        <div className="run-meta">
+          <Link to={`/?experiment=${r.experiment}`}>{r.experiment_name ?? `experiment ${r.experiment}`}</Link>
+          <Link to={`/experiments/${r.experiment}/compare`}>compare backends</Link>
+          {can("member") && <Link to={`/launch?clone=${r.id}`}>clone</Link>}
+        </div>
+        <Progress step={step} total={total} startedAt={r.started_at} state={state}
+          secondsLeft={etaFromSeries(series.get("reward/mean"), total)} />
+        <div className="headline">
+          {[["reward", "reward/mean"], ["accuracy", "accuracy"], ["kl", "kl"], ["tmpe", "token_mult_prob_error"],
+            ["tok/s", "throughput/tokens_per_s"]].map(([label, key]) => (
+            <div key={key} className="stat"><span>{label}</span><strong data-testid={`latest-${key}`}>{formatNumber(latest[key], 4)}</strong></div>
+          ))}
+        </div>
+        <RunControls runId={r.id} state={state} desired={desired} send={(a) => live.send(a)} streamError={live.error} />
+        {liveRun?.detail && <div className="muted small">{liveRun.detail}</div>}
+        {r.error && <div className="state-error">{r.error}</div>}
+        {state === "queued" && r.queued_reason && <div className="muted">queued: {r.queued_reason}</div>}
+      </header>
+
+      <ChartToolbar view={view} onChange={setView} />
+      {historyError && <ErrorBox error={historyError} />}
+      {!history && <Loading what="Loading metrics" />}
+      <div className="chart-grid">
+        {charts.map((c) => <Chart key={c.title} {...c} />)}
+      </div>
+
+      <section className="run-tabs">
+        <div className="tabs" role="tablist">
+          {(["logs", "checkpoints", "samples", "config"] as Tab[]).map((t) => (
+            <button key={t} role="tab" aria-selected={tab === t} className={tab === t ? "active" : ""}
+              onClick={() => setTab(t)}>{t}</button>
+          ))}
+        </div>
+        {tab === "logs" && <LogTail lines={logs} />}
+        {tab === "checkpoints" && <Checkpoints runId={r.id} />}
+        {tab === "samples" && <SampleInspector steps={sampleSteps} />}
+        {tab === "config" && <ConfigView configId={r.config} />}
+      </section>
+    </div>
+  );
+}

@@ -1,0 +1,63 @@
+import { useEffect, useMemo, useState } from "react";
+import type { Sample } from "../api/types";
+import { formatNumber } from "../lib/format";
+import { Empty } from "../ui/States";
+
+/** Some prompts of a step with their completions, rewards and advantages. */
+export function SampleInspector({ steps }: { steps: { step: number; items: Sample[] }[] }) {
+  const [chosen, setChosen] = useState<number | null>(null);
+  const [followLatest, setFollowLatest] = useState(true);
+  const [show, setShow] = useState<"all" | "rewarded" | "unrewarded">("all");
+  const [text, setText] = useState("");
+  const latest = steps.length ? steps[steps.length - 1].step : null;
+  useEffect(() => { if (followLatest) setChosen(latest); }, [latest, followLatest]);
+  const current = useMemo(() => steps.find((s) => s.step === chosen) ?? steps[steps.length - 1],
+    [steps, chosen]);
+  if (!current) return <Empty title="No samples yet">Each step sends <code>train.log_samples</code> of its samples.</Empty>;
+  const rewards = current.items.map((i) => i.reward);
+  const groupMean = rewards.reduce((s, r) => s + r, 0) / Math.max(1, rewards.length);
+  const groupStd = Math.sqrt(rewards.reduce((s, r) => s + (r - groupMean) ** 2, 0) / Math.max(1, rewards.length));
+  const needle = text.trim().toLowerCase();
+  const items = current.items.filter((i) =>
+    (show === "all" || (show === "rewarded" ? i.reward > 0 : i.reward <= 0)) &&
+    (!needle || `${i.prompt}\n${i.completion}`.toLowerCase().includes(needle)));
+  return (
+    <div className="samples">
+      <div className="samples-head">
+        <label>Step{" "}
+          <select value={current.step} onChange={(e) => { setFollowLatest(false); setChosen(Number(e.target.value)); }}>
+            {steps.map((s) => <option key={s.step} value={s.step}>{s.step}</option>)}
+          </select>
+        </label>
+        <label className="check"><input type="checkbox" checked={followLatest}
+          onChange={(e) => setFollowLatest(e.target.checked)} /> follow latest</label>
+        <select aria-label="Which samples" value={show} onChange={(e) => setShow(e.target.value as typeof show)}>
+          <option value="all">all samples</option>
+          <option value="rewarded">reward &gt; 0</option>
+          <option value="unrewarded">reward ≤ 0</option>
+        </select>
+        <input type="search" placeholder="find in prompts and completions" aria-label="Find in samples"
+          value={text} onChange={(e) => setText(e.target.value)} />
+        <span className="muted small">
+          {items.length}/{current.items.length} shown · reward mean {formatNumber(groupMean)} ± {formatNumber(groupStd)}
+        </span>
+      </div>
+      <div className="table-scroll">
+        <table className="compact samples-table">
+          <thead><tr><th>Prompt</th><th>Completion</th><th className="num">Reward</th><th className="num">Advantage</th><th className="num">Adapter</th></tr></thead>
+          <tbody>
+            {items.map((item, i) => (
+              <tr key={i}>
+                <td><pre>{item.prompt}</pre></td>
+                <td><pre>{item.completion}</pre></td>
+                <td className={`num ${item.reward > 0 ? "good" : "bad"}`}>{formatNumber(item.reward)}</td>
+                <td className={`num ${item.advantage >= 0 ? "good" : "bad"}`}>{formatNumber(item.advantage)}</td>
+                <td className="num muted">{item.adapter_version ?? "—"}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </div>
+  );
+}
