@@ -27,6 +27,7 @@ import asyncio
 import itertools
 import math
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,8 @@ class TrtllmBackend:
         self.probe_atol = adapter_files.probe_tolerance(self.dtype)
         self._llm: Any = None
         self._root = adapter_files.ram_dir("paddock-trtllm-")
+        # /dev/shm outlives the process: remove the directory at exit even without close().
+        weakref.finalize(self, shutil.rmtree, self._root, True)
         self._lora: Any = None
         self._lora_version = -1  # the version the current LoRA id names
         self._int_ids = itertools.count(1)  # never reused

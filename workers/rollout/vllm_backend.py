@@ -23,6 +23,7 @@ import asyncio
 import itertools
 import os
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,8 @@ class VllmBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.probe_atol = adapter_files.probe_tolerance(self.dtype)
         self._root = adapter_files.ram_dir("paddock-vllm-")
+        # /dev/shm outlives the process: remove the directory at exit even without close().
+        weakref.finalize(self, shutil.rmtree, self._root, True)
         self._lora: Any = None  # the LoRARequest of the served version
         self._dirs: list[Path] = []  # the served version's directory and the one before
         self._version = -1
