@@ -41,7 +41,7 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def _start(self, group: str, run_ids: list[int], cursors: dict[int, tuple]) -> None:
         self.sent_cursor: dict[int, tuple[int, int]] = {}
-        self.pending: dict[int, dict[str, Any]] = {}
+        self.pending: dict[int, list[str]] = {}  # run → encoded metrics messages
         self.last_flush = 0.0
         self.flush_task: asyncio.Task | None = None
         await self.channel_layer.group_add(group, self.channel_name)
@@ -80,10 +80,8 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "samples", **base, **sample})
         for checkpoint in event.get("checkpoints", []):
             await self.send_json({"type": "checkpoint", **base, **checkpoint})
-        if event.get("steps"):
-            pending = self.pending.setdefault(run_id, {"steps": []})
-            pending["steps"].extend(event["steps"])
-            pending["cursor"] = event["cursor"]
+        if event.get("metrics_text"):
+            self.pending.setdefault(run_id, []).append(event["metrics_text"])
             await self._flush_soon()
 
     async def run_state(self, event: dict[str, Any]) -> None:
@@ -105,11 +103,14 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
     async def _flush_now(self) -> None:
         pending, self.pending = self.pending, {}
         self.last_flush = time.monotonic()
-        for run_id, batch in pending.items():
-            await self.send_json(
-                {"type": "metrics", "run_id": run_id, "cursor": batch["cursor"],
-                 "steps": batch["steps"]}
-            )  # fmt: skip
+        for texts in pending.values():
+            if len(texts) == 1:
+                await self.send(text_data=texts[0])  # the common case: already encoded
+                continue
+            # batches that arrived within one interval: one message, the newest cursor
+            messages = [json.loads(t) for t in texts]
+            steps = [step for m in messages for step in m["steps"]]
+            await self.send_json({**messages[-1], "steps": steps})
 
     # ---- client messages ------------------------------------------------------------------
 
