@@ -22,38 +22,16 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+
+# the same 25.4M Qwen2 as the CPU step benchmark (run as a script, bench/ is on sys.path)
+from cpu_step import build_model  # noqa: E402
 
 from workers.loop.executor import LocalExecutor
-from workers.models.tokenizer import build_char_tokenizer
 from workers.policy import LoraPolicy
 from workers.rollout import GroupRequest, SamplingParams, make_backend
 from workers.spec import parse_spec
 
 PROMPTS = ["12+34=", "7+8=", "40+41=", "3+99=", "55+5=", "61+17=", "8+80=", "23+32="]
-
-
-def build_model(out: Path) -> Path:
-    tok = build_char_tokenizer()
-    config = Qwen2Config(
-        vocab_size=256,
-        hidden_size=512,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        intermediate_size=1376,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
-    print(f"model: Qwen2, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
 
 
 async def run(args: argparse.Namespace, model_dir: Path) -> None:
