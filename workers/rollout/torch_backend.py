@@ -4,6 +4,13 @@ The embedded default and the reference the other engines are compared with. Its 
 separate copy from the trainer's, so an adapter reaches it only through `load_adapter` —
 exactly like a remote engine. Work runs in a thread (torch releases the GIL), so the async
 driver's trainer can run beside it.
+
+pause("keep") freezes in-flight requests between two decode steps; if an adapter is loaded
+meanwhile they continue under it, and their KV cache (prompt and tokens so far) is first
+recomputed under the new adapter, as vLLM does for running requests when its prefix cache
+is reset. Each token is then exactly what a trainer forward of the version it is labelled
+with would give, which is what the trainer's rollout correction and token_mult_prob_error
+assume.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
 
 class TorchBackend:
     name = "torch"
+    placeable = True  # make_backend may name the device (an in-process run's second GPU)
 
     def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
         use_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
@@ -207,6 +215,8 @@ class TorchBackend:
         for k, (i, _) in enumerate(rows):
             by_req.setdefault(i, []).append(k)
         past, step_input, step_pos = None, ids, pos
+        seq = ids[own]  # [R, P + k]: every row's tokens so far, to recompute its KV cache
+        cache_version = -1  # the adapter version the KV cache `past` was computed under
         for _ in range(max(budget)):
             if not any(active):
                 break
@@ -215,16 +225,23 @@ class TorchBackend:
                 if self._abort.is_set():
                     break
                 version = self._version
+                if past is not None and version != cache_version:
+                    # A kept request after an adapter change: recompute the whole prefix
+                    # under the new adapter instead of decoding on a cache of the old one.
+                    past, step_input = None, seq
+                    step_pos = (attn.cumsum(-1) - 1).clamp(min=0)
+                fanned = past is None and step_input is ids  # the prefill of U prompts
                 out = self.model(
                     input_ids=step_input,
-                    attention_mask=attn if past is not None else prompt_attn,
+                    attention_mask=prompt_attn if fanned else attn,
                     position_ids=step_pos,
                     past_key_values=past,
                     use_cache=True,
                     logits_to_keep=1,
                 )
+                cache_version = version
             logits = out.logits[:, -1, :].float() / params.temperature  # [R or U, V]
-            if past is None:  # the prefill ran on the U distinct prompts: fan out to R rows
+            if fanned:  # the prefill ran on the U distinct prompts: fan out to R rows
                 out.past_key_values.reorder_cache(own)
                 logits, step_pos = logits[own], step_pos[own]
             past = out.past_key_values
@@ -253,6 +270,7 @@ class TorchBackend:
                 elif len(s.token_ids) >= params.max_new_tokens:
                     s.finish_reason, active[k] = "length", False
             step_input = tokens.unsqueeze(1).to(self.device)  # [R, 1]
+            seq = torch.cat([seq, step_input], dim=1)
             attn = torch.cat([attn, torch.ones((r, 1), dtype=attn.dtype, device=self.device)], 1)
             step_pos = step_pos[:, -1:] + 1
         for k, (i, j) in enumerate(rows):

@@ -265,13 +265,11 @@ async def test_pause_keep_continues_in_flight_under_the_new_version(engine, trai
     versions = [s.versions for r in results for s in r.samples]
     assert all(v == sorted(v) and set(v) <= {5, 6} for v in versions)
     assert any(5 in v for v in versions) and any(6 in v for v in versions)
-    if engine.name == "torch":
-        # The torch backend continues a kept request on its old KV cache under the new
-        # adapter: its tokens after the switch come from neither version (mean exp|Δ| ≈ 2.4
-        # here, with adapters far apart). vLLM recomputes the KV cache (prefix-cache reset
-        # with running requests); the TensorRT-LLM emulation resubmits.
-        return
-    # Each token's logprob is that of the version that sampled it.
+    # Each token's logprob is that of a trainer forward of the version that sampled it: the
+    # engine recomputes a kept request's KV cache under the new adapter (torch re-prefills
+    # the prefix, vLLM resets its prefix cache with running requests, the TensorRT-LLM
+    # emulation resubmits). On the old KV cache the tokens after the switch would come from
+    # neither version (mean exp|Δ| ≈ 2.4 here, with adapters far apart).
     trainer.set_version(5)
     lp5 = trainer.logprobs(results, LONG.temperature)
     trainer.set_version(6)
