@@ -18,6 +18,8 @@ PADDOCK_ARTIFACTS_URI = ENV.artifacts_uri
 # Where a spec's model.path and data paths may point (experiments/spec_paths.py)
 PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "models")).split(":")
 PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
+# a finished run's ingest token still acknowledges a retried batch for this long, then dies
+PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300"))
 RAY_ADDRESS = ENV.ray_address
 REDIS_URL = ENV.redis_url
 
@@ -27,6 +29,7 @@ ALLOWED_HOSTS = ENV.allowed_hosts
 CSRF_TRUSTED_ORIGINS = [
     origin for origin in (ENV.public_url,) if origin.startswith(("http://", "https://"))
 ]
+CSRF_FAILURE_VIEW = "paddock.core.csrf.csrf_failure"  # the API's JSON error, not HTML
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -162,7 +165,7 @@ REST_FRAMEWORK = {
     # Bearer first: an anonymous request then gets 401 with WWW-Authenticate, not 403
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "paddock.api.authentication.BearerTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "paddock.api.authentication.SessionCsrfAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

@@ -3,11 +3,18 @@ session (with CSRF), through DRF's SessionAuthentication."""
 
 from __future__ import annotations
 
+from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import AuthenticationFailed, Throttled
+from rest_framework.authentication import (
+    BaseAuthentication,
+    SessionAuthentication,
+    get_authorization_header,
+)
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied, Throttled
 
 from paddock.api.errors import DomainError
+from paddock.core.csrf import CODE as CSRF_CODE
+from paddock.core.csrf import csrf_message
 from paddock.core.ratelimit import auth_failure_record
 from paddock.teams.services import api_token_authenticate
 
@@ -41,9 +48,27 @@ def _refusal(request, message: str, code: str) -> Exception:
     return AuthenticationFailed(message, code=code)
 
 
+class SessionCsrfAuthentication(SessionAuthentication):
+    """DRF's session authentication, its CSRF refusal in the shape Django's middleware
+    gives on the session endpoints (core/csrf.py): one `csrf_failed` code for clients."""
+
+    def enforce_csrf(self, request):
+        try:
+            super().enforce_csrf(request)
+        except PermissionDenied as exc:
+            reason = str(exc.detail).removeprefix("CSRF Failed: ")
+            raise PermissionDenied(csrf_message(reason), code=CSRF_CODE) from None
+
+
 class BearerTokenScheme(OpenApiAuthenticationExtension):
     target_class = BearerTokenAuthentication
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "description": "a personal API token, pdk_…"}
+
+
+class SessionCsrfScheme(SessionScheme):
+    """The session cookie in the OpenAPI schema, as for DRF's own class."""
+
+    target_class = SessionCsrfAuthentication
