@@ -1,15 +1,19 @@
-"""Credentials: hashed at rest, scoped to one run, dead once the run ends, and the bootstrap
-token of a job's environment (readable by other users of a shared Ray cluster through the
-Jobs API) good exactly once."""
+"""Credentials: hashed at rest, scoped to one run, dead once the run ends (but for the retry
+of a batch already stored, and only for a grace), and the bootstrap token of a job's
+environment (readable by other users of a shared Ray cluster through the Jobs API) good
+exactly once."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from django.apps import apps
 from django.conf import settings
+from django.utils import timezone
 
 from paddock.clusters.bootstrap_tokens import bootstrap_token_for
-from paddock.experiments.models import IngestBatch, MetricPoint, Run
+from paddock.experiments.models import IngestBatch, MetricPoint, Run, RunToken
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.teams.models import Role
@@ -38,6 +42,10 @@ def _bootstrap(client, run_id, token, dispatch):
         f"/api/v1/runs/{run_id}/bootstrap", {"dispatch": dispatch},
         content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}",
     )  # fmt: skip
+
+
+def _past_the_grace():
+    return timezone.now() - timedelta(seconds=settings.PADDOCK_RUN_TOKEN_GRACE_S + 1)
 
 
 def _metric(step):
@@ -112,3 +120,49 @@ def test_a_bootstrap_token_of_a_superseded_dispatch_is_refused(client, launched)
     Run.objects.filter(pk=run.pk).update(dispatch_count=2)
     reply = _bootstrap(client, run.pk, token, 1)
     assert reply.status_code == 409 and "token" not in reply.json()
+
+
+def test_a_finished_runs_token_serves_only_the_retry_of_a_stored_batch(client, launched):
+    run = _dispatched(launched)
+    token = run_token_mint(run=run, dispatch=1)
+    assert _ingest(client, run.pk, token, {"dispatch": 1, "seq": 1, "events": [_metric(1)]})\
+        .json()["ack"] == 1  # fmt: skip
+    beat = {"dispatch": 1, "seq": 1, "events": []}  # a heartbeat repeats the last acked seq
+    assert _ingest(client, run.pk, token, beat).json()["desired_state"] == "running"
+    run_transition(run=run, to_state="aborted", reason="test")
+    # no more control to read: a heartbeat of the ended run is refused like new events
+    for seq in (1, 0, 5):
+        late = _ingest(client, run.pk, token, {"dispatch": 1, "seq": seq, "events": []})
+        assert late.status_code == 409 and late.json()["code"] == "run_finished", seq
+    retry = _ingest(client, run.pk, token, {"dispatch": 1, "seq": 1, "events": [_metric(1)]})
+    assert retry.status_code == 200 and retry.json()["ack"] == 1
+
+
+def test_a_finished_runs_token_is_revoked_after_the_grace(client, launched):
+    run = _dispatched(launched)
+    token = run_token_mint(run=run, dispatch=1)
+    stored = {"dispatch": 1, "seq": 1, "events": [_metric(1)]}
+    assert _ingest(client, run.pk, token, stored).status_code == 200
+    run_transition(run=run, to_state="failed", reason="test")
+    assert _ingest(client, run.pk, token, stored).json()["ack"] == 1  # within the grace
+    Run.objects.filter(pk=run.pk).update(finished_at=_past_the_grace())
+    dead = _ingest(client, run.pk, token, stored)
+    assert dead.status_code == 401 and dead.json()["code"] == "token_revoked"
+    assert RunToken.objects.get(run=run).revoked_at is not None  # and the row says so
+    assert IngestBatch.objects.filter(run=run).count() == 1
+
+
+def test_the_reconcile_beat_revokes_the_tokens_of_runs_ended_past_the_grace(launched):
+    from paddock.clusters.tasks import run_reconcile
+
+    old, recent = _dispatched(launched), _dispatched(launched, index=1)
+    live = _dispatched((launched[1],))  # team B's run
+    tokens = {run.pk: run_token_mint(run=run, dispatch=1) for run in (old, recent, live)}
+    for run in (old, recent):
+        run_transition(run=run, to_state="aborted", reason="test")
+    Run.objects.filter(pk=old.pk).update(finished_at=_past_the_grace())
+    assert run_reconcile()["tokens_revoked"] == 1
+    rows = RunToken.objects.filter(run_id__in=tokens)
+    revoked = {t.run_id: t.revoked_at is not None for t in rows}
+    assert revoked == {old.pk: True, recent.pk: False, live.pk: False}
+    assert run_reconcile()["tokens_revoked"] == 0  # once

@@ -16,6 +16,7 @@ from paddock.api.errors import DomainError
 from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
 from paddock.experiments.states import run_transition
+from paddock.experiments.tokens import run_tokens_revoke_finished
 
 from .dispatch import dispatch_prepare, dispatch_submit
 from .models import RayCluster
@@ -112,6 +113,7 @@ def run_reconcile() -> dict[str, int]:
             .order_by("created_at").values_list("id", flat=True)[:50]:  # fmt: skip
         run_dispatch.delay(run_id)
         counts["queued"] += 1
+    counts["tokens_revoked"] = run_tokens_revoke_finished()
     return counts
 
 

@@ -1,18 +1,32 @@
 """Run tokens: the credential a job presents on ingest, one per dispatch of a run.
 
 Dispatch calls `run_token_mint` when it starts dispatch N and hands the secret to the job;
-the ingest view calls `run_token_verify` with the run id of the URL and the bearer secret."""
+the ingest view calls `run_token_verify` with the run id of the URL and the bearer secret.
+
+Once the run has ended its tokens only serve the retry of a batch already stored (the ingest
+checks duplicates first, DESIGN.md), and only for `RUN_TOKEN_GRACE_S`: a job's reporter
+retries within seconds, and a later reporter of a finished dispatch never starts. Past the
+grace the token is revoked: by `run_token_verify` itself on first use, and in bulk by the
+reconcile beat (`run_tokens_revoke_finished`), so the rows say so too."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from paddock.api.errors import DomainError
 from paddock.experiments.models import Run, RunToken
+from paddock.experiments.states import TERMINAL
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
 
 RUN_TOKEN_KIND = "pdr"
+
+
+def _grace() -> timedelta:
+    return timedelta(seconds=getattr(settings, "PADDOCK_RUN_TOKEN_GRACE_S", 300))
 
 
 @transaction.atomic
@@ -34,12 +48,30 @@ def run_token_verify(*, run_id: int, raw: str) -> RunToken:
     says which dispatch it was minted for); DomainError 401 otherwise. The token of another
     run is refused like an unknown one."""
     prefix = secret_prefix(raw, RUN_TOKEN_KIND)
-    token = RunToken.objects.filter(prefix=prefix, run_id=run_id).first() if prefix else None
+    tokens = RunToken.objects.select_related("run").only(
+        "id", "run_id", "dispatch", "hashed", "revoked_at", "run__state", "run__finished_at"
+    )
+    token = tokens.filter(prefix=prefix, run_id=run_id).first() if prefix else None
     if token is None or not secret_matches(raw, token.hashed):
         raise DomainError("token_invalid", "unknown run token", status=401)
+    if token.revoked_at is None and _ended_before(token.run, timezone.now() - _grace()):
+        RunToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+        token.revoked_at = timezone.now()
     if token.revoked_at is not None:
         raise DomainError("token_revoked", "this run token was revoked", status=401)
     return token
+
+
+def _ended_before(run: Run, when) -> bool:
+    return run.state in TERMINAL and run.finished_at is not None and run.finished_at < when
+
+
+def run_tokens_revoke_finished() -> int:
+    """Revoke every token of a run that ended more than the grace ago (the reconcile beat)."""
+    ended = Run.objects.filter(state__in=TERMINAL, finished_at__lt=timezone.now() - _grace())
+    return RunToken.objects.filter(revoked_at__isnull=True, run__in=ended).update(
+        revoked_at=timezone.now()
+    )
 
 
 def run_tokens_revoke(*, run_id: int, before_dispatch: int | None = None) -> int:

@@ -111,12 +111,14 @@ def ingest_receive(*, run_id: int, raw_token: str, body: Any) -> IngestReply:
         pk=run_id
     )
     seen = IngestBatch.objects.filter(run_id=run_id, dispatch=batch.dispatch, seq=batch.seq)
-    if seen.exists():
+    # a heartbeat (no events) repeats the last acknowledged seq, so it is no retry: once the
+    # run has ended it is refused like new events, and the token is good for nothing else
+    if batch.events and seen.exists():
         return IngestReply(batch.seq, run.desired_state, duplicate=True)
-    if not batch.events:  # a heartbeat: nothing to store, the reply carries the control
-        return IngestReply(batch.seq, run.desired_state)
     if run.state in TERMINAL:
         raise DomainError("run_finished", f"run {run_id} has finished ({run.state})", status=409)
+    if not batch.events:  # a heartbeat: nothing to store, the reply carries the control
+        return IngestReply(batch.seq, run.desired_state)
     if batch.dispatch < run.dispatch_count:
         raise DomainError(
             "dispatch_superseded",
