@@ -8,6 +8,8 @@ run gets one metric of N points (a sine with noise and a one-step spike) and `to
 bulk-loaded with COPY; then, measured in this one run (median of --repeat):
   - `metric_series_many` (one SQL statement for every run of a key) for x = step, time, tokens,
   - the same with a zoom window (x_min/x_max over a tenth of the steps),
+  - the stride read of the compare view's first frame (`metric_series_stride`: every n-th
+    step by index probes; it may step over the spike, so only the point count is checked),
   - the HTTP endpoint (Django test client: auth, JSON included), by run ids and by experiment,
   - one query per run (the former way), for the ratio.
 Each result is checked: at most max_points points per run, and every run's spike kept."""
@@ -129,6 +131,19 @@ def main() -> int:
             )  # fmt: skip
             check(result, f"x={x}")
             rows.append((f"one statement, x={x}", seconds))
+            print(f"  {rows[-1][0]:<26} {seconds * 1000:8.1f} ms", flush=True)
+
+        from paddock.experiments.metrics_stride import metric_series_stride
+
+        for x in ("step", "time", "tokens"):  # the compare view's first frame
+            seconds, result = _timed(
+                lambda x=x: metric_series_stride(run_ids=run_ids, key=KEY, x=x,
+                                                 max_points=args.max_points),
+                args.repeat,
+            )  # fmt: skip
+            check(result, f"stride x={x}", count=-1, spike=False)
+            assert all(s.step[-1] == args.points - 1 for s in result), "stride: the last step"
+            rows.append((f"stride, x={x}", seconds))
             print(f"  {rows[-1][0]:<26} {seconds * 1000:8.1f} ms", flush=True)
 
         lo, hi = args.points * 6 // 10, args.points * 7 // 10  # holds every run's spike

@@ -367,11 +367,20 @@ class MetricsQuerySerializer(serializers.Serializer):
     x_max = serializers.FloatField(
         required=False, min_value=-1e300, max_value=1e300, help_text="only points with x ≤ x_max"
     )
+    sample = serializers.ChoiceField(
+        choices=("minmax", "stride"), default="minmax",
+        help_text="minmax: the lowest and highest point per bucket (reads every point, keeps "
+        "spikes); stride: evenly spaced steps by index probes (fast, for a first frame; "
+        "count is null)",
+    )  # fmt: skip
 
     def validate(self, attrs: dict) -> dict:
         lo, hi = attrs.get("x_min"), attrs.get("x_max")
         if lo is not None and hi is not None and lo > hi:
             raise serializers.ValidationError({"x_max": "must be ≥ x_min"})
+        windowed = lo is not None or hi is not None
+        if attrs.get("sample") == "stride" and windowed and attrs.get("x") != "step":
+            raise serializers.ValidationError({"sample": "stride takes a window on x=step only"})
         return attrs
 
     def validate_keys(self, value: str) -> list[str]:
@@ -410,8 +419,10 @@ class SeriesSerializer(serializers.Serializer):
     x = serializers.ListField(child=serializers.FloatField())
     y = serializers.ListField(child=serializers.FloatField(allow_null=True))
     step = serializers.ListField(child=serializers.IntegerField())
-    count = serializers.IntegerField(help_text="points stored before downsampling")
-    downsampled = serializers.BooleanField()
+    count = serializers.IntegerField(
+        allow_null=True, help_text="points stored before downsampling (null with sample=stride)"
+    )
+    downsampled = serializers.BooleanField(allow_null=True)
 
 
 class RunMetricsSerializer(serializers.Serializer):

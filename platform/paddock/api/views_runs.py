@@ -17,22 +17,36 @@ from paddock.api.views_teams import ERRORS
 from paddock.experiments import selectors
 from paddock.experiments.artifacts import checkpoint_download
 from paddock.experiments.control import RUN_CONTROLS
-from paddock.experiments.metrics import Window, metric_keys, metric_series_many
+from paddock.experiments.metrics import Series, Window, metric_keys, metric_series_many
+from paddock.experiments.metrics_stride import metric_series_stride
 from paddock.experiments.models import Run
+
+
+def _series_dict(series: Series, stride: bool) -> dict:
+    # built by hand, not through SeriesSerializer: a compare view's answer holds tens of
+    # thousands of numbers and DRF's per-element fields cost more than the query
+    return {
+        "key": series.key, "x": series.x, "y": series.y, "step": series.step,
+        "count": None if stride else series.count,
+        "downsampled": None if stride else series.downsampled,
+    }  # fmt: skip
 
 
 def _series(run_ids: list[int], params: dict, keys: list[str]) -> list[dict]:
     """One entry per run, each with one series per key; one statement per key for all runs."""
     window = Window(params.get("x_min"), params.get("x_max"))
+    stride = params.get("sample") == "stride"
+    read = metric_series_stride if stride else metric_series_many
     by_key = [
-        metric_series_many(run_ids=run_ids, key=key, x=params["x"],
-                           max_points=params["max_points"], window=window)
+        read(run_ids=run_ids, key=key, x=params["x"], max_points=params["max_points"],
+             window=window)
         for key in keys
     ]  # fmt: skip
     return [
-        {"run": run_id, "x": params["x"], "series": [series[i] for series in by_key]}
+        {"run": run_id, "x": params["x"],
+         "series": [_series_dict(series[i], stride) for series in by_key]}
         for i, run_id in enumerate(run_ids)
-    ]
+    ]  # fmt: skip
 
 
 class RunViewSet(ActorViewSet):
@@ -152,8 +166,7 @@ class RunViewSet(ActorViewSet):
         params = query(s.MetricsQuerySerializer, request)
         run = self._run(pk)
         keys = params.get("keys") or metric_keys(run_id=run.pk)
-        data = _series([run.pk], params, keys)[0]
-        return Response(s.RunMetricsSerializer(data).data)
+        return Response(_series([run.pk], params, keys)[0])
 
 
 @extend_schema(
@@ -182,4 +195,4 @@ def multi_metrics(request):
         if missing:
             raise not_found(f"run {missing[0]}")
     runs = _series(run_ids, params, params["keys"])
-    return Response(s.MultiMetricsSerializer({"x": params["x"], "runs": runs}).data)
+    return Response({"x": params["x"], "runs": runs})

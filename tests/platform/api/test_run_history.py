@@ -181,6 +181,46 @@ def test_every_run_of_an_experiment_in_one_statement_per_key(
     assert same == body
 
 
+def test_a_stride_read_picks_evenly_spaced_steps_of_every_run(world, client_as, runs, launched):
+    run, other, _ = runs
+    _ramp(run, 1000)
+    _ramp(other, 7)  # shorter than max_points: comes back whole
+    metric_points_store(run_id=run.pk, points=[("tokens/total", s, 0.0, s * 10.0) for s in
+                                               range(0, 1000, 2)])  # fmt: skip
+    client = client_as(world.users_a[V])
+    experiment = launched[0]["experiment"]["id"]
+    params = {"experiment": experiment, "keys": "reward/mean", "max_points": 11,
+              "sample": "stride"}  # fmt: skip
+    body = client.get("/api/v1/metrics", params).json()
+    first, second = (r["series"][0] for r in body["runs"])
+    assert first["step"] == [999 * g // 10 for g in range(11)]  # 0, 99, 199, …, 999
+    assert first["y"] == [s / 1000 for s in first["step"]] and first["count"] is None
+    assert second["step"] == list(range(7)) and second["x"] == [float(s) for s in range(7)]
+    by_time = client.get("/api/v1/metrics", {**params, "x": "time"}).json()["runs"][0]
+    assert by_time["series"][0]["x"] == [1000.0 + s for s in first["step"]]
+    # x=tokens: the first step at or after each target, kept only where tokens were reported
+    tokens = client.get("/api/v1/metrics", {**params, "x": "tokens"}).json()["runs"][0]
+    assert tokens["series"][0]["x"] == [s * 10.0 for s in first["step"] if s % 2 == 0]
+    zoom = client.get(f"/api/v1/runs/{run.pk}/metrics", {**params, "x_min": 500, "x_max": 509.5})
+    assert zoom.json()["series"][0]["step"] == list(range(500, 510))
+    bad = client.get("/api/v1/metrics", {**params, "x": "time", "x_min": 1})
+    assert (bad.status_code, bad.json()["field"]) == (400, "sample")
+
+
+def test_the_stride_read_picks_the_same_points_without_postgresql(runs):
+    from paddock.experiments.metrics import Window
+    from paddock.experiments.metrics_stride import _rows_postgresql, _rows_python
+
+    run, other, _ = runs
+    metric_points_store(run_id=run.pk, points=[("kl", s, 1.0, s) for s in range(0, 3000, 7)])
+    _ramp(other, 40)
+    for key, window in (("kl", Window()), ("kl", Window(100.5, 2000)), ("reward/mean", Window())):
+        ids = [run.pk, other.pk]
+        assert _rows_python(ids, key, "step", 50, window) == _rows_postgresql(
+            ids, key, "step", 50, window
+        )
+
+
 def test_metrics_of_an_experiment_need_exactly_one_source(world, client_as, runs, launched):
     client = client_as(world.users_a[V])
     neither = client.get("/api/v1/metrics", {"keys": "kl"})
