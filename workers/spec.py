@@ -289,6 +289,13 @@ class TrainSpec(_Section):
         description="token rows per chunk of the logits → logprobs computation",
     )
     eval_every: int = Field(10, ge=0, description="steps between eval/accuracy; 0 = only at end")
+    mult_prob_error_samples: int = Field(
+        16,
+        ge=0,
+        description="stale samples per step that a no-grad trainer forward checks under the "
+        "adapter version that generated them, for token_mult_prob_error in async runs; "
+        "0 = compare only tokens of the current version",
+    )
     log_samples: int = Field(4, ge=0, description="samples per step sent to the inspector")
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
 

@@ -4,6 +4,7 @@ version handshake, pause / resume / abort, learning."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import threading
@@ -18,7 +19,7 @@ from workers.loop.setup import run_training
 from workers.policy import LoraPolicy
 from workers.policy.lora import adapter_tensors, read_adapter_dir
 from workers.rollout import make_backend
-from workers.spec import parse_spec
+from workers.spec import apply_overrides, parse_spec
 from workers.train import train
 
 from .helpers import SlowModel
@@ -156,6 +157,42 @@ def test_staleness_bound_and_served_versions(make_spec, tmp_path, weight_update)
     assert backend.served_log == sorted(backend.served_log)
     # Samples continued across a weight update keep each token's own version.
     assert mixed > 0
+
+
+def test_async_reports_token_mult_prob_error_on_stale_tokens(make_spec, tmp_path):
+    # weight_update "wait": step 1 trains on groups of version 0 under version 0, every later
+    # step on groups exactly one version old, so from step 2 on no token is of the trainer's
+    # current version and the metric can only come from the stale-version forward.
+    spec = make_spec("train.steps=4", "async.enabled=true", "async.max_staleness=1",
+                     "async.weight_update=wait")  # fmt: skip
+
+    def run(name: str, *overrides: str, perturb: float = 0.0) -> list[dict]:
+        parsed = parse_spec(apply_overrides(spec, list(overrides)))
+        backend = make_backend(parsed, parsed.model.path)
+        load = backend._load_adapter
+
+        def perturbed(update):  # the engine serves a slightly different adapter
+            gen = torch.Generator().manual_seed(update.version)
+            tensors = {
+                k: v + perturb * torch.randn(v.shape, generator=gen) if "lora_B" in k else v
+                for k, v in update.tensors.items()
+            }
+            return load(dataclasses.replace(update, tensors=tensors))
+
+        backend._load_adapter = perturbed
+        asyncio.run(run_training(parsed, tmp_path / name, progress=False, backend=backend))
+        return [r for r in rows(tmp_path / name) if r["step"] > 0]
+
+    agree = run("agree")
+    assert [r["staleness/max"] for r in agree] == [0.0, 1.0, 1.0, 1.0]
+    for r in agree:  # engine and trainer agree to float32 rounding, stale tokens included
+        assert r["token_mult_prob_error"] == pytest.approx(1.0, abs=1e-4), r["step"]
+        assert abs(r["gen_kl_error"]) < 1e-6
+    disagree = run("disagree", perturb=0.3)
+    assert all(r["token_mult_prob_error"] > 1.01 for r in disagree), disagree
+    # Switched off, only tokens of the current version count: the stale steps report nothing.
+    off = run("off", "train.mult_prob_error_samples=0")
+    assert ["token_mult_prob_error" in r for r in off] == [True, False, False, False]
 
 
 def test_a_sync_that_never_reaches_the_engine_fails(make_spec, tmp_path):

@@ -1,15 +1,20 @@
-"""Small parts of the loop: control sources, the buffer, checkpoint retention."""
+"""Small parts of the loop: control sources, the buffer, checkpoint retention, the
+stale-version check of token_mult_prob_error."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+import torch
 
 from workers.loop import FileControl, StaticControl
 from workers.loop.buffer import TrajectoryBuffer
 from workers.loop.types import ScoredGroup
+from workers.loop.version_check import AdapterHistory, TokenSums, merge, stale_token_sums
+from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import GroupResult, Sample
+from workers.spec import parse_spec
 
 
 def group(step: int, versions: list[int]) -> ScoredGroup:
@@ -58,3 +63,55 @@ def test_checkpoints_keep_last(make_spec, tmp_path):
     train(make_spec("train.steps=3", "checkpoint.every=1", "checkpoint.keep_last=2"), tmp_path,
           progress=False)  # fmt: skip
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-2", "step-3"]
+
+
+def test_merge_weights_current_and_stale_tokens_by_count():
+    same = {"token_mult_prob_error": 1.5, "gen_kl_error": 0.25, "loss/total": 7.0}
+    stale = TokenSums({"token_mult_prob_error": 3.0, "gen_kl_error": 0.5}, tokens=1.0)
+    out = merge(same, 2.0, stale)
+    # (1.5·2 + 3.0) / (2 + 1) = 2.0 and (0.25·2 + 0.5) / 3 = 1/3; other metrics untouched
+    assert out["token_mult_prob_error"] == 2.0
+    assert out["gen_kl_error"] == pytest.approx(1.0 / 3.0, abs=1e-15)
+    assert out["loss/total"] == 7.0
+    # no current-version token (the metric absent): the stale tokens alone, 3.0 / 1
+    assert merge({}, 0.0, stale)["token_mult_prob_error"] == 3.0
+    assert merge(same, 2.0, TokenSums.empty()) == same
+
+
+def test_adapter_history_keeps_the_staleness_window():
+    history = AdapterHistory(keep=1)
+    for v in range(4):
+        history.record(v, {"a": torch.full((2,), float(v))})
+    assert [v in history for v in range(4)] == [False, False, True, True]
+    assert history.get(3)["a"].tolist() == [3.0, 3.0]
+
+
+def test_stale_forward_uses_the_tokens_version_and_restores_the_adapter(make_spec):
+    policy = LoraPolicy(parse_spec(make_spec()), make_spec()["model"]["path"])
+    history = AdapterHistory(keep=1)
+    history.record(0, policy.adapter_tensors())  # version 0: lora_B = 0, the base model
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    policy.adapter_version = 1
+    current = policy.adapter_tensors()
+    ids = policy.tokenizer.encode("12+3=15", add_special_tokens=False)
+    # lp_roll := the base model's own logprobs of the response "15", labelled version 0
+    probe = collate([TrainSample(ids[:5], ids[5:], [0.0, 0.0], [0, 0], 0.0)], 0)
+    policy.model.eval()
+    with torch.no_grad(), policy.model.disable_adapter():
+        lp_base = policy.token_logprobs(probe)[0][0].tolist()
+    batch = collate([TrainSample(ids[:5], ids[5:], lp_base, [0, 0], 0.0)], 0)
+    sums = stale_token_sums(policy, batch, history, limit=4)
+    # under version 0 the trainer reproduces lp_roll: exp|Δ| = 1 on both tokens
+    assert sums.tokens == 2.0
+    assert sums.sums["token_mult_prob_error"] == pytest.approx(2.0, abs=1e-5)
+    after = policy.adapter_tensors()
+    assert all(torch.equal(after[k], current[k]) for k in current)  # version 1, bit for bit
+    # six stale samples, at most two checked: 2 samples × 2 tokens
+    six = collate([TrainSample(ids[:5], ids[5:], lp_base, [0, 0], 0.0)] * 6, 0)
+    assert stale_token_sums(policy, six, history, limit=2).tokens == 4.0
+    # a version the history no longer holds is skipped, not compared with the wrong adapter
+    old = collate([TrainSample(ids[:5], ids[5:], lp_base, [-5, -5], 0.0)], 0)
+    assert stale_token_sums(policy, old, history, limit=4).tokens == 0.0

@@ -26,7 +26,8 @@ class LossInputs:
     lp_ref: torch.Tensor | None = None  # [B, T] base model (adapter disabled); for KL
     entropy: torch.Tensor | None = None  # [B, T] trainer entropy per position
     # [B, T] 1.0 where the token came from the adapter version the trainer holds now: only
-    # those tokens compare like with like in token_mult_prob_error.
+    # those tokens compare like with like in token_mult_prob_error here (the executor adds
+    # the older ones from a forward under their own version: loop/version_check.py).
     same_version: torch.Tensor | None = None
 
 

@@ -11,7 +11,9 @@ from typing import Any, Protocol
 import torch
 
 from ..policy import LoraPolicy, TrainSample, collate
+from ..policy.batch import TrainBatch
 from ..rollout.base import AdapterProbe, AdapterUpdate
+from .version_check import AdapterHistory, merge, stale_token_sums
 
 
 class TrainerExecutor(Protocol):
@@ -35,6 +37,8 @@ class LocalExecutor:
 
     def __init__(self, policy: LoraPolicy):
         self.policy = policy
+        spec = policy.spec
+        self.history = AdapterHistory(spec.async_.max_staleness if spec.async_.enabled else 0)
 
     @property
     def adapter_version(self) -> int:
@@ -42,12 +46,24 @@ class LocalExecutor:
 
     async def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
         batch = collate(samples, self.policy.tokenizer.pad_token_id)
-        return await asyncio.to_thread(self.policy.train_step, batch)
+        return await asyncio.to_thread(self._train_step, batch)
+
+    def _train_step(self, batch: TrainBatch) -> dict[str, float]:
+        limit = self.policy.spec.train.mult_prob_error_samples
+        if limit == 0 or _sharded():
+            return self.policy.train_step(batch)
+        # Before the step, while the adapter the current-version tokens came from is loaded.
+        stale = stale_token_sums(self.policy, batch, self.history, limit)
+        current = (batch.versions == self.policy.adapter_version).to(batch.mask.dtype)
+        same_tokens = (batch.mask * current).sum().item()
+        return merge(self.policy.train_step(batch), same_tokens, stale)
 
     async def adapter_update(self) -> AdapterUpdate:
+        tensors = self.policy.adapter_tensors()
+        self.history.record(self.policy.adapter_version, tensors)
         return AdapterUpdate(
             self.policy.adapter_version,
-            tensors=self.policy.adapter_tensors(),
+            tensors=tensors,
             probe=adapter_probe(self.policy.model, len(self.policy.tokenizer)),
         )
 
@@ -79,6 +95,12 @@ def adapter_probe(model: torch.nn.Module, vocab_size: int, length: int = 16) -> 
     )
     half = length // 2
     return AdapterProbe(ids[:half], ids[half:], lp[half - 1 :, 0].tolist())
+
+
+def _sharded() -> bool:
+    """True on an FSDP rank: swapping adapters there is a collective, so the stale-version
+    forward is left out (only the current version's tokens are compared)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _rng_state() -> dict[str, Any]:
