@@ -11,8 +11,22 @@ instead of `run_training`; both run the same Driver).
 - process_group.py: the trainer ranks' torch.distributed group (NCCL on GPU, gloo on CPU).
 - run.py: `run_on_ray` (join the job's cluster, start the fleet, run, restart from the last
   checkpoint up to `resources.max_restarts` when an actor dies).
+- standalone.py: the same FSDP2 trainer without Ray, under `torch.distributed.run`.
+
+Ray is imported only when `connect` or `run_on_ray` is first used, so the standalone trainer
+runs where Ray is not installed.
 """
 
-from .run import connect, run_on_ray
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["connect", "run_on_ray"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import run
+
+        return getattr(run, name)
+    raise AttributeError(name)

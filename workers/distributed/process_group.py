@@ -1,8 +1,11 @@
-"""The torch.distributed group of the trainer actors: NCCL on GPU, gloo on CPU. Rank 0's actor
-names the meeting point (`TrainerActor.rendezvous`); every rank joins it in `build`."""
+"""The torch.distributed group of the trainer ranks: NCCL on GPU, gloo on CPU. Under Ray, rank
+0's actor names the meeting point (`TrainerActor.rendezvous`) and every rank joins it in
+`build`; without Ray, `torch.distributed.run` sets the environment that `init_from_env`
+reads (workers/distributed/standalone.py)."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import torch
@@ -26,3 +29,15 @@ def init_process_group(master: str | None, rank: int, world: int) -> None:
         world_size=world,
         timeout=TIMEOUT,
     )
+
+
+def init_from_env(use_cuda: bool | None = None) -> tuple[int, int]:
+    """Join the group that `torch.distributed.run` describes (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR, MASTER_PORT); each rank takes the GPU of its local rank. → (rank, world)."""
+    if dist.is_initialized():
+        raise RuntimeError("this process already belongs to a torch.distributed group")
+    use_cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=TIMEOUT)
+    return dist.get_rank(), dist.get_world_size()

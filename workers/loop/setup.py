@@ -34,6 +34,19 @@ def model_dir_for(spec: RunSpec) -> Path:
     return tiny_model_dir(spec.model.tiny)
 
 
+def local_devices(spec: RunSpec, gpus: int) -> tuple[torch.device, torch.device]:
+    """Where an in-process run puts (trainer, engine): on the CPU without GPUs or where the
+    spec asks for none; on one GPU together; with two GPUs or more, the trainer on the first
+    and the engine on the second (disaggregated: decoding never queues behind training's
+    kernels, and the adapter crosses GPUs in one device-to-device copy)."""
+    r = spec.resources
+    trainer = torch.device("cuda:0") if r.trainer_gpus > 0 and gpus > 0 else torch.device("cpu")
+    if r.rollout_gpus <= 0 or gpus == 0:
+        return trainer, torch.device("cpu")
+    both_on_gpu = trainer.type == "cuda" and gpus >= 2
+    return trainer, torch.device("cuda:1" if both_on_gpu else "cuda:0")
+
+
 def buffer_capacity(spec: RunSpec) -> int:
     if spec.async_.buffer_groups:
         return spec.async_.buffer_groups
@@ -70,8 +83,9 @@ async def run_training(
     model_dir = model_dir_for(spec)
     task = load_task(spec.data)
     tokenizer = load_tokenizer(model_dir)
-    executor = executor or LocalExecutor(LoraPolicy(spec, model_dir))
-    backend = backend or make_backend(spec, model_dir)
+    trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
+    executor = executor or LocalExecutor(LoraPolicy(spec, model_dir, trainer_device))
+    backend = backend or make_backend(spec, model_dir, device=engine_device)
     buffer = TrajectoryBuffer(buffer_capacity(spec))
     state = RunState()
     src = resume_path(spec, out)

@@ -6,8 +6,11 @@ root unit; the LoRA matrices live inside the layers, so they are sharded with th
 The frozen LM head stays a plain tensor on every rank: `token_logprobs` multiplies by its
 weight directly (chunked, recomputed in backward), outside any module's forward hooks.
 
-Every rank trains on the whole batch, so FSDP's averaged gradients equal the single-process
-ones: this buys memory (parameters, gradients and optimizer state sharded), not throughput.
+Data parallel as well as sharded: each rank trains on its own contiguous share of the batch
+(groups stay together, so their shared prompt is still run once). Loss denominators are the
+whole batch's (AggNorm), so the ranks' losses add up to the single-process loss; FSDP
+averages gradients over the ranks, so each rank's loss is scaled by the world size to make
+that average the single-process gradient. The step's metrics are added up across ranks.
 
 The adapter leaves the group one LoRA tensor at a time (`full_tensor()` of that tensor
 only); the base model is never gathered whole on any rank.
@@ -16,6 +19,7 @@ only); the base model is never gathered whole on any rank.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -29,8 +33,10 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from ..grpo import ADDITIVE_METRICS
 from ..spec import RunSpec
 from . import lora as lora_io
+from .batch import TrainBatch
 from .policy import LoraPolicy
 
 
@@ -52,6 +58,33 @@ class ShardedLoraPolicy(LoraPolicy):
     @property
     def rank(self) -> int:
         return dist.get_rank()
+
+    # ---------------------------------------------------------------- data parallel
+
+    uniform_forward = True
+
+    @property
+    def loss_scale(self) -> float:  # type: ignore[override]
+        return float(dist.get_world_size())
+
+    def _rank_part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
+        start, end = rank_share(len(batch), self.rank, dist.get_world_size())
+        most = -(-len(batch) // dist.get_world_size())  # the largest share
+        return batch.slice(start, end), max(1, -(-most // micro_batch_size))
+
+    def _reduce_metrics(
+        self, sums: dict[str, float], weights: dict[str, float]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        gathered: list[tuple[dict, dict]] = [None] * dist.get_world_size()  # type: ignore[list-item]
+        dist.all_gather_object(gathered, (dict(sums), dict(weights)))
+        out_s: dict[str, float] = defaultdict(float)
+        out_w: dict[str, float] = defaultdict(float)
+        for s, w in gathered:
+            for k, v in s.items():
+                out_s[k] += v
+                # additive metrics (counts) carry weight 1: summed, not averaged
+                out_w[k] = 1.0 if k in ADDITIVE_METRICS else out_w[k] + w[k]
+        return out_s, out_w
 
     # ---------------------------------------------------------------- adapter I/O
 
@@ -100,6 +133,13 @@ class ShardedLoraPolicy(LoraPolicy):
             optim_state_dict=state,
             options=StateDictOptions(full_state_dict=True),
         )
+
+
+def rank_share(n: int, rank: int, world: int) -> tuple[int, int]:
+    """[start, end) of rank's contiguous share of n samples; shares differ by at most one."""
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:

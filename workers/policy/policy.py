@@ -87,7 +87,7 @@ class LoraPolicy:
         for i in range(len(batch)):
             key = tuple(batch.input_ids[i, : int(batch.prompt_len[i])].tolist())
             owner.append(keys.setdefault(key, len(keys)))
-        if len(keys) == len(batch):  # nothing shared: one plain forward
+        if len(keys) == len(batch) and not self.uniform_forward:  # nothing shared: one pass
             hidden = body(
                 input_ids=batch.input_ids, attention_mask=batch.attention_mask
             ).last_hidden_state  # [B, L, H]
@@ -155,8 +155,14 @@ class LoraPolicy:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
-        for start in range(0, len(batch), t.micro_batch_size):
-            mb = batch.slice(start, start + t.micro_batch_size)
+        part, n_micro = self._rank_part(batch, t.micro_batch_size)
+        for i in range(n_micro):
+            start = i * t.micro_batch_size
+            mb = part.slice(start, start + t.micro_batch_size)
+            # a rank whose share ran out repeats a micro-batch at weight 0: every rank must
+            # run the same number of forwards, as each one gathers the sharded layers
+            scale = self.loss_scale if len(mb) else 0.0
+            mb = mb if len(mb) else batch.slice(0, t.micro_batch_size)
             lp, ent = self.token_logprobs(mb)
             lp_old = None
             if not algo.bypass_mode:
@@ -168,7 +174,9 @@ class LoraPolicy:
                 algo,
                 norm,
             )
-            loss.backward()
+            (loss * scale).backward()
+            if scale == 0.0:
+                continue
             n_tok = mb.mask.sum().item()
             n_same = (mb.mask * same).sum().item()
             for k, v in metrics.items():
@@ -179,12 +187,29 @@ class LoraPolicy:
                     w = n_same if k in ("token_mult_prob_error", "gen_kl_error") else n_tok
                     sums[k] += v * w
                     weights[k] += w
+        sums, weights = self._reduce_metrics(sums, weights)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
         self.optimizer.step()
         self.adapter_version += 1
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
         out["grad_norm"] = float(grad_norm)
         return out
+
+    # Data-parallel hooks. One process trains on the whole batch; ShardedLoraPolicy's ranks
+    # each take a share, scale their loss and add their metrics up across the group.
+    loss_scale = 1.0
+    # Sharded ranks must run the same forwards (each gathers the layers): the prompt-sharing
+    # forward is then taken whether or not a micro-batch shares a prompt.
+    uniform_forward = False
+
+    def _rank_part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
+        """This rank's share of `batch` and how many micro-batches every rank runs."""
+        return batch, -(-len(batch) // micro_batch_size)
+
+    def _reduce_metrics(
+        self, sums: dict[str, float], weights: dict[str, float]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        return sums, weights
 
     # ---------------------------------------------------------------- adapter I/O
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import torch
+
 from ..spec import RunSpec
 from .base import RolloutBackend
 
@@ -17,7 +19,11 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def make_backend(spec: RunSpec, model_dir: str | Path) -> RolloutBackend:
+def make_backend(
+    spec: RunSpec, model_dir: str | Path, device: torch.device | None = None
+) -> RolloutBackend:
+    """The engine `rollout.backend` names. `device` places an in-process engine that takes a
+    device (`placeable`); the others pick theirs by their own settings."""
     name = spec.rollout.backend
     if name not in BACKENDS:
         raise KeyError(f"unknown rollout backend {name!r}; known: {', '.join(BACKENDS)}")
@@ -29,4 +35,7 @@ def make_backend(spec: RunSpec, model_dir: str | Path) -> RolloutBackend:
             f"rollout.backend {name!r} needs the {package!r} package (and {module_name}); "
             f"import failed: {exc}"
         ) from exc
-    return getattr(module, cls_name)(spec, model_dir)
+    cls = getattr(module, cls_name)
+    if device is not None and getattr(cls, "placeable", False):
+        return cls(spec, model_dir, device=device)
+    return cls(spec, model_dir)

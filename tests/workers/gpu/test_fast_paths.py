@@ -21,6 +21,8 @@ from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams
 from workers.rollout.torch_backend import TorchBackend
 from workers.spec import parse_spec
 
+from .small_qwen3 import build_small_qwen3
+
 pytestmark = pytest.mark.gpu
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 VOCAB = 4096
@@ -33,23 +35,11 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    """A small Qwen3 (2 layers, GQA, head_dim 64) at random init, saved in bf16."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from workers.models.tokenizer import build_char_tokenizer
-
-    out = tmp_path_factory.mktemp("qwen3-small")
-    tok = build_char_tokenizer()
-    config = Qwen3Config(
-        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, intermediate_size=512, tie_word_embeddings=True,
-        max_position_embeddings=512, eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    """2 layers, hidden 256, 4 heads (2 KV heads)."""
+    return build_small_qwen3(
+        tmp_path_factory.mktemp("qwen3-small"), vocab_size=VOCAB, hidden_size=256,
+        num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
     )  # fmt: skip
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
 
 
 def make_spec(model_dir: Path, dtype: str = "auto"):

@@ -1,0 +1,118 @@
+"""The engine on two GPUs of one host, against one GPU, measured in one run.
+
+    python3 bench/gpu_multi.py train   # FSDP2 trainer: tokens/s on 1 and 2 GPUs; equivalence
+    python3 bench/gpu_multi.py async   # sync vs async, engine on the trainer's GPU vs its own
+
+`train` launches the trainer without Ray (`torch.distributed.run` → workers/distributed/
+standalone.py: the ShardedLoraPolicy that Ray trainer actors hold, the plain LoraPolicy on
+one GPU) on the Qwen3-0.6B shape of bench/gpu.py, LoRA r=16 on every linear layer, at the
+same tokens per GPU (16×1024 a rank), then once more at one global batch on both world sizes
+to compare losses and adapters. `async` runs bench/gpu.py's async part (the real drivers)
+with one GPU visible (trainer and engine share it) and with two (trainer on cuda:0, engine on
+cuda:1; workers/loop/setup.py `local_devices`). Results land in --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gpu import SHAPE, build_model, small_shape, table  # noqa: E402
+
+
+def torchrun(nproc: int, out: Path, model_dir: Path, extra: list[str]) -> dict:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={nproc}", "-m", "workers.distributed.standalone",
+        "--model-dir", str(model_dir), "--out", str(out), *extra,
+    ]  # fmt: skip
+    print("$", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, cwd=HERE.parent)
+    return json.loads((out / "result.json").read_text())
+
+
+def part_train(model_dir: Path, args, out: Path) -> dict:
+    out = Path(tempfile.mkdtemp())  # adapters are 40 MB each: keep them off --out
+    shape = ["--seq-len", str(args.seq_len), "--prompt-len", str(args.prompt_len)]
+    timing = ["--steps", str(args.reps), "--warmup", str(args.warmup)]
+    per_rank = args.seqs_per_gpu
+    res: dict = {"runs": {}}
+    for n in (1, 2):
+        extra = [*shape, *timing, "--seqs", str(per_rank * n), "--micro-batch", str(per_rank)]
+        res["runs"][f"{n}gpu"] = torchrun(n, out / f"scale-{n}", model_dir, extra)
+    one, two = res["runs"]["1gpu"], res["runs"]["2gpu"]
+    res["scaling"] = two["tok_s"] / one["tok_s"]
+    # equivalence: the same batch (and micro-batch per rank) on one GPU and on two
+    eq = [*shape, "--steps", "3", "--warmup", "0", "--seqs", str(args.eq_seqs)]
+    eq += ["--micro-batch", str(args.eq_seqs // 2)]
+    torchrun(1, out / "eq-1", model_dir, eq)
+    torchrun(2, out / "eq-2", model_dir, eq)
+    from workers.distributed.standalone import compare
+
+    res["equivalence"] = compare(out / "eq-1", out / "eq-2")
+    print(f"\nFSDP2 trainer, {args.seq_len}-token sequences, {per_rank} a GPU a step")
+    table([("what", "tokens/s", "a GPU", "step s", "peak GB")])
+    for name, r in res["runs"].items():
+        step = sorted(r["step_s"])[len(r["step_s"]) // 2]
+        row = (name, f"{r['tok_s']:,.0f}", f"{r['tok_s_per_gpu']:,.0f}", f"{step:.3f}")
+        table([(*row, f"{r['peak_gb']:.1f}")])
+    print(f"2 GPUs over 1: {res['scaling']:.2f}x")
+    print("equivalence, same batch on 1 and 2 GPUs:", json.dumps(res["equivalence"], indent=1))
+    return res
+
+
+def part_async(model_dir: Path, args, out: Path) -> dict:
+    res = {}
+    for label, visible in (("one GPU shared", "0"), ("two GPUs", "0,1")):
+        sub = Path(tempfile.mkdtemp())
+        cmd = [
+            sys.executable, str(HERE / "gpu.py"), "async", "--model-dir", str(model_dir),
+            "--out", str(sub), "--batch", str(args.batch), "--new-tokens", str(args.new_tokens),
+            "--steps", str(args.steps),
+        ]  # fmt: skip
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
+        print(f"$ CUDA_VISIBLE_DEVICES={visible}", " ".join(cmd[1:]), flush=True)
+        subprocess.run(cmd, check=True, env=env, cwd=HERE.parent)
+        res[label] = json.loads((sub / "async.json").read_text())
+    print(f"\nasync over sync, {args.batch} rollouts × {args.new_tokens} new tokens a step")
+    table([("placement", "sync step s", "async step s", "speedup", "ideal", "sync s")])
+    for label, r in res.items():
+        s, a = r["sync"], r["async"]
+        row = (label, f"{s['time/step_s']:.2f}", f"{a['time/step_s']:.2f}")
+        row += (f"{r['speedup']:.2f}x", f"{r['ideal_speedup']:.2f}x")
+        table([(*row, f"{a['time/weight_sync_s'] * 1e3:.0f} ms")])
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("part", choices=["train", "async"])
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-gpu-out")))
+    ap.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "qwen3-06b")
+    ap.add_argument("--small", action="store_true", help="tiny shapes: check the script on CPU")
+    ap.add_argument("--seqs-per-gpu", type=int, default=16)
+    ap.add_argument("--eq-seqs", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    model_dir = build_model(args.model_dir, small_shape() if args.small else SHAPE)
+    args.out.mkdir(parents=True, exist_ok=True)
+    part = {"train": part_train, "async": part_async}[args.part]
+    result = part(model_dir, args, args.out)
+    (args.out / f"multi-{args.part}.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
