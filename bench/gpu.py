@@ -604,18 +604,39 @@ def part_probe(model_dir: Path, args, out: Path) -> dict:
 # ------------------------------------------------------------------------------ async
 
 
+def long_prompt_task(root: Path, chars: int) -> dict:
+    """A JSONL task whose prompts are `chars` characters (= tokens: the char tokenizer), so
+    that a step's training time can be made to match its generation time."""
+    rng = torch.Generator().manual_seed(0)
+    for name in ("train", "eval"):
+        with open(root / f"{name}.jsonl", "w") as f:
+            for _ in range(64):
+                digits = torch.randint(0, 10, (chars,), generator=rng).tolist()
+                text = "".join(map(str, digits))
+                f.write(json.dumps({"prompt": text, "answer": text[-1]}) + "\n")
+    return {
+        "data.task": "jsonl",
+        "data.path": str(root / "train.jsonl"),
+        "data.eval_path": str(root / "eval.jsonl"),
+    }
+
+
 def part_async(model_dir: Path, args, out: Path) -> dict:
     from workers.train import train
 
-    res: dict = {}
+    res: dict = {"prompt_chars": args.prompt_chars}
+    data = {}
+    if args.prompt_chars:  # long prompts: training grows with them, decoding barely does
+        data = long_prompt_task(Path(tempfile.mkdtemp()), args.prompt_chars)
     for mode in ("sync", "async"):
         spec = base_spec(
             model_dir,
+            **data,
             **{
                 "rollout.max_new_tokens": args.new_tokens,
                 "train.steps": args.steps,
                 "train.prompts_per_step": args.batch // args.group,
-                "train.micro_batch_size": args.batch,
+                "train.micro_batch_size": args.micro_batch or args.batch,
                 "algorithm.num_generations": args.group,
                 "async.enabled": mode == "async",
                 "async.max_staleness": 1,
@@ -644,10 +665,8 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
         speedup=got,
         of_ideal=(got - 1) / (ideal - 1) if ideal > 1 else float("nan"),
     )
-    print(
-        f"\nasync overlap, {args.batch} rollouts × {args.new_tokens} new tokens a step, "
-        "one GPU for trainer and engine"
-    )
+    where = "two GPUs" if torch.cuda.device_count() > 1 else "one GPU for trainer and engine"
+    print(f"\nasync overlap, {args.batch} rollouts × {args.new_tokens} new tokens a step, {where}")
     table([("what", "sync", "async")])
     for k in ("time/step_s", "time/generate_s", "time/train_s", "time/weight_sync_s"):
         table([(k, f"{s[k]:.3f}", f"{a[k]:.3f}")])
@@ -678,6 +697,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--prompt-chars", type=int, default=0, help="async: long JSONL prompts")
+    ap.add_argument("--micro-batch", type=int, default=0, help="async: 0 = the whole batch")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()

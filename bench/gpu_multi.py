@@ -75,14 +75,15 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
         cmd = [
             sys.executable, str(HERE / "gpu.py"), "async", "--model-dir", str(model_dir),
             "--out", str(sub), "--batch", str(args.batch), "--new-tokens", str(args.new_tokens),
-            "--steps", str(args.steps),
+            "--steps", str(args.steps), "--prompt-chars", str(args.prompt_chars),
+            "--micro-batch", str(args.micro_batch),
         ]  # fmt: skip
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
         print(f"$ CUDA_VISIBLE_DEVICES={visible}", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True, env=env, cwd=HERE.parent)
         res[label] = json.loads((sub / "async.json").read_text())
     print(f"\nasync over sync, {args.batch} rollouts × {args.new_tokens} new tokens a step")
-    table([("placement", "sync step s", "async step s", "speedup", "ideal", "sync s")])
+    table([("placement", "sync step s", "async step s", "speedup", "ideal", "weight sync")])
     for label, r in res.items():
         s, a = r["sync"], r["async"]
         row = (label, f"{s['time/step_s']:.2f}", f"{a['time/step_s']:.2f}")
@@ -106,6 +107,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--prompt-chars", type=int, default=0)
+    ap.add_argument("--micro-batch", type=int, default=0, help="async: 0 = the whole batch")
     args = ap.parse_args()
     model_dir = build_model(args.model_dir, small_shape() if args.small else SHAPE)
     args.out.mkdir(parents=True, exist_ok=True)
