@@ -133,7 +133,7 @@ async def viewer(ws_url, origin, latencies, ready, stop_at):
                     latencies.append(received - emitted)
 
 
-async def load(url, port, runs, viewer_token, args):
+async def load(url, port, runs, viewer_token, args, server_cpu):
     import aiohttp
 
     stats = {"points": 0, "batches": 0, "errors": 0}
@@ -157,15 +157,41 @@ async def load(url, port, runs, viewer_token, args):
                                for r, t in runs))  # fmt: skip
         latencies.clear()
         t0 = time.monotonic()
+        server_cpu.start()
         measure_stop = t0 + args.seconds
         await asyncio.gather(*(job(session, url, r, t, args, stats, measure_stop)
                                for r, t in runs))  # fmt: skip
         elapsed = time.monotonic() - t0
+        server_cpu.stop()
     await asyncio.sleep(1.0)  # the last broadcasts
     for task in viewers:
         task.cancel()
     await asyncio.gather(*viewers, return_exceptions=True)
     return stats, latencies, elapsed
+
+
+class ServerCpu:
+    """CPU seconds the server's processes (uvicorn and its workers) and this load generator
+    spend over the measured window: unlike throughput and latency, a cost per batch that
+    stays comparable when other programs share the cores."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self.server = psutil.Process(pid)
+        self.me = psutil.Process()
+        self.used = {"server": 0.0, "load generator": 0.0}
+
+    def _now(self) -> dict[str, float]:
+        procs = [self.server, *self.server.children(recursive=True)]
+        total = sum(sum(p.cpu_times()[:2]) for p in procs)
+        return {"server": total, "load generator": sum(self.me.cpu_times()[:2])}
+
+    def start(self) -> None:
+        self.used = {k: -v for k, v in self._now().items()}
+
+    def stop(self) -> None:
+        self.used = {k: v + self.used[k] for k, v in self._now().items()}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -219,7 +245,11 @@ def main() -> int:
                 break
             except requests.RequestException:
                 time.sleep(0.2)
-        stats, latencies, elapsed = asyncio.run(load(url, port, runs, viewer_token, args))
+        server_cpu = ServerCpu(server.pid)
+        stats, latencies, elapsed = asyncio.run(
+            load(url, port, runs, viewer_token, args, server_cpu)
+        )
+        load_average = os.getloadavg()
     finally:
         if server is not None:
             server.terminate()
@@ -237,6 +267,10 @@ def main() -> int:
           f"max {max(latencies, default=float('nan')) * 1000:.0f} ms")  # fmt: skip
     if latencies:
         print(f"mean {statistics.fmean(latencies) * 1000:.0f} ms")
+    batches = max(1, stats["batches"])
+    print("CPU per batch: " + ", ".join(f"{name} {used / batches * 1000:.1f} ms"
+                                        for name, used in server_cpu.used.items())
+          + f" (load average {load_average[0]:.2f} at the end)")  # fmt: skip
     return 0
 
 

@@ -72,22 +72,36 @@ def metric_points_store(*, run_id: int, points: Iterable[tuple[str, int, float, 
 
 
 def _upsert_postgresql(run_id: int, latest: dict[tuple[str, int], tuple[float, float]]) -> None:
-    # One statement over four arrays: no model instance and no SQL text per row. This is the
-    # ingest hot path (tens of thousands of points a second); bulk_create spends most of its
-    # time building Python objects and SQL.
+    # One statement per batch, and its numbers sent as array literals built with str.join:
+    # the ingest hot path (tens of thousands of points a second) spent more time in psycopg
+    # quoting 4 arrays element by element (a regex per element) than PostgreSQL spent storing
+    # them. A key is sent once (a batch repeats a few dozen keys over its steps) and each
+    # point names it by position; psycopg quotes that short list of keys as usual.
     table = MetricPoint._meta.db_table
-    keys, steps = zip(*latest.keys(), strict=True)
-    times, values = zip(*latest.values(), strict=True)
+    names: dict[str, int] = {}
+    index, steps, times, values = [], [], [], []
+    for (key, step), (time, value) in latest.items():
+        index.append(names.setdefault(key, len(names) + 1))  # PostgreSQL arrays start at 1
+        steps.append(step)
+        times.append(time)
+        values.append(value)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""INSERT INTO {table} (run_id, key, step, time, value)
-                SELECT %s, u.k, u.s, u.t, u.v
-                FROM unnest(%s::text[], %s::bigint[], %s::float8[], %s::float8[])
-                     AS u(k, s, t, v)
+                SELECT %s, (%s::text[])[u.i], u.s, u.t, u.v
+                FROM unnest(%s::int[], %s::bigint[], %s::float8[], %s::float8[])
+                     AS u(i, s, t, v)
                 ON CONFLICT (run_id, key, step)
                 DO UPDATE SET time = EXCLUDED.time, value = EXCLUDED.value""",
-            [run_id, list(keys), list(steps), list(times), list(values)],
-        )
+            [run_id, list(names), _literal(index), _literal(steps), _literal(times),
+             _literal(values)],
+        )  # fmt: skip
+
+
+def _literal(numbers: list[int] | list[float]) -> str:
+    """A PostgreSQL array literal of ints or floats. repr() of a float is its shortest
+    round-trip form, and PostgreSQL reads Python's 'nan', 'inf' and '-inf' as well."""
+    return "{" + ",".join(map(repr, numbers)) + "}"
 
 
 def _sort_value(v: float) -> float:
