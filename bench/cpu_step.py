@@ -118,6 +118,14 @@ def main() -> None:
         split += f", other {other:.3f} s"
     print(f"step: {med['time/step_s']:.3f} s  ({split})")
     print(f"completions/s: {per_s:.1f}  ({per_s / TRL_COMPLETIONS_PER_S:.2f}x TRL's 23/s)")
+    # In async runs most tokens are a version old: the metric then comes from the trainer's
+    # check forward under that version (train.mult_prob_error_samples samples a step).
+    errs = [r["token_mult_prob_error"] for r in steps if "token_mult_prob_error" in r]
+    if errs:
+        print(
+            f"token_mult_prob_error: reported on {len(errs)} of {len(steps)} timed steps, "
+            f"median {statistics.median(errs):.6f}"
+        )
     # CPU seconds the process spent per step: what the step costs on cores nobody else uses
     # (on a shared machine wall time also counts the other tenants).
     cpu = statistics.median(r["time/cpu_s"] for r in steps)

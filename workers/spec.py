@@ -290,7 +290,7 @@ class TrainSpec(_Section):
     )
     eval_every: int = Field(10, ge=0, description="steps between eval/accuracy; 0 = only at end")
     mult_prob_error_samples: int = Field(
-        16,
+        8,
         ge=0,
         description="stale samples per step that a no-grad trainer forward checks under the "
         "adapter version that generated them, for token_mult_prob_error in async runs; "
