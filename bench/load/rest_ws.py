@@ -92,7 +92,7 @@ async def trial(url, port, token, run_ids, args) -> dict:
         )  # fmt: skip
         elapsed = time.monotonic() - started
     return {"elapsed": elapsed, "rest": rest_times, "rest_fail": rest_fail,
-            "ws": ws_times, "ws_fail": ws_fail}  # fmt: skip
+            "ws": ws_times, "ws_fail": ws_fail, "load": os.getloadavg()[0]}  # fmt: skip
 
 
 def _failures(reasons: list[str]) -> str:
@@ -153,6 +153,7 @@ def main() -> int:
                 break
             except requests.RequestException:
                 time.sleep(0.2)
+        print(f"1-min load average before the trials: {os.getloadavg()[0]:.2f}")
         for _ in range(args.trials):
             results.append(asyncio.run(trial(url, port, token, run_ids, args)))
     finally:
@@ -170,7 +171,8 @@ def main() -> int:
               f"websocket connect+snapshot {len(r['ws']) / r['elapsed']:.1f}/s "
               f"p50 {percentile(r['ws'], 0.5) * 1e3:.0f} ms "
               f"p99 {percentile(r['ws'], 0.99) * 1e3:.0f} ms, "
-              f"{_failures(r['ws_fail'])}")  # fmt: skip
+              f"{_failures(r['ws_fail'])} | 1-min load average at its end "
+              f"{r['load']:.2f}")  # fmt: skip
     rates = [len(r["rest"]) / r["elapsed"] for r in results]
     print(f"REST req/s over trials: mean {statistics.fmean(rates):.0f}, "
           f"min {min(rates):.0f}, max {max(rates):.0f}")  # fmt: skip
