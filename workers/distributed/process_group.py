@@ -37,7 +37,10 @@ def init_from_env(use_cuda: bool | None = None) -> tuple[int, int]:
     if dist.is_initialized():
         raise RuntimeError("this process already belongs to a torch.distributed group")
     use_cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
+    device = None
     if use_cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=TIMEOUT)
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    # device_id binds NCCL to this rank's GPU up front (else it guesses from the rank)
+    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=TIMEOUT, device_id=device)
     return dist.get_rank(), dist.get_world_size()

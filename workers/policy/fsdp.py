@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ..grpo import ADDITIVE_METRICS
@@ -46,9 +46,15 @@ class ShardedLoraPolicy(LoraPolicy):
             raise RuntimeError("ShardedLoraPolicy needs an initialised torch.distributed group")
         super().__init__(spec, model_dir, device)
         body = self.model.get_base_model().model
+        # The base is frozen, so a layer's gathered weights are kept from its forward to its
+        # backward (one unsharded copy of the model a rank at the peak) rather than gathered
+        # again: the backward then waits on no collective but the LoRA gradients' reduce.
         for layer in body.layers:
-            fully_shard(layer)
-        fully_shard(body)
+            fully_shard(layer, reshard_after_forward=False)
+        fully_shard(body, reshard_after_forward=False)
+        # a forward with no backward to follow (π_old, the KL base, the version probe, the
+        # staleness check) gives its gathered weights back at once
+        body.register_forward_hook(lambda *_: None if torch.is_grad_enabled() else self.reshard())
         # fully_shard swapped the parameters for DTensors: the optimizer (no state yet) must
         # hold the new ones
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -58,6 +64,14 @@ class ShardedLoraPolicy(LoraPolicy):
     @property
     def rank(self) -> int:
         return dist.get_rank()
+
+    def reshard(self) -> None:
+        """Back to shards after a forward that no backward follows (layers keep their
+        gathered weights until their backward): before the adapter is written, and so that
+        no-grad passes do not hold a whole copy of the model."""
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     # ---------------------------------------------------------------- data parallel
 
@@ -95,6 +109,7 @@ class ShardedLoraPolicy(LoraPolicy):
         return {k: _full(v).detach().to("cpu", copy=True).contiguous() for k, v in state.items()}
 
     def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        self.reshard()  # write into the shards, not into gathered copies about to be dropped
         current = get_peft_model_state_dict(self.model, adapter_name=lora_io.ADAPTER_NAME)
         sharded = {}
         for k, cur in current.items():
