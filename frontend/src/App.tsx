@@ -1,16 +1,38 @@
-import { lazy, Suspense, type ReactNode } from "react";
+import { Suspense, type ReactNode } from "react";
 import { BrowserRouter, Navigate, Route, Routes, useLocation } from "react-router";
 import { SessionProvider, useSession } from "./session/SessionContext";
 import { LoginPage } from "./session/LoginPage";
 import { Layout } from "./ui/Layout";
+import { preloadable } from "./lib/preloadable";
 import { ErrorBox, Loading } from "./ui/States";
 import { RunsPage } from "./experiments/RunsPage";
+import { prefetchCompareHistory } from "./compare/compareHistory";
 
 // The run list is the landing page and ships in the main chunk; the others load on demand.
-const RunPage = lazy(() => import("./runs/RunPage"));
-const LauncherPage = lazy(() => import("./launcher/LauncherPage"));
-const ComparePage = lazy(() => import("./compare/ComparePage"));
-const TeamAdminPage = lazy(() => import("./teams/TeamAdminPage"));
+const pages = {
+  run: preloadable(() => import("./runs/RunPage")),
+  launch: preloadable(() => import("./launcher/LauncherPage")),
+  compare: preloadable(() => import("./compare/ComparePage")),
+  team: preloadable(() => import("./teams/TeamAdminPage")),
+};
+const RunPage = pages.run.Component;
+const LauncherPage = pages.launch.Component;
+const ComparePage = pages.compare.Component;
+const TeamAdminPage = pages.team.Component;
+
+/** The page a URL opens (null: the main chunk's run list or the login page). */
+function pageOf(path: string): keyof typeof pages | null {
+  if (/^\/runs\/\d+/.test(path)) return "run";
+  if (/^\/launch/.test(path)) return "launch";
+  if (/^\/(experiments\/\d+\/)?compare/.test(path)) return "compare";
+  if (/^\/team/.test(path)) return "team";
+  return null;
+}
+
+// the page of the URL the app was opened on loads beside the session check, not after it
+const firstPage = pageOf(window.location.pathname);
+if (firstPage) void pages[firstPage].preload();
+prefetchCompareHistory(window.location.pathname);
 
 function RequireSession({ children }: { children: ReactNode }) {
   const { session, loading, error, refresh } = useSession();

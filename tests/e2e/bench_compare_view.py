@@ -2,23 +2,25 @@
 headless Chromium. Prints the times; asserts nothing about them (a benchmark, not a timed
 test). Not collected by default (the file name does not start with test_); run it with
 
-    .venv/bin/python -m pytest tests/e2e/bench_compare_view.py -s -p no:cacheprovider
+    .venv/bin/python bench/compare_view.py
 
 Ten runs of one experiment (torch and vllm, five seeds each), each with 100,000 steps of
-`reward/mean` bulk-loaded with COPY (PostgreSQL) or bulk_create (SQLite). Timed from the
-navigation to the compare page until (1) the first frame: the reward panel drawn from the
-websocket snapshots (the last 500 steps of every run), and (2) the full history: the
-server downsamples every run (min/max per bucket) and the browser aligns, smooths and
-draws it. The API calls' durations are printed too."""
+`reward/mean` bulk-loaded with COPY (PostgreSQL) or bulk_create (SQLite). Timed by the page's
+clock from the start of the navigation to the compare page (a logged-in session; "cold" is
+the first visit, before the compare page's chunks and the fixture's rows were read) until (1) the first interactive frame: the reward panel
+drawn over every run's whole history, read by stride (1,000 evenly spaced steps a run, by
+index probes), and (2) the full frame: the min/max read (spikes kept) has replaced it. The
+API calls' start and duration are printed too, and with PADDOCK_BENCH_PROFILE=1 the page's
+busiest functions up to the first frame. bench/compare_view.py runs this file."""
 
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import pytest
 from django.db import connection
-from playwright.sync_api import expect
 
 from paddock.experiments.models import ConfigVersion, Experiment, MetricPoint, Run
 from tests.e2e.conftest import log_in, orm
@@ -73,6 +75,35 @@ def _load(team, user) -> int:
     return experiment.pk
 
 
+def _print_profile(profile: dict, top: int = 15) -> None:
+    """The functions that took the most samples up to the first frame (self time)."""
+    span_ms = (profile["endTime"] - profile["startTime"]) / 1000
+    interval_ms = span_ms / max(1, len(profile["samples"]))
+    by_name: dict[str, int] = {}
+    for node in profile["nodes"]:
+        frame = node["callFrame"]
+        name = f"{frame['functionName'] or '(anonymous)'} {frame['url'].rsplit('/', 1)[-1]}"
+        by_name[name] = by_name.get(name, 0) + node.get("hitCount", 0)
+    for name, hits in sorted(by_name.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"    {hits * interval_ms:7.1f} ms  {name}")
+
+
+# In the page: wait (checked every animation frame) until the compare view shows `stages`
+# and the reward panel is drawn from more than the live snapshots' last 500 steps, then
+# report the time of the next frame (uPlot has drawn; the page takes input again).
+FRAME_AT = """([stages]) => new Promise((resolve) => {
+  const ready = () => {
+    const page = document.querySelector('.compare-page');
+    const reward = document.querySelector('[data-testid="chart-Reward"]');
+    return page && stages.includes(page.dataset.stage) && reward
+      && reward.querySelector('canvas') && Number(reward.dataset.points) > 500;
+  };
+  const check = () => ready()
+    ? requestAnimationFrame(() => resolve(performance.now())) : requestAnimationFrame(check);
+  check();
+})"""
+
+
 def test_compare_view_first_frame(people, asgi_server, browser_page):
     team, user = people
     experiment_id = orm(_load, team, user)
@@ -80,34 +111,40 @@ def test_compare_view_first_frame(people, asgi_server, browser_page):
     log_in(page, base)
 
     reward = page.get_by_test_id("chart-Reward")
+    profile = os.environ.get("PADDOCK_BENCH_PROFILE") == "1"
+    cdp = page.context.new_cdp_session(page) if profile else None
     for attempt in ("cold", "warm"):
         page.goto("about:blank")
-        start = time.perf_counter()
-        page.goto(f"{base}/experiments/{experiment_id}/compare")
-        expect(reward.locator("canvas")).to_be_visible(timeout=30_000)
-        # first frame: the stream's snapshots (the last 500 steps of every run) are drawn
-        first = time.perf_counter() - start
-        # full frame: the whole downsampled history is drawn
-        page.wait_for_function(
-            "() => Number(document.querySelector('[data-testid=\"chart-Reward\"]')"
-            ".dataset.points) > 500",
-            timeout=30_000,
-        )
-        # the frame after the data landed (uPlot draws in the next animation frame)
-        frame_at = page.evaluate(
-            "() => new Promise((r) => requestAnimationFrame(() => r(performance.now())))"
-        )
-        elapsed = time.perf_counter() - start
-        metrics_end = page.evaluate(
-            "() => Math.max(...performance.getEntriesByType('resource')"
-            ".filter((e) => e.name.includes('/api/v1/metrics')).map((e) => e.responseEnd))"
-        )
-        print(f"    browser: metrics answered at {metrics_end:.0f} ms, frame at {frame_at:.0f} ms")
+        if cdp:
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 200})
+            cdp.send("Profiler.start")
+        page.goto(f"{base}/experiments/{experiment_id}/compare", wait_until="commit")
+        # times are the page's own clock: milliseconds since the navigation started
+        first = page.evaluate(FRAME_AT, [["overview", "full"]])
+        if cdp:
+            _print_profile(cdp.send("Profiler.stop")["profile"])
+        drawn_first = int(reward.get_attribute("data-points") or 0)
+        full = page.evaluate(FRAME_AT, [["full"]])
         drawn = int(reward.get_attribute("data-points") or 0)
-        print(f"compare view, {attempt}: first frame (live snapshots) in {first:.3f} s")
-        print(f"compare view, {attempt}: full history, {drawn:,} x-values, in {elapsed:.3f} s")
-        for name, ms in page.evaluate(
-            "() => performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/'))"
-            ".map((e) => [e.name.split('/api/v1/')[1].slice(0, 60), Math.round(e.duration)])"
+        print(f"compare view, {attempt}: first interactive frame (every run's whole history, "
+              f"by stride, {drawn_first:,} x-values) at {first / 1000:.3f} s")  # fmt: skip
+        print(f"compare view, {attempt}: full frame (min/max per bucket, spikes kept, "
+              f"{drawn:,} x-values) at {full / 1000:.3f} s")  # fmt: skip
+        for name, begin, ms in page.evaluate(
+            "() => performance.getEntriesByType('resource')"
+            ".map((e) => [e.name.replace(/^.*?\\/\\/[^/]+\\//, '').slice(0, 70),"
+            " Math.round(e.startTime), Math.round(e.duration)])"
         ):
-            print(f"    {ms:5d} ms  {name}")
+            print(f"    at {begin:5d} ms, {ms:5d} ms  {name}")
+        for name, at in page.evaluate(
+            "() => performance.getEntriesByType('mark')"
+            ".map((e) => [e.name, Math.round(e.startTime)])"
+        ):
+            print(f"    at {at:5d} ms  {name}")
+        # interactive: hovering the reward panel reads values into its legend
+        canvas = reward.locator(".u-over")
+        box = canvas.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2)
+        legend = reward.locator(".u-legend .u-series").nth(0)
+        assert any(ch.isdigit() for ch in legend.inner_text()), legend.inner_text()

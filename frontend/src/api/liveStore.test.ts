@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { afterParam, applyMessage, type RunLive } from "./liveStore";
+import { afterParam, applyMessage, mergeSampleSets, oldestLogId, prependOlderLogs, type RunLive } from "./liveStore";
 
 describe("applyMessage", () => {
   it("builds a run's view from a snapshot, then live metrics, state and logs", () => {
@@ -47,5 +47,46 @@ describe("applyMessage", () => {
     const runs = new Map<number, RunLive>();
     expect(applyMessage(runs, { type: "error", code: "forbidden", message: "no" })).toBeNull();
     expect(runs.size).toBe(0);
+  });
+
+  it("takes the snapshot's sample sets and log ids, and live sets replace a step's", () => {
+    const runs = new Map<number, RunLive>();
+    const item = (prompt: string) => ({ prompt, completion: "4", reward: 1, advantage: 0.5 });
+    applyMessage(runs, {
+      type: "snapshot", run_id: 7, cursor: { dispatch: 1, seq: 9 },
+      run: { state: "running", desired_state: "running", step: 4, total_steps: 10 }, latest: {}, points: {},
+      logs: [{ id: 31, time: 99, level: "info", message: "a", kind: "log" }],
+      samples: [{ step: 3, items: [item("p3")] }, { step: 4, items: [item("p4")] }],
+    });
+    applyMessage(runs, { type: "samples", run_id: 7, cursor: { dispatch: 1, seq: 10 }, step: 4, items: [item("p4 again")] });
+    const live = runs.get(7)!;
+    expect(live.samples.map((s) => [s.step, s.items[0].prompt])).toEqual([[3, "p3"], [4, "p4 again"]]);
+    expect(live.logs[0].id).toBe(31);
+  });
+});
+
+describe("mergeSampleSets", () => {
+  it("orders by step, lets the newer set of a step win and keeps the newest `limit`", () => {
+    const set = (step: number, prompt: string) => ({ step, items: [{ prompt, completion: "", reward: 0, advantage: 0 }] });
+    const merged = mergeSampleSets([set(5, "old 5"), set(9, "9")], [set(7, "7"), set(5, "new 5"), set(1, "1")], 3);
+    expect(merged.map((s) => [s.step, s.items[0].prompt])).toEqual([[5, "new 5"], [7, "7"], [9, "9"]]);
+  });
+});
+
+describe("older log lines", () => {
+  it("puts a page fetched with before= (newest first) ahead of the held lines, once each", () => {
+    const held = [{ id: 40, time: 50, level: "info", message: "c" }, { time: 51, level: "state", message: "x → y" }];
+    expect(oldestLogId(held)).toBe(40);
+    const lines = prependOlderLogs(held, [
+      { id: 40, kind: "log", level: "info", message: "c", time: "1970-01-01T00:00:50Z" },
+      { id: 39, kind: "status", level: "info", message: "queued → running", time: "1970-01-01T00:00:49Z" },
+      { id: 38, kind: "log", level: "warning", message: "a", time: "1970-01-01T00:00:48.500Z" },
+    ]);
+    expect(lines.map((l) => [l.id, l.level, l.message, l.time])).toEqual([
+      [38, "warning", "a", 48.5], [39, "state", "queued → running", 49], [40, "info", "c", 50],
+      [undefined, "state", "x → y", 51],
+    ]);
+    expect(oldestLogId(lines)).toBe(38);
+    expect(oldestLogId([{ time: 1, level: "state", message: "provisional" }])).toBeNull();
   });
 });

@@ -1,9 +1,11 @@
 // What the websocket has told us, per run: state, progress, metric series, logs, samples and
 // the cursor to reconnect from. Pure (no socket, no React) so it is tested directly.
 import { emptySeries, mergePoints, type Point, type Series } from "../charts/series";
-import type { Cursor, LiveMessage, LiveRun, LogRow, Sample } from "./types";
+import type { Cursor, LiveMessage, LiveRun, LogRow, RunEventRow, Sample } from "./types";
 
 export interface LogLine {
+  /** the stored event's id (absent on a line written here from a `state` message) */
+  id?: number;
   time: number; level: string; message: string;
   /** written here from a `state` message; replaced by the stored status row if one arrives */
   provisional?: boolean;
@@ -41,7 +43,7 @@ function pushLogs(live: RunLive, rows: readonly LogRow[]): void {
       const i = live.logs.findIndex((l) => l.provisional && row.message.startsWith(l.message));
       if (i >= 0) live.logs.splice(i, 1);
     }
-    live.logs.push({ time: row.time, level: row.kind === "status" ? "state" : row.level, message: row.message });
+    live.logs.push({ id: row.id, time: row.time, level: row.kind === "status" ? "state" : row.level, message: row.message });
   }
   if (live.logs.length > MAX_LOGS) live.logs.splice(0, live.logs.length - MAX_LOGS);
 }
@@ -59,6 +61,7 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       for (const [key, rows] of Object.entries(msg.points ?? {})) mergePoints(series(live, key), rows);
       live.logs = [];
       pushLogs(live, msg.logs ?? []);
+      live.samples = mergeSampleSets(live.samples, msg.samples ?? []);
       break;
     }
     case "metrics": {
@@ -98,14 +101,39 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       break;
     }
     case "samples": {
-      live.samples = live.samples.filter((s) => s.step !== msg.step);
-      live.samples.push({ step: msg.step, items: msg.items });
-      live.samples.sort((a, b) => a.step - b.step);
-      if (live.samples.length > MAX_SAMPLE_STEPS) live.samples.shift();
+      live.samples = mergeSampleSets(live.samples, [{ step: msg.step, items: msg.items }]);
       break;
     }
   }
   return msg.run_id;
+}
+
+export interface SampleStep { step: number; items: Sample[] }
+
+/** Sample sets by step, oldest first: a step in `newer` replaces the same step in `older`
+ * (a step reported again after a resume); at most `limit`, the newest kept. */
+export function mergeSampleSets(older: readonly SampleStep[], newer: readonly SampleStep[],
+  limit = MAX_SAMPLE_STEPS): SampleStep[] {
+  const byStep = new Map(older.map((s) => [s.step, s]));
+  for (const s of newer) byStep.set(s.step, { step: s.step, items: s.items });
+  return [...byStep.values()].sort((a, b) => a.step - b.step).slice(-limit);
+}
+
+/** Older lines fetched with `events?before=` (newest first, ISO times) put before `lines`;
+ * a line already held (same id) is not repeated. */
+export function prependOlderLogs(lines: readonly LogLine[], older: readonly RunEventRow[]): LogLine[] {
+  const held = new Set(lines.map((l) => l.id).filter((id) => id !== undefined));
+  const before = [...older].reverse().filter((e) => !held.has(e.id)).map((e): LogLine => ({
+    id: e.id, time: Date.parse(e.time) / 1000, level: e.kind === "status" ? "state" : e.level, message: e.message,
+  }));
+  return [...before, ...lines];
+}
+
+/** The id to pass as `before=` for the lines older than those held (null: none has an id). */
+export function oldestLogId(lines: readonly LogLine[]): number | null {
+  let oldest: number | null = null;
+  for (const l of lines) if (l.id !== undefined && (oldest === null || l.id < oldest)) oldest = l.id;
+  return oldest;
 }
 
 /** The `after` query of a reconnect: `d:s` on a run stream, `run:d:s,…` on an experiment. */

@@ -3,7 +3,7 @@ import { ApiError, listOf, request, type ListBody } from "./client";
 import { invalidate, useQuery } from "./useQuery";
 import type { Series } from "../charts/series";
 import type {
-  Checkpoint, MultiMetricsBody, Run, RunAction, RunFilters, RunMetricsBody,
+  Checkpoint, MultiMetricsBody, Run, RunAction, RunEventPage, RunFilters, RunMetricsBody, SampleSetPage,
 } from "./types";
 
 // /api/v1/runs/… and /api/v1/metrics.
@@ -79,14 +79,45 @@ export async function fetchRunMetrics(id: number, keys: readonly string[], maxPo
   return seriesFromBody(body);
 }
 
+export type MetricsSample = "minmax" | "stride";
+
+/** What a comparison reads: every run of an experiment (one request, no need to list the
+ * runs first), or runs named one by one. */
+export type CompareSource = { experiment: number } | { runs: readonly number[] };
+
+/** The same keys for the runs of a comparison, in one request. `stride` is the fast,
+ * coarse read of a first frame (evenly spaced steps found by index probes); `minmax` keeps
+ * every spike but reads every stored point. */
+export async function fetchCompareMetrics(source: CompareSource, keys: readonly string[],
+  options: { maxPoints?: number; sample?: MetricsSample; signal?: AbortSignal } = {},
+): Promise<Map<number, Map<string, Series>>> {
+  const which = "experiment" in source ? { experiment: source.experiment } : { runs: source.runs.map(String) };
+  const body = await request<MultiMetricsBody>("/api/v1/metrics", {
+    query: { ...which, keys: [...keys], max_points: options.maxPoints ?? 1000, x: "time",
+      sample: options.sample ?? "minmax" }, signal: options.signal });
+  const out = new Map<number, Map<string, Series>>();
+  for (const run of body.runs) out.set(run.run, seriesFromBody(run));
+  return out;
+}
+
+/** A window of some metrics of one run at full resolution (a chart zoomed in): `from` and
+ * `to` are Unix seconds, as `seriesFromBody` needs x=time. */
+export async function fetchRunWindow(id: number, keys: readonly string[], from: number, to: number,
+  maxPoints = 1000, signal?: AbortSignal): Promise<Map<string, Series>> {
+  const body = await request<RunMetricsBody>(`/api/v1/runs/${id}/metrics`, {
+    query: { keys: [...keys], max_points: maxPoints, x: "time", x_min: from, x_max: to }, signal });
+  return seriesFromBody(body);
+}
+
 /** The same keys for several runs (at most 20 per request: larger sets are split). */
 export async function fetchMultiMetrics(runIds: readonly number[], keys: readonly string[],
-  maxPoints = 2000, signal?: AbortSignal): Promise<Map<number, Map<string, Series>>> {
+  maxPoints = 2000, signal?: AbortSignal, sample: MetricsSample = "minmax",
+): Promise<Map<number, Map<string, Series>>> {
   const out = new Map<number, Map<string, Series>>();
   const chunks: number[][] = [];
   for (let i = 0; i < runIds.length; i += 20) chunks.push(runIds.slice(i, i + 20));
   const bodies = await Promise.all(chunks.map((ids) => request<MultiMetricsBody>("/api/v1/metrics", {
-    query: { runs: ids.map(String), keys: [...keys], max_points: maxPoints, x: "time" }, signal })));
+    query: { runs: ids.map(String), keys: [...keys], max_points: maxPoints, x: "time", sample }, signal })));
   for (const body of bodies) for (const run of body.runs) out.set(run.run, seriesFromBody(run));
   return out;
 }
@@ -105,4 +136,15 @@ export async function controlRun(id: number, action: RunAction): Promise<Run> {
   const run = await request<Run>(`/api/v1/runs/${id}/${action}`, { method: "POST" });
   invalidate("/api/v1/runs");
   return run;
+}
+
+/** The log and status events before the event `before`, newest first (scrolling a log
+ * tail back); `next_before` continues, null when there are no older ones. */
+export function fetchOlderEvents(runId: number, before: number, limit = 200): Promise<RunEventPage> {
+  return request<RunEventPage>(`/api/v1/runs/${runId}/events`, { query: { before, limit } });
+}
+
+/** The sample sets of a run, newest step first (`beforeStep`: those before that step). */
+export function fetchSampleSets(runId: number, beforeStep?: number, limit = 20): Promise<SampleSetPage> {
+  return request<SampleSetPage>(`/api/v1/runs/${runId}/samples`, { query: { before_step: beforeStep, limit } });
 }

@@ -208,11 +208,20 @@ export interface LiveRun {
   error?: string; queued_reason?: string;
 }
 
-export interface LogRow { time: number; level: string; message: string; kind?: "log" | "status" }
+export interface LogRow { id?: number; time: number; level: string; message: string; kind?: "log" | "status" }
+
+/** GET /runs/{id}/events: `time` is ISO 8601 here (Unix seconds on the websocket) */
+export interface RunEventRow { id: number; dispatch?: number; kind: "log" | "status"; level: string; message: string; time: string }
+export interface RunEventPage { results: RunEventRow[]; last_id: number; next_before: number | null }
+
+/** GET /runs/{id}/samples: one set per step, newest step first */
+export interface SampleSetRow { id?: number; step: number; dispatch?: number; created_at?: string; items: Sample[] }
+export interface SampleSetPage { results: SampleSetRow[]; next_before_step: number | null }
 
 export type LiveMessage =
   | { type: "snapshot"; run_id: number; cursor: Cursor; run: LiveRun; latest: Record<string, number>;
-      points: Record<string, [number, number, number][]>; logs?: LogRow[] }
+      points: Record<string, [number, number, number][]>; logs?: LogRow[];
+      samples?: { step: number; items: Sample[] }[] }
   | { type: "metrics"; run_id: number; cursor: Cursor;
       steps: { step: number; time: number; values: Record<string, number> }[] }
   | { type: "state"; run_id: number; cursor: Cursor; state: RunState; desired_state: DesiredState;

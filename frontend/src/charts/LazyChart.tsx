@@ -1,8 +1,17 @@
 // A chart panel whose uPlot code arrives in its own chunk, after the page is interactive.
-import { lazy, Suspense } from "react";
+import { Suspense } from "react";
+import { preloadable } from "../lib/preloadable";
 import type { ChartProps } from "./chartTypes";
 
-const UPlotChart = lazy(() => import("./UPlotChart"));
+const uplot = preloadable(() => import("./UPlotChart"));
+const UPlotChart = uplot.Component;
+
+/** Starts loading uPlot now (a page that will surely draw charts calls this when its own
+ * code loads), so the chunk does not wait for the data before it is requested, and the
+ * first chart renders without suspending. */
+export function preloadCharts(): void {
+  void uplot.preload();
+}
 
 export function Chart(props: ChartProps) {
   const hasData = props.data[0].length > 0;

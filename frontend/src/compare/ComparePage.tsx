@@ -2,13 +2,13 @@
 // band, each seed faint), a small panel per metric, the divergence of the backends' reward
 // with a verdict, and the config diff of only the keys that differ. Live over the
 // experiment's stream.
-import { useEffect, useMemo, useState } from "react";
+import { useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router";
 import { useConfigs, useExperiment, useMany } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
-import { fetchMultiMetrics, useRuns } from "../api/runs";
+import { useRuns, type CompareSource } from "../api/runs";
 import type { Backend, Run } from "../api/types";
-import { Chart } from "../charts/LazyChart";
+import { Chart, preloadCharts } from "../charts/LazyChart";
 import type { ChartProps } from "../charts/chartTypes";
 import { BACKEND_COLOR } from "../charts/palette";
 import { TOKENS_KEY } from "../charts/panels";
@@ -21,6 +21,7 @@ import { withLive } from "../runs/RunsTable";
 import { useSession } from "../session/SessionContext";
 import { Empty, ErrorBox, Loading } from "../ui/States";
 import { backendMean, comparePanel, groupByBackend, type RunSeries } from "./compareData";
+import { FIRST_KEY, useCompareHistory } from "./compareHistory";
 import { divergence, verdict } from "./divergence";
 
 const PANELS: [string, string][] = [
@@ -28,8 +29,11 @@ const PANELS: [string, string][] = [
   ["token_mult_prob_error", "token_mult_prob_error"], ["Staleness", "staleness/mean"],
   ["Throughput (tokens/s)", "throughput/tokens_per_s"], ["Step time (s)", "time/step_s"],
 ];
-const KEYS = [...PANELS.map(([, k]) => k), TOKENS_KEY];
-const REWARD = "reward/mean";
+const REWARD = FIRST_KEY;
+// the reward first: its panel and the divergence are drawn from the first, fastest read
+const KEYS = [REWARD, ...PANELS.map(([, k]) => k).filter((k) => k !== REWARD), TOKENS_KEY];
+
+preloadCharts(); // this page always draws: fetch uPlot beside the data, not after it
 
 function ConfigDiffTable({ runs }: { runs: Run[] }) {
   // each run's effective config (backend and seed included), at most 12 columns
@@ -61,8 +65,17 @@ export default function ComparePage() {
   const params = useParams();
   const [search] = useSearchParams();
   const experimentId = params.experimentId ? Number(params.experimentId) : null;
-  const experiment = useExperiment(experimentId);
   const onlyRuns = search.get("runs")?.split(",").map(Number).filter((n) => n > 0);
+  // the history is read straight from the experiment (or the ids in the URL), first and
+  // beside the runs list rather than after it (the server answers in order); small multiples
+  // ~400 px wide: 1,000 points a line
+  const sourceKey = experimentId ? `e${experimentId}` : onlyRuns?.length ? `r${onlyRuns.join(",")}` : "";
+  const source = useMemo<CompareSource | null>(() => experimentId ? { experiment: experimentId }
+    : onlyRuns?.length ? { runs: onlyRuns } : null,
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- sourceKey stands for both
+  [sourceKey]);
+  const { history, stage, error: historyError, painted } = useCompareHistory(source, sourceKey, KEYS);
+  const experiment = useExperiment(experimentId);
   // an experiment's runs, or runs chosen one by one (?runs=1,2,3) from anywhere
   const experimentRuns = useRuns(experimentId ? team?.id ?? null : null, { experiment: experimentId ?? undefined });
   const chosenRuns = useMany<Run>(!experimentId && onlyRuns ? onlyRuns.map((id) => `/api/v1/runs/${id}`) : []);
@@ -70,20 +83,10 @@ export default function ComparePage() {
     : { data: onlyRuns ? chosenRuns.data : undefined, error: chosenRuns.error, reload: undefined };
   const runs = useMemo(() => [...(runsQuery.data ?? [])].sort((a, b) => a.id - b.id), [runsQuery.data]);
   const [view, setView] = useChartView();
-  const [history, setHistory] = useState<Map<number, Map<string, Series>> | null>(null);
-  const [historyError, setHistoryError] = useState<Error | null>(null);
-  // live over the streams of every experiment in view (one, or those of the chosen runs)
-  const live = useExperimentStreams(experimentId ? [experimentId] : [...new Set(runs.map((r) => r.experiment))]);
-  const runKey = runs.map((r) => r.id).join(",");
-
-  useEffect(() => {
-    if (!runKey) return;
-    const controller = new AbortController();
-    // small multiples ~400 px wide: 1,000 points (min/max of 500 buckets) per line is plenty
-    fetchMultiMetrics(runKey.split(",").map(Number), KEYS, 1000, controller.signal).then(setHistory,
-      (err: Error) => { if (!controller.signal.aborted) setHistoryError(err); });
-    return () => controller.abort();
-  }, [runKey]);
+  // live over the streams of every experiment in view (one, or those of the chosen runs),
+  // opened once the first history is drawn: their snapshots would queue before it on the server
+  const live = useExperimentStreams(!painted ? []
+    : experimentId ? [experimentId] : [...new Set(runs.map((r) => r.experiment))]);
 
   const runSeries = useMemo<RunSeries[]>(() => runs.map((r) => {
     const past = history?.get(r.id) ?? new Map<string, Series>();
@@ -134,7 +137,7 @@ export default function ComparePage() {
   const liveRuns = runs.map((r) => withLive(r, live.runs.get(r.id)));
 
   return (
-    <div className="compare-page">
+    <div className="compare-page" data-stage={stage}>
       <header className="compare-head">
         <h1>{experimentId ? experiment.data?.name ?? "Compare" : `Compare ${runs.length} runs`}{" "}
           <span className="muted small">{experimentId ? "compare backends" : "across experiments"}</span></h1>

@@ -5,7 +5,7 @@ import { Link, useParams } from "react-router";
 import { useRunStream } from "../api/live";
 import { fetchRunMetrics, useRun } from "../api/runs";
 import { invalidate } from "../api/useQuery";
-import type { LogLine } from "../api/liveStore";
+import { mergeSampleSets, type LogLine } from "../api/liveStore";
 import { Chart } from "../charts/LazyChart";
 import { ALL_RUN_KEYS, panelChart, RUN_PANELS } from "../charts/panels";
 import { emptySeries, etaFromSeries, mergeHistory, type Series } from "../charts/series";
@@ -17,6 +17,7 @@ import { ConfigView } from "./ConfigView";
 import { LogTail } from "./LogTail";
 import { Progress } from "./Progress";
 import { RunControls } from "./RunControls";
+import { useOlderLogs, useSampleHistory } from "./runHistory";
 import { SampleInspector } from "./SampleInspector";
 import { BackendTag, StateBadge } from "./StateBadge";
 import { ChartToolbar, useChartView } from "./ChartToolbar";
@@ -65,15 +66,18 @@ export default function RunPage() {
   const charts = useMemo(() => RUN_PANELS.map((p) => panelChart(p, series, view, `run-${runId}`)),
     [series, view, runId]);
 
-  // the snapshot brings the last lines, the stream the new ones
-  const logs = useMemo<LogLine[]>(() => [...(liveRun?.logs ?? [])],
+  // the snapshot brings the last lines, the stream the new ones, events?before= older ones
+  const streamedLogs = useMemo<LogLine[]>(() => [...(liveRun?.logs ?? [])],
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new lines
     [live.version, liveRun]);
+  const { lines: logs, older: olderLogs } = useOlderLogs(runId, streamedLogs);
 
-  // samples arrive over the stream only (the REST API keeps no history of them yet)
-  const sampleSteps = useMemo(() => [...(liveRun?.samples ?? [])],
+  // the snapshot's last sets and the stream's new ones, over the REST history (read when
+  // the tab opens, older pages on demand)
+  const sampleHistory = useSampleHistory(runId, tab === "samples");
+  const sampleSteps = useMemo(() => mergeSampleSets(sampleHistory.sets, liveRun?.samples ?? [], Infinity),
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new samples
-    [live.version, liveRun]);
+    [live.version, liveRun, sampleHistory.sets]);
 
   if (run.error && !run.data) return <ErrorBox error={run.error} onRetry={run.reload} />;
   if (!run.data || !state) return <Loading what={`Loading run #${runId}`} />;
@@ -124,9 +128,16 @@ export default function RunPage() {
               onClick={() => setTab(t)}>{t}</button>
           ))}
         </div>
-        {tab === "logs" && <LogTail lines={logs} />}
+        {tab === "logs" && <LogTail lines={logs} older={olderLogs} />}
         {tab === "checkpoints" && <Checkpoints runId={r.id} />}
-        {tab === "samples" && <SampleInspector steps={sampleSteps} />}
+        {tab === "samples" && (
+          <>
+            {sampleHistory.error && <ErrorBox error={sampleHistory.error} />}
+            {sampleHistory.loading && !sampleSteps.length ? <Loading what="Loading samples" />
+              : <SampleInspector steps={sampleSteps} older={sampleHistory.more ? {
+                loading: sampleHistory.loading, load: sampleHistory.loadOlder } : undefined} />}
+          </>
+        )}
         {tab === "config" && <ConfigView configId={r.config} />}
       </section>
     </div>

@@ -4,7 +4,12 @@ import { formatNumber } from "../lib/format";
 import { Empty } from "../ui/States";
 
 /** Some prompts of a step with their completions, rewards and advantages. */
-export function SampleInspector({ steps }: { steps: { step: number; items: Sample[] }[] }) {
+export function SampleInspector({ steps, older }: {
+  /** oldest step first */
+  steps: { step: number; items: Sample[] }[];
+  /** more steps on the server, before the oldest shown */
+  older?: { loading: boolean; load: () => void };
+}) {
   const [chosen, setChosen] = useState<number | null>(null);
   const [followLatest, setFollowLatest] = useState(true);
   const [show, setShow] = useState<"all" | "rewarded" | "unrewarded">("all");
@@ -29,6 +34,11 @@ export function SampleInspector({ steps }: { steps: { step: number; items: Sampl
             {steps.map((s) => <option key={s.step} value={s.step}>{s.step}</option>)}
           </select>
         </label>
+        {older && (
+          <button className="btn small" disabled={older.loading} onClick={older.load}>
+            {older.loading ? "loading…" : "older steps"}
+          </button>
+        )}
         <label className="check"><input type="checkbox" checked={followLatest}
           onChange={(e) => setFollowLatest(e.target.checked)} /> follow latest</label>
         <select aria-label="Which samples" value={show} onChange={(e) => setShow(e.target.value as typeof show)}>

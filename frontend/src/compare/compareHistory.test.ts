@@ -1,0 +1,40 @@
+import { describe, expect, it } from "vitest";
+import type { Series } from "../charts/series";
+import { FIRST_KEY, historyPlan, mergeStage, type History } from "./compareHistory";
+
+const s = (...steps: number[]): Series => ({ step: steps, value: steps.map((x) => x / 10), time: steps.map((x) => 100 + x) });
+
+describe("mergeStage", () => {
+  it("replaces the keys a later stage read and keeps the others", () => {
+    const stride: History = new Map([[1, new Map([["reward/mean", s(0, 50, 99)], ["kl", s(0, 99)]])]]);
+    const full: History = new Map([
+      [1, new Map([["reward/mean", s(0, 10, 50, 51, 99)]])],
+      [2, new Map([["reward/mean", s(0, 1)]])],
+    ]);
+    const merged = mergeStage(stride, full);
+    expect(merged.get(1)!.get("reward/mean")!.step).toEqual([0, 10, 50, 51, 99]);
+    expect(merged.get(1)!.get("kl")!.step).toEqual([0, 99]); // not in the later stage: kept
+    expect(merged.get(2)!.get("reward/mean")!.step).toEqual([0, 1]);
+    // the inputs are left as they were (React state)
+    expect(stride.get(1)!.get("reward/mean")!.step).toEqual([0, 50, 99]);
+    expect(stride.has(2)).toBe(false);
+  });
+
+  it("starts from nothing", () => {
+    const merged = mergeStage(null, new Map([[3, new Map([["kl", s(1)]])]]));
+    expect([...merged.keys()]).toEqual([3]);
+  });
+});
+
+describe("historyPlan", () => {
+  it("reads the first key by stride alone, then the rest by stride, then all by min/max", () => {
+    expect(historyPlan([FIRST_KEY, "kl", "tokens/total"])).toEqual([
+      { keys: [FIRST_KEY], sample: "stride" },
+      { keys: ["kl", "tokens/total"], sample: "stride" },
+      { keys: [FIRST_KEY, "kl", "tokens/total"], sample: "minmax" },
+    ]);
+    expect(historyPlan([FIRST_KEY])).toEqual([
+      { keys: [FIRST_KEY], sample: "stride" }, { keys: [FIRST_KEY], sample: "minmax" },
+    ]);
+  });
+});
