@@ -11,11 +11,13 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs apps ready)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from paddock.live.ingest_asgi import ingest_router  # noqa: E402
 from paddock.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # the ingest hot path skips Django's request cycle (live/ingest_asgi.py says why)
+        "http": ingest_router(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

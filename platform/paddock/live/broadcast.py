@@ -19,23 +19,31 @@ from .groups import experiment_group, run_group
 log = logging.getLogger(__name__)
 
 
-def _send(run_id: int, experiment_id: int, message: dict[str, Any]) -> None:
+async def _send_async(run_id: int, experiment_id: int, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    await layer.group_send(run_group(run_id), message)
+    await layer.group_send(experiment_group(experiment_id), message)
 
-    async def both() -> None:
-        await layer.group_send(run_group(run_id), message)
-        await layer.group_send(experiment_group(experiment_id), message)
 
+def _send(run_id: int, experiment_id: int, message: dict[str, Any]) -> None:
     try:
-        async_to_sync(both)()
+        async_to_sync(_send_async)(run_id, experiment_id, message)
     except Exception:  # a broadcast is best effort: the data is stored, viewers can resync
         log.exception("broadcast of run %s failed", run_id)
 
 
 def broadcast_batch(*, run_id: int, experiment_id: int, payload: dict[str, Any]) -> None:
     _send(run_id, experiment_id, {"type": "run.batch", **payload})
+
+
+async def broadcast_batch_async(*, run_id: int, experiment_id: int, payload: dict[str, Any]):
+    """`broadcast_batch` from the event loop itself (ingest_asgi.py), with no thread hop."""
+    try:
+        await _send_async(run_id, experiment_id, {"type": "run.batch", **payload})
+    except Exception:  # best effort, as above
+        log.exception("broadcast of run %s failed", run_id)
 
 
 def broadcast_state(run_id: int) -> None:

@@ -8,6 +8,7 @@ are new events for a finished run, or from a superseded dispatch, refused."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -125,7 +126,11 @@ def _run_row(run_id: int, batch: IngestBody) -> _RunRow:
     return _RunRow(run_id, *row[:4], seen=bool(row[4]))
 
 
-def ingest_receive(*, run_id: int, raw_token: str, body: Any) -> IngestReply:
+def ingest_receive(
+    *, run_id: int, raw_token: str, body: Any, publish: Callable[..., None] = broadcast_batch
+) -> IngestReply:
+    """Store one batch (see the module's docstring for the order of checks); after commit,
+    `publish(run_id=…, experiment_id=…, payload=…)` gets what viewers are sent."""
     token = run_token_verify(run_id=run_id, raw=raw_token)
     batch = _parse(body)
     if batch.dispatch != token.dispatch:
@@ -152,7 +157,7 @@ def ingest_receive(*, run_id: int, raw_token: str, body: Any) -> IngestReply:
         )  # fmt: skip
     try:
         with transaction.atomic():
-            return _store(run, batch)
+            return _store(run, batch, publish)
     except IntegrityError:
         # the same batch stored by a concurrent retry a moment ago
         again = _run_row(run_id, batch)
@@ -161,7 +166,7 @@ def ingest_receive(*, run_id: int, raw_token: str, body: Any) -> IngestReply:
         raise
 
 
-def _store(run: _RunRow, batch: IngestBody) -> IngestReply:
+def _store(run: _RunRow, batch: IngestBody, publish: Callable[..., None]) -> IngestReply:
     metrics = [e for e in batch.events if isinstance(e, MetricEvent)]
     # a step re-emitted (by a later dispatch, after a resume) replaces the earlier value
     metric_points_store(
@@ -203,7 +208,7 @@ def _store(run: _RunRow, batch: IngestBody) -> IngestReply:
     payload = _payload(run.id, batch, metrics, logs, samples, checkpoints)
     experiment_id = run.experiment_id
     transaction.on_commit(
-        lambda: broadcast_batch(run_id=run.id, experiment_id=experiment_id, payload=payload)
+        lambda: publish(run_id=run.id, experiment_id=experiment_id, payload=payload)
     )
     return IngestReply(batch.seq, desired)
 

@@ -1,0 +1,127 @@
+"""The ingest endpoint answered straight from the ASGI server, around Django's request cycle.
+
+Why: under ASGI a sync Django view costs several thread hops per request (a sync middleware
+runs in a thread that calls back into the event loop for the rest of the chain, then the view
+runs in a thread again, and its broadcast hops back to the loop), and at tens of batches a
+second those hops, the middleware and the request object were a large share of the server's
+CPU. Here a request costs one hop: the body is read in the loop, `ingest_answer` (the same
+function the Django view calls, so both answer alike) runs in a worker thread with Django's
+database connection, and the broadcast is awaited in the loop before the reply, so a job's
+next batch is never broadcast before this one.
+
+Only `POST /api/v1/runs/<id>/ingest` is taken; everything else, other methods of that path
+included, goes to Django."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.http.request import split_domain_port, validate_host
+
+from .broadcast import broadcast_batch_async
+from .ingest_schema import MAX_BODY_BYTES
+from .views import Answer, ingest_answer, too_large
+
+log = logging.getLogger(__name__)
+PATH = re.compile(r"/api/v1/runs/([0-9]+)/ingest")  # the Django route's <int:run_id>
+
+
+def ingest_router(django_app):
+    """An ASGI app: ingest POSTs answered here, the rest by `django_app`."""
+
+    async def app(scope, receive, send):
+        match = PATH.fullmatch(scope.get("path", "")) if scope["type"] == "http" else None
+        if match is None or scope["method"] != "POST":
+            await django_app(scope, receive, send)
+            return
+        await _serve(int(match[1]), scope, receive, send)
+
+    return app
+
+
+def _host_allowed(host: str) -> bool:
+    """ALLOWED_HOSTS, as Django checks it for every request it serves."""
+    allowed = settings.ALLOWED_HOSTS
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]
+    domain, _ = split_domain_port(host)
+    return bool(domain) and validate_host(domain, allowed)
+
+
+async def _serve(run_id: int, scope, receive, send) -> None:
+    headers = {name.lower(): value for name, value in scope["headers"]}
+    if not _host_allowed(headers.get(b"host", b"").decode("latin-1")):
+        await _respond(send, Answer(400, {"code": "bad_host", "message": "Host not allowed",
+                                          "field": None}))  # fmt: skip
+        return
+    try:
+        length = int(headers.get(b"content-length") or 0)
+    except ValueError:
+        length = 0
+    body = await _read_body(receive, length)
+    if body is None:
+        return  # the client went away
+    published: list[dict[str, Any]] = []
+    if isinstance(body, int):
+        answer = too_large(body)
+    else:
+        client = scope.get("client")
+        answer = await sync_to_async(_answer, thread_sensitive=False)(
+            run_id=run_id,
+            authorization=headers.get(b"authorization", b"").decode("latin-1"),
+            body=body,
+            client_ip=client[0] if client else None,
+            published=published,
+        )
+    for batch in published:
+        await broadcast_batch_async(**batch)
+    await _respond(send, answer)
+
+
+async def _read_body(receive, length: int) -> bytes | int | None:
+    """The body; its length (an int) once it is over MAX_BODY_BYTES; None on disconnect."""
+    if length > MAX_BODY_BYTES:
+        return length
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return size
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _answer(*, published: list[dict[str, Any]], **request: Any) -> Answer:
+    # What Django's request cycle does around a view: connections checked before and
+    # handed back (to the pool) after, since any request may run next in this thread.
+    close_old_connections()
+    try:
+        return ingest_answer(**request, publish=lambda **batch: published.append(batch))
+    except Exception:
+        log.exception("ingest of run %s failed", request["run_id"])
+        return Answer(500, {"code": "server_error", "message": "server error", "field": None})
+    finally:
+        close_old_connections()
+
+
+async def _respond(send, answer: Answer) -> None:
+    body = json.dumps(answer.body).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-content-type-options", b"nosniff"),
+        *((name.lower().encode(), value.encode()) for name, value in answer.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,84 @@
+"""The ingest endpoint as the ASGI server answers it (live/ingest_asgi.py, around Django's
+request cycle): through real uvicorn, the same answers as the Django view, the batch stored
+once, and its broadcast reaching a websocket viewer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from websockets.sync.client import connect
+
+from paddock.experiments.models import IngestBatch, MetricPoint, Run
+from paddock.experiments.states import run_transition
+from paddock.experiments.tokens import run_token_mint
+from paddock.live.ingest_schema import MAX_BODY_BYTES
+from paddock.teams.access import actor_for
+from paddock.teams.services import api_token_create
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def job(launched):
+    run = Run.objects.get(pk=launched[0]["runs"][0]["id"])
+    Run.objects.filter(pk=run.pk).update(dispatch_count=1)
+    run_transition(run=run, to_state="dispatching")
+    return run, run_token_mint(run=run, dispatch=1)
+
+
+def metric(step: int, **values: float) -> dict:
+    return {"type": "metric", "step": step, "time": 1764490000.0 + step, "values": values}
+
+
+def test_the_asgi_route_answers_as_the_django_view(asgi_server, job, client):
+    run, token = job
+    url = f"/api/v1/runs/{run.pk}/ingest"
+    auth = {"Authorization": f"Bearer {token}"}
+    cases = [
+        ({}, b'{"dispatch": 1, "seq": 1, "events": []}'),  # no token
+        ({"Authorization": "Bearer pdr_not-a-real-token-at-all"}, b"{}"),
+        (auth, b"{not json"),
+        (auth, json.dumps({"dispatch": 1, "seq": 1, "events": [
+            {"type": "metric", "step": -1, "time": 0, "values": {}}]}).encode()),
+        (auth, json.dumps({"dispatch": 2, "seq": 1, "events": []}).encode()),
+    ]  # fmt: skip
+    for headers, body in cases:
+        served = requests.post(asgi_server.url + url, data=body, headers=headers, timeout=10)
+        django = client.post(url, body, content_type="application/json",
+                             **{f"HTTP_{k.upper()}": v for k, v in headers.items()})  # fmt: skip
+        assert (served.status_code, served.json()) == (django.status_code, django.json()), body
+        assert served.status_code in (400, 401, 403)
+    assert served.json()["field"] == "dispatch"
+    assert not IngestBatch.objects.filter(run=run).exists()
+
+    too_big = requests.post(
+        asgi_server.url + url, data=b" " * (MAX_BODY_BYTES + 1), headers=auth, timeout=30
+    )
+    assert too_big.status_code == 413 and too_big.json()["code"] == "batch_too_large"
+    # other methods of the path are Django's: the view allows POST only
+    assert requests.get(asgi_server.url + url, headers=auth, timeout=10).status_code == 405
+
+
+def test_a_batch_is_stored_once_and_broadcast_to_viewers(asgi_server, job, world):
+    run, token = job
+    member = world.users_a["member"]
+    _, viewer_token = api_token_create(actor=actor_for(user=member), team=world.team_a, name="v")
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={viewer_token}"
+    batch = {"dispatch": 1, "seq": 7, "events": [metric(1, loss=0.5), metric(2, loss=0.25)]}
+    endpoint = f"{asgi_server.url}/api/v1/runs/{run.pk}/ingest"
+    auth = {"Authorization": f"Bearer {token}"}
+    with connect(ws_url, origin=asgi_server.url) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
+        reply = requests.post(endpoint, json=batch, headers=auth, timeout=10)
+        assert reply.status_code == 200
+        assert reply.json() == {"ack": 7, "desired_state": "running"}
+        message = json.loads(ws.recv(timeout=5))
+        assert message["type"] == "metrics" and message["cursor"] == {"dispatch": 1, "seq": 7}
+        assert [s["values"] for s in message["steps"]] == [{"loss": 0.5}, {"loss": 0.25}]
+        again = requests.post(endpoint, json=batch, headers=auth, timeout=10)
+        assert again.json()["ack"] == 7
+    assert IngestBatch.objects.filter(run=run).count() == 1
+    stored = MetricPoint.objects.filter(run=run).values_list("key", "step", "value")
+    assert sorted(stored) == [("loss", 1, 0.5), ("loss", 2, 0.25)]
