@@ -324,6 +324,12 @@ class ResourcesSpec(_Section):
     rollout_cpus: float = Field(1, gt=0, description="CPUs per rollout replica (executor ray)")
     max_restarts: int = Field(2, ge=0, description="actor restarts inside one job")
     release_on_pause: bool = Field(False, description="exit on pause, resume from checkpoint")
+    engine_process: bool = Field(
+        False,
+        description="executor local: run the rollout engine in a child process, so that "
+        "decoding and training do not take turns on one Python interpreter (on two GPUs, "
+        "what lets async overlap them); executor ray: actors are processes already",
+    )
     max_attempts: int = Field(3, ge=1, description="dispatches the control plane may start")
 
 

@@ -114,8 +114,8 @@ class RecordingExecutor(LocalExecutor):
         self.trained.append((self.adapter_version, [list(s.versions) for s in samples]))
         return await super().train_step(samples)
 
-    async def adapter_update(self):
-        update = await super().adapter_update()
+    async def adapter_update(self, with_probe=True):
+        update = await super().adapter_update(with_probe)
         self.published[update.version] = _digest(update.tensors)
         return update
 

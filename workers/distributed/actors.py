@@ -84,11 +84,13 @@ class TrainerActor:
         metrics = await self.executor.train_step(samples)
         return self.executor.adapter_version, metrics
 
-    async def publish(self) -> tuple[int, list[ray.ObjectRef] | None, AdapterProbe | None]:
+    async def publish(
+        self, with_probe: bool = True
+    ) -> tuple[int, list[ray.ObjectRef] | None, AdapterProbe | None]:
         """Put the adapter in the object store once; every rollout actor reads that one copy.
         Every rank takes part (gathering shards is a collective); rank 0 returns the ref,
         in a list so that Ray hands it over unresolved, and the handshake's probe."""
-        update = await self.executor.adapter_update()
+        update = await self.executor.adapter_update(with_probe)
         if self.rank != 0:
             return update.version, None, None
         return update.version, [ray.put(update.tensors)], update.probe

@@ -43,8 +43,8 @@ class RayTrainerExecutor:
         self._version = version
         return metrics
 
-    async def adapter_update(self) -> AdapterUpdate:
-        (version, refs, probe), *_ = await call_all(self.trainers, "publish")
+    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
+        (version, refs, probe), *_ = await call_all(self.trainers, "publish", with_probe)
         return PublishedAdapter(version, probe=probe, ref=refs[0])
 
     async def save(self, out: Path) -> None:
@@ -66,6 +66,7 @@ class RayRolloutBackend:
     def __init__(self, actors: list[Member], name: str):
         self.actors = actors
         self.name = name
+        self.needs_probe = name != "torch"  # as the engines say (TorchBackend.needs_probe)
         self.acked: list[set[int]] = [set() for _ in actors]
         self._served = [-1] * len(actors)
         self.failure: ActorDied | None = None

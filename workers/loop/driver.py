@@ -223,7 +223,11 @@ class Driver:
     async def _publish(self) -> None:
         """Hand the trainer's adapter to the engine and check the acknowledgement: a sample
         is labelled with a version only after the engine confirmed it serves it."""
-        update = await self.executor.adapter_update()
+        # the probe costs a trainer forward: only for engines that check it (not torch's,
+        # which loads the trainer's tensors as they are)
+        update = await self.executor.adapter_update(
+            with_probe=getattr(self.backend, "needs_probe", True)
+        )
         mode = self.spec.async_.weight_update if self.is_async else "wait"
         await self.backend.pause(mode)
         try:

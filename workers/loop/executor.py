@@ -22,8 +22,9 @@ class TrainerExecutor(Protocol):
 
     async def train_step(self, samples: list[TrainSample]) -> dict[str, float]: ...
 
-    async def adapter_update(self) -> AdapterUpdate:
-        """The current adapter as tensors, labelled with its version."""
+    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
+        """The current adapter as tensors, labelled with its version; with the version
+        handshake's probe (a trainer forward) only for engines that check it."""
 
     async def save(self, out: Path) -> None:
         """Adapter (PEFT directory), optimizer and RNG states into `out`."""
@@ -58,14 +59,11 @@ class LocalExecutor:
         same_tokens = (batch.mask * current).sum().item()
         return merge(self.policy.train_step(batch), same_tokens, stale)
 
-    async def adapter_update(self) -> AdapterUpdate:
+    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
         tensors = self.policy.adapter_tensors()
         self.history.record(self.policy.adapter_version, tensors)
-        return AdapterUpdate(
-            self.policy.adapter_version,
-            tensors=tensors,
-            probe=adapter_probe(self.policy.model, len(self.policy.tokenizer)),
-        )
+        probe = adapter_probe(self.policy.model, len(self.policy.tokenizer)) if with_probe else None
+        return AdapterUpdate(self.policy.adapter_version, tensors=tensors, probe=probe)
 
     async def save(self, out: Path) -> None:
         self.policy.save_adapter(out / "adapter")

@@ -85,6 +85,10 @@ async def run_training(
     tokenizer = load_tokenizer(model_dir)
     trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
     executor = executor or LocalExecutor(LoraPolicy(spec, model_dir, trainer_device))
+    if backend is None and spec.resources.engine_process:
+        from ..rollout.process_backend import ProcessBackend
+
+        backend = ProcessBackend(spec, model_dir, engine_device)
     backend = backend or make_backend(spec, model_dir, device=engine_device)
     buffer = TrajectoryBuffer(buffer_capacity(spec))
     state = RunState()

@@ -102,6 +102,8 @@ class AdapterUpdate:
 @runtime_checkable
 class RolloutBackend(Protocol):
     name: str
+    # whether load_adapter checks the update's probe (the trainer computes one only then)
+    needs_probe: bool
 
     @property
     def served_version(self) -> int: ...

@@ -29,6 +29,7 @@ from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
 class TorchBackend:
     name = "torch"
     placeable = True  # make_backend may name the device (an in-process run's second GPU)
+    needs_probe = False  # loads the trainer's tensors as they are: no handshake to check
 
     def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
         use_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()

@@ -54,6 +54,7 @@ def _import_trtllm() -> Any:
 
 
 class TrtllmBackend:
+    needs_probe = True  # the version handshake checks the trainer's probe
     name = "trtllm"
 
     def __init__(self, spec: RunSpec, model_dir: str | Path):

@@ -61,6 +61,7 @@ def _configure_cpu_env(spec: RunSpec) -> None:
 
 
 class VllmBackend:
+    needs_probe = True  # the version handshake checks the trainer's probe
     name = "vllm"
 
     def __init__(self, spec: RunSpec, model_dir: str | Path):

@@ -21,7 +21,8 @@ LORA = {
     "alpha": 16,
     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
 }
-BACKENDS = ["torch", "vllm", "trtllm"]
+# "process": the torch backend in a child process behind ProcessBackend (engine_process)
+BACKENDS = ["torch", "process", "vllm", "trtllm"]
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
@@ -76,6 +77,15 @@ async def trtllm_engine(tiny_dir: Path):
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def torch_engine(tiny_dir: Path):
     backend = TorchBackend(engine_spec(tiny_dir, "torch"), tiny_dir)
+    yield backend
+    await backend.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def process_engine(tiny_dir: Path):
+    from workers.rollout.process_backend import ProcessBackend
+
+    backend = ProcessBackend(engine_spec(tiny_dir, "torch"), tiny_dir)
     yield backend
     await backend.close()
 
