@@ -7,11 +7,12 @@ test). Not collected by default (the file name does not start with test_); run i
 Ten runs of one experiment (torch and vllm, five seeds each), each with 100,000 steps of
 `reward/mean` bulk-loaded with COPY (PostgreSQL) or bulk_create (SQLite). Timed by the page's
 clock from the start of the navigation to the compare page (a logged-in session; "cold" is
-the first visit, before the compare page's chunks and the fixture's rows were read) until (1) the first interactive frame: the reward panel
-drawn over every run's whole history, read by stride (1,000 evenly spaced steps a run, by
-index probes), and (2) the full frame: the min/max read (spikes kept) has replaced it. The
-API calls' start and duration are printed too, and with PADDOCK_BENCH_PROFILE=1 the page's
-busiest functions up to the first frame. bench/compare_view.py runs this file."""
+the first visit, before the compare page's chunks and the fixture's rows were read) until
+(1) the first interactive frame: the reward panel drawn over every run's whole history, read
+by stride (1,000 evenly spaced steps a run, by index probes), and (2) the full frame: the
+min/max read (spikes kept) has replaced it. The API calls' start and duration are printed
+too, and with PADDOCK_BENCH_PROFILE=1 the page's busiest functions up to the first frame.
+bench/compare_view.py runs this file."""
 
 from __future__ import annotations
 

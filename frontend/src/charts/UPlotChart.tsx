@@ -70,6 +70,8 @@ export default function UPlotChart(props: ChartProps) {
   const zoomed = useRef(false);
   const yRange = useRef(props.yRange);
   yRange.current = props.yRange;
+  const onZoom = useRef(props.onZoom);
+  onZoom.current = props.onZoom;
   const { data, series, bands, xKind, logY, height, syncKey } = props;
   // Rebuild only when the shape changes, never for new points.
   const shape = useMemo(
@@ -80,10 +82,23 @@ export default function UPlotChart(props: ChartProps) {
   useEffect(() => {
     const el = host.current!;
     const opts = options(props, Math.max(200, el.clientWidth), yRange);
+    let reported = "";
     opts.hooks = {
       setSelect: [() => { zoomed.current = true; }],
+      // a drag sets the selection, then the x scale: report the new range once
+      setScale: [(u, key) => {
+        const { min, max } = u.scales.x;
+        if (key !== "x" || !zoomed.current || min == null || max == null) return;
+        if (reported === `${min}:${max}`) return;
+        reported = `${min}:${max}`;
+        onZoom.current?.([min, max]);
+      }],
       ready: [(u) => {
-        u.over.addEventListener("dblclick", () => { zoomed.current = false; });
+        u.over.addEventListener("dblclick", () => {
+          zoomed.current = false;
+          reported = "";
+          onZoom.current?.(null);
+        });
         // uPlot has no per-series legend switch: hide the rows of shadows and band edges
         const rows = u.root.querySelectorAll<HTMLElement>(".u-legend .u-series");
         props.series.forEach((s, i) => { if (s.hidden && rows[i + 1]) rows[i + 1].style.display = "none"; });

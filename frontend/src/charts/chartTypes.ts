@@ -33,4 +33,6 @@ export interface ChartProps {
   /** charts with the same key share a cursor (hover one, read all) */
   syncKey?: string;
   emptyText?: string;
+  /** the user zoomed the x axis to [min, max] (drag), or reset it (null: double-click) */
+  onZoom?: (range: [number, number] | null) => void;
 }

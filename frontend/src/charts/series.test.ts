@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { emptySeries, etaFromSeries, mergeHistory, mergePoints, valueAtStep } from "./series";
+import { emptySeries, etaFromSeries, mergeHistory, mergePoints, spliceWindow, valueAtStep, type Series } from "./series";
 
 describe("mergePoints", () => {
   it("appends live points in order", () => {
@@ -52,5 +52,26 @@ describe("etaFromSeries", () => {
   it("is null without two points", () => {
     expect(etaFromSeries({ step: [1], value: [0], time: [0] }, 10)).toBeNull();
     expect(etaFromSeries(undefined, 10)).toBeNull();
+  });
+});
+
+describe("spliceWindow", () => {
+  const series = (steps: number[]): Series => ({ step: steps, value: steps.map((s) => s * 10), time: steps.map((s) => 1000 + s) });
+
+  it("replaces the coarse points inside the window's steps and keeps the rest", () => {
+    const coarse = series([0, 100, 200, 300, 400]);
+    const fine = { step: [150, 151, 200, 249, 250], value: [1, 2, 3, 4, 5], time: [1, 2, 3, 4, 5] };
+    const out = spliceWindow(coarse, fine);
+    expect(out.step).toEqual([0, 100, 150, 151, 200, 249, 250, 300, 400]);
+    expect(out.value).toEqual([0, 1000, 1, 2, 3, 4, 5, 3000, 4000]); // step 200 from the window
+    expect(coarse.step).toEqual([0, 100, 200, 300, 400]); // input kept
+  });
+
+  it("handles windows at the ends, an empty history and an empty window", () => {
+    expect(spliceWindow(series([0, 10, 20]), series([18, 19, 20, 21])).step).toEqual([0, 10, 18, 19, 20, 21]);
+    expect(spliceWindow(series([5, 10]), series([0, 1])).step).toEqual([0, 1, 5, 10]);
+    expect(spliceWindow(series([]), series([3])).step).toEqual([3]);
+    const h = series([1, 2]);
+    expect(spliceWindow(h, series([]))).toBe(h);
   });
 });

@@ -60,6 +60,18 @@ export function mergeHistory(history: Series, live: Series): Series {
   return mergePoints(merged, points);
 }
 
+/** A window read at full resolution (a zoom) put in place of the coarser points of
+ * `history` between its first and last step; the rest stays. Returns a new series. */
+export function spliceWindow(history: Series, window: Series): Series {
+  const n = window.step.length;
+  if (n === 0) return history;
+  const from = lowerBound(history.step, window.step[0]);
+  let to = lowerBound(history.step, window.step[n - 1]);
+  if (to < history.step.length && history.step[to] === window.step[n - 1]) to += 1;
+  const cut = <T,>(a: T[], b: T[]) => [...a.slice(0, from), ...b, ...a.slice(to)];
+  return { step: cut(history.step, window.step), value: cut(history.value, window.value), time: cut(history.time, window.time) };
+}
+
 /** The value of `series` at `step`: linear between the neighbouring steps, null outside. */
 export function valueAtStep(series: Series, step: number): number | null {
   const n = series.step.length;

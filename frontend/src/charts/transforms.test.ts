@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { alignSeries, ema, minMaxDownsample, positiveOnly, robustRange, seedBand, thin, xValues } from "./transforms";
+import { alignSeries, ema, minMaxDownsample, positiveOnly, robustRange, seedBand, thin, timeWindow, xValues } from "./transforms";
 
 describe("ema", () => {
   it("is the identity at weight 0", () => {
@@ -106,5 +106,23 @@ describe("robustRange", () => {
   it("pads a flat line and gives null without values", () => {
     expect(robustRange([[2, 2, 2]])).toEqual([1.9, 2.1]);
     expect(robustRange([[null]])).toBeNull();
+  });
+});
+
+describe("timeWindow", () => {
+  // steps 0..9 at one a second from t=1000, 100 tokens a step
+  const s = { step: [...Array(10).keys()], value: Array(10).fill(1), time: [...Array(10).keys()].map((i) => 1000 + i) };
+  const tokens = { step: s.step, value: s.step.map((i) => 100 * i), time: s.time };
+
+  it("maps a zoom on any axis to the wall times around it, one point beyond each end", () => {
+    expect(timeWindow(s, "step", 3, 5.5)).toEqual([1002, 1006]);
+    expect(timeWindow(s, "time", 1003.5, 1004.5)).toEqual([1003, 1005]);
+    expect(timeWindow(s, "tokens", 250, 420, tokens)).toEqual([1002, 1005]);
+    expect(timeWindow(s, "step", 0, 1)).toEqual([1000, 1002]); // no point before the first
+  });
+
+  it("is null when no point is inside", () => {
+    expect(timeWindow(s, "step", 3.2, 3.8)).toBeNull();
+    expect(timeWindow(s, "tokens", 0, 1e9)).toBeNull(); // no tokens series: no x at all
   });
 });

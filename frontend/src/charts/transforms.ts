@@ -35,6 +35,26 @@ export function xValues(series: Series, axis: XAxis, tokens?: Series): (number |
   return series.step.map((s) => valueAtStep(tokens, s));
 }
 
+/** The wall-time window (Unix seconds) that covers a zoom from `lo` to `hi` on `axis`,
+ * one point beyond each end included so the refetched line reaches the chart's edges; null
+ * when no point falls inside. Assumes x grows with the step (true of step, time and
+ * cumulative tokens). */
+export function timeWindow(series: Series, axis: XAxis, lo: number, hi: number, tokens?: Series): [number, number] | null {
+  const x = xValues(series, axis, tokens);
+  let first = -1;
+  let last = -1;
+  for (let i = 0; i < x.length; i++) {
+    const v = x[i];
+    if (v === null || v < lo || v > hi) continue;
+    if (first < 0) first = i;
+    last = i;
+  }
+  if (first < 0) return null;
+  const a = Math.max(0, first - 1);
+  const b = Math.min(series.time.length - 1, last + 1);
+  return [Math.min(series.time[a], series.time[b]), Math.max(series.time[a], series.time[b])];
+}
+
 export interface XY {
   x: readonly (number | null)[];
   y: readonly (number | null)[];

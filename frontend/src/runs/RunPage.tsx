@@ -1,14 +1,15 @@
 // One run, live: its state and controls, the metric charts fed by the websocket on top of
 // the downsampled history, the log tail, checkpoints, samples and config.
-import { useEffect, useMemo, useState } from "react";
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router";
 import { useRunStream } from "../api/live";
-import { fetchRunMetrics, useRun } from "../api/runs";
+import { fetchRunMetrics, fetchRunWindow, useRun } from "../api/runs";
 import { invalidate } from "../api/useQuery";
 import { mergeSampleSets, type LogLine } from "../api/liveStore";
 import { Chart } from "../charts/LazyChart";
-import { ALL_RUN_KEYS, panelChart, RUN_PANELS } from "../charts/panels";
-import { emptySeries, etaFromSeries, mergeHistory, type Series } from "../charts/series";
+import { ALL_RUN_KEYS, panelChart, RUN_PANELS, TOKENS_KEY } from "../charts/panels";
+import { emptySeries, etaFromSeries, mergeHistory, spliceWindow, type Series } from "../charts/series";
+import { timeWindow } from "../charts/transforms";
 import { formatNumber } from "../lib/format";
 import { useSession } from "../session/SessionContext";
 import { ErrorBox, Loading } from "../ui/States";
@@ -63,8 +64,31 @@ export default function RunPage() {
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new points
   }, [history, live.version, liveRun]);
 
-  const charts = useMemo(() => RUN_PANELS.map((p) => panelChart(p, series, view, `run-${runId}`)),
-    [series, view, runId]);
+  // a drag-zoom re-reads that window of the panel's keys at full resolution (x_min/x_max on
+  // the server) and splices it into the history, so zooming shows every step, not the
+  // coarse overview stretched
+  const zoomRequest = useRef<AbortController | null>(null);
+  const zoomTo = useCallback((keys: string[], range: [number, number] | null) => {
+    zoomRequest.current?.abort();
+    const reference = series.get(keys.find((k) => series.get(k)?.step.length) ?? "");
+    if (!range || !reference) return;
+    const window = timeWindow(reference, view.axis, range[0], range[1], series.get(TOKENS_KEY));
+    if (!window) return;
+    const controller = new AbortController();
+    zoomRequest.current = controller;
+    fetchRunWindow(runId, keys, window[0], window[1], 1000, controller.signal).then((fine) => {
+      setHistory((h) => {
+        const out = new Map(h ?? []);
+        fine.forEach((s, key) => out.set(key, spliceWindow(out.get(key) ?? emptySeries(), s)));
+        return out;
+      });
+    }, () => { /* the coarse line stays: a zoom refinement is an extra */ });
+  }, [series, view.axis, runId]);
+
+  const charts = useMemo(() => RUN_PANELS.map((p) => ({
+    ...panelChart(p, series, view, `run-${runId}`),
+    onZoom: (range: [number, number] | null) => zoomTo(p.keys, range),
+  })), [series, view, runId, zoomTo]);
 
   // the snapshot brings the last lines, the stream the new ones, events?before= older ones
   const streamedLogs = useMemo<LogLine[]>(() => [...(liveRun?.logs ?? [])],
