@@ -9,6 +9,7 @@ LocalExecutor, the drivers behind `train()`), the ones the Ray actors hold:
     python3 bench/gpu.py rollout   # generation tokens/s vs HF generate; adapter sync time
     python3 bench/gpu.py async     # async vs sync wall clock per step (real drivers)
     python3 bench/gpu.py probe [--graph]  # headroom: the engine's model, static KV cache
+    python3 bench/gpu.py sync      # adapter publication: same GPU, second GPU, engine process
 
 Each part prints a table and writes PART.json under --out. Parts run in separate processes
 so that one's memory (or an out-of-memory) cannot skew the next. Baseline figures quoted by
@@ -435,6 +436,68 @@ def static_decode(model, batch: int, prompt_len: int, new: int, vocab: int, grap
     return batch * new / (time.perf_counter() - t0)
 
 
+def time_adapter_sync(executor, backend, reps: int) -> dict:
+    """The driver's publication, timed: the trainer's adapter_update (with the handshake
+    probe only if the engine checks it), then the engine's load and acknowledgement."""
+    pub, load = [], []
+    for v in range(2, 2 + reps + 1):
+        executor.policy.adapter_version = v
+        sync()
+        t0 = time.perf_counter()
+        update = asyncio.run(executor.adapter_update(with_probe=backend.needs_probe))
+        t1 = time.perf_counter()
+        acked = asyncio.run(backend.load_adapter(update))
+        sync()
+        t2 = time.perf_counter()
+        assert acked == v, (acked, v)
+        pub.append(t1 - t0)
+        load.append(t2 - t1)
+    return {
+        "adapter_params": sum(t.numel() for t in update.tensors.values()),
+        "publish_s": statistics.median(pub[1:]),
+        "load_s": statistics.median(load[1:]),
+        "publish_all": pub,
+        "load_all": load,
+    }
+
+
+def part_sync(model_dir: Path, args, out: Path) -> dict:
+    """Adapter publication with the engine on the trainer's GPU, on a second GPU, and on a
+    second GPU in a child process (resources.engine_process)."""
+    from workers.loop.executor import LocalExecutor
+    from workers.policy import LoraPolicy
+    from workers.rollout import AdapterUpdate
+    from workers.rollout.process_backend import ProcessBackend
+    from workers.rollout.torch_backend import TorchBackend
+    from workers.spec import parse_spec
+
+    spec = parse_spec(base_spec(model_dir))
+    gpus = torch.cuda.device_count()
+    trainer_dev = torch.device("cuda:0" if gpus else "cpu")
+    other = torch.device("cuda:1" if gpus > 1 else trainer_dev)
+    executor = LocalExecutor(LoraPolicy(spec, model_dir, trainer_dev))
+    res = {}
+    engines = [
+        ("engine on the trainer's GPU", lambda: TorchBackend(spec, model_dir, trainer_dev)),
+        (f"engine on {other}", lambda: TorchBackend(spec, model_dir, other)),
+        (f"engine process on {other}", lambda: ProcessBackend(spec, model_dir, other)),
+    ]
+    for name, make in engines:
+        backend = make()
+        first = asyncio.run(executor.adapter_update(with_probe=False))
+        asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=first.tensors)))
+        res[name] = time_adapter_sync(executor, backend, args.reps)
+        asyncio.run(backend.close())
+        del backend
+        r = res[name]
+        print(
+            f"{name:<36} publish {r['publish_s'] * 1e3:6.1f} ms  load+ack "
+            f"{r['load_s'] * 1e3:6.1f} ms  total {(r['publish_s'] + r['load_s']) * 1e3:6.1f} ms",
+            flush=True,
+        )
+    return res
+
+
 def part_rollout(model_dir: Path, args, out: Path) -> dict:
     from workers.loop.executor import LocalExecutor
     from workers.policy import LoraPolicy
@@ -496,27 +559,7 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     policy = LoraPolicy(spec, model_dir)
     policy.load_adapter_tensors(adapter, 1)
     executor = LocalExecutor(policy)
-    pub, load = [], []
-    for v in range(2, 2 + args.reps + 1):
-        policy.adapter_version = v
-        sync()
-        t0 = time.perf_counter()
-        update = asyncio.run(executor.adapter_update())
-        t1 = time.perf_counter()
-        acked = asyncio.run(backend.load_adapter(update))
-        sync()
-        t2 = time.perf_counter()
-        assert acked == v, (acked, v)
-        pub.append(t1 - t0)
-        load.append(t2 - t1)
-    n_params = sum(t.numel() for t in adapter.values())
-    res["sync"] = {
-        "adapter_params": n_params,
-        "publish_s": statistics.median(pub[1:]),
-        "load_s": statistics.median(load[1:]),
-        "publish_all": pub,
-        "load_all": load,
-    }
+    res["sync"] = time_adapter_sync(executor, backend, args.reps)
     t0 = time.perf_counter()
     for _ in range(5):
         policy.adapter_tensors()
@@ -640,6 +683,7 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
                 "algorithm.num_generations": args.group,
                 "async.enabled": mode == "async",
                 "async.max_staleness": 1,
+                "resources.engine_process": args.engine_process,
             },
         )
         with tempfile.TemporaryDirectory() as tmp:
@@ -682,7 +726,7 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["train", "rollout", "async", "probe"])
+    ap.add_argument("part", choices=["train", "rollout", "async", "probe", "sync"])
     ap.add_argument("--graph", action="store_true", help="probe: capture a CUDA graph")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-gpu-out")))
     ap.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "qwen3-06b")
@@ -699,6 +743,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--prompt-chars", type=int, default=0, help="async: long JSONL prompts")
     ap.add_argument("--micro-batch", type=int, default=0, help="async: 0 = the whole batch")
+    ap.add_argument("--engine-process", action="store_true", help="async: engine in a child")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
@@ -709,6 +754,7 @@ def main() -> None:
     if torch.cuda.is_available():
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     parts = {"train": part_train, "rollout": part_rollout, "async": part_async, "probe": part_probe}
+    parts["sync"] = part_sync
     part = parts[args.part]
     try:
         result = part(model_dir, args, args.out)

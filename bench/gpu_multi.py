@@ -8,8 +8,9 @@ standalone.py: the ShardedLoraPolicy that Ray trainer actors hold, the plain Lor
 one GPU) on the Qwen3-0.6B shape of bench/gpu.py, LoRA r=16 on every linear layer, at the
 same tokens per GPU (16×1024 a rank), then once more at one global batch on both world sizes
 to compare losses and adapters. `async` runs bench/gpu.py's async part (the real drivers)
-with one GPU visible (trainer and engine share it) and with two (trainer on cuda:0, engine on
-cuda:1; workers/loop/setup.py `local_devices`). Results land in --out as JSON.
+with one GPU visible (trainer and engine share it), with two (trainer on cuda:0, engine on
+cuda:1; workers/loop/setup.py `local_devices`), and with two and the engine in a child
+process (`resources.engine_process`). Results land in --out as JSON.
 """
 
 from __future__ import annotations
@@ -70,13 +71,15 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
 
 def part_async(model_dir: Path, args, out: Path) -> dict:
     res = {}
-    for label, visible in (("one GPU shared", "0"), ("two GPUs", "0,1")):
+    placements = [("one GPU shared", "0", []), ("two GPUs", "0,1", [])]
+    placements += [("two GPUs, engine process", "0,1", ["--engine-process"])]
+    for label, visible, flags in placements:
         sub = Path(tempfile.mkdtemp())
         cmd = [
             sys.executable, str(HERE / "gpu.py"), "async", "--model-dir", str(model_dir),
             "--out", str(sub), "--batch", str(args.batch), "--new-tokens", str(args.new_tokens),
             "--steps", str(args.steps), "--prompt-chars", str(args.prompt_chars),
-            "--micro-batch", str(args.micro_batch),
+            "--micro-batch", str(args.micro_batch), *flags,
         ]  # fmt: skip
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
         print(f"$ CUDA_VISIBLE_DEVICES={visible}", " ".join(cmd[1:]), flush=True)
