@@ -9,7 +9,7 @@ Ten runs of one experiment (torch and vllm, five seeds each), each with 100,000 
 clock from the start of the navigation to the compare page (a logged-in session; "cold" is
 the first visit, before the compare page's chunks and the fixture's rows were read) until
 (1) the first interactive frame: the reward panel drawn over every run's whole history, read
-by stride (1,000 evenly spaced steps a run, by index probes), and (2) the full frame: the
+by stride (500 evenly spaced steps a run, by index probes), and (2) the full frame: the
 min/max read (spikes kept) has replaced it. The API calls' start and duration are printed
 too, and with PADDOCK_BENCH_PROFILE=1 the page's busiest functions up to the first frame.
 bench/compare_view.py runs this file."""
@@ -90,14 +90,14 @@ def _print_profile(profile: dict, top: int = 15) -> None:
 
 
 # In the page: wait (checked every animation frame) until the compare view shows `stages`
-# and the reward panel is drawn from more than the live snapshots' last 500 steps, then
-# report the time of the next frame (uPlot has drawn; the page takes input again).
+# and the reward panel is drawn from the history (the live streams open only after that
+# frame), then report the time of the next frame (uPlot has drawn; the page takes input).
 FRAME_AT = """([stages]) => new Promise((resolve) => {
   const ready = () => {
     const page = document.querySelector('.compare-page');
     const reward = document.querySelector('[data-testid="chart-Reward"]');
     return page && stages.includes(page.dataset.stage) && reward
-      && reward.querySelector('canvas') && Number(reward.dataset.points) > 500;
+      && reward.querySelector('canvas') && Number(reward.dataset.points) >= 400;
   };
   const check = () => ready()
     ? requestAnimationFrame(() => resolve(performance.now())) : requestAnimationFrame(check);

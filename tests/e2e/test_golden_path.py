@@ -173,6 +173,9 @@ def test_golden_path(people, asgi_server, browser_page, tmp_path):
         expect(page.get_by_test_id("verdict")).to_contain_text("torch and vllm")
         expect(page.get_by_test_id("config-diff")).to_contain_text("rollout.backend")
         expect(page.get_by_test_id("chart-Reward").locator("canvas")).to_be_visible()
+        # read in stages (reward by stride, the other keys, then min/max): all of them in
+        expect(page.locator(".compare-page")).to_have_attribute("data-stage", "full")
+        expect(page.get_by_test_id("chart-KL").locator("canvas")).to_be_visible()
         shot(page, "compare")
     finally:
         for job in jobs:

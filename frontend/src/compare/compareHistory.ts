@@ -41,6 +41,11 @@ function afterPaint(): Promise<void> {
   return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 }
 
+// Points a line: a panel is ~350 px wide at 1280 px, so 500 steps are more than one a pixel
+// for the first frame (each is one index probe on the server); the min/max read that
+// replaces them keeps 1,000 (500 buckets).
+const STRIDE_POINTS = 500;
+
 /** The key every compare view reads first (its panel and the divergence need it). */
 export const FIRST_KEY = "reward/mean";
 
@@ -51,7 +56,7 @@ function firstRead(source: CompareSource, signal: AbortSignal): Promise<History>
   const key = JSON.stringify(source);
   const early = prefetched.get(key);
   prefetched.delete(key);
-  return early ?? fetchCompareMetrics(source, [FIRST_KEY], { maxPoints: 1000, sample: "stride", signal });
+  return early ?? fetchCompareMetrics(source, [FIRST_KEY], { maxPoints: STRIDE_POINTS, sample: "stride", signal });
 }
 
 /** Called at boot with the URL the app opened on: a compare page's first read goes out
@@ -61,7 +66,7 @@ export function prefetchCompareHistory(path: string): void {
   const match = /^\/experiments\/(\d+)\/compare/.exec(path);
   if (!match) return;
   const source: CompareSource = { experiment: Number(match[1]) };
-  const early = fetchCompareMetrics(source, [FIRST_KEY], { maxPoints: 1000, sample: "stride" });
+  const early = fetchCompareMetrics(source, [FIRST_KEY], { maxPoints: STRIDE_POINTS, sample: "stride" });
   early.catch(() => prefetched.delete(JSON.stringify(source)));
   prefetched.set(JSON.stringify(source), early);
 }
@@ -86,7 +91,8 @@ export function useCompareHistory(source: CompareSource | null, sourceKey: strin
         const got = i === 0 && step.keys.length === 1 && step.keys[0] === FIRST_KEY
           ? await firstRead(source, controller.signal)
           : await fetchCompareMetrics(source, step.keys,
-            { maxPoints: 1000, sample: step.sample, signal: controller.signal });
+            { maxPoints: step.sample === "stride" ? STRIDE_POINTS : 1000, sample: step.sample,
+              signal: controller.signal });
         if (controller.signal.aborted) return;
         // marks for bench/compare_view.py: when each stage's answer was parsed
         performance.mark(`paddock:history:${step.sample}:${step.keys.length}`);
