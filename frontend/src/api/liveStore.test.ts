@@ -62,8 +62,17 @@ describe("applyMessage", () => {
     const live = runs.get(7)!;
     expect(live.samples.map((s) => [s.step, s.items[0].prompt])).toEqual([[3, "p3"], [4, "p4 again"]]);
     expect(live.logs[0].id).toBe(31);
+    expect(live.olderLogs).toBe(false); // 1 line: the snapshot holds all there is
+    applyMessage(runs, { ...snapshotOf(7), logs: Array.from({ length: 100 }, (_, i) =>
+      ({ id: 100 + i, time: 1, level: "info", message: `l${i}` })) });
+    expect(runs.get(7)!.olderLogs).toBe(true); // a full snapshot: older lines may be stored
   });
 });
+
+function snapshotOf(runId: number) {
+  return { type: "snapshot" as const, run_id: runId, cursor: { dispatch: 1, seq: 1 },
+    run: { state: "running" as const, desired_state: "running" as const, step: 0, total_steps: 1 }, latest: {}, points: {} };
+}
 
 describe("mergeSampleSets", () => {
   it("orders by step, lets the newer set of a step win and keeps the newest `limit`", () => {

@@ -17,6 +17,8 @@ export interface RunLive {
   latest: Record<string, number>;
   series: Map<string, Series>;
   logs: LogLine[];
+  /** the snapshot held as many lines as it carries at most: older ones may be stored */
+  olderLogs: boolean;
   samples: { step: number; items: Sample[] }[];
   /** checkpoints reported since the stream opened (a cue to refetch the list) */
   checkpoints: number;
@@ -24,10 +26,13 @@ export interface RunLive {
 }
 
 const MAX_LOGS = 1000;
+/** SNAPSHOT_LOGS of platform/paddock/live/snapshots.py: a snapshot's lines at most */
+const SNAPSHOT_LOGS = 100;
 const MAX_SAMPLE_STEPS = 50;
 
 export function emptyRunLive(): RunLive {
-  return { run: null, detail: "", latest: {}, series: new Map(), logs: [], samples: [], checkpoints: 0, cursor: null };
+  return { run: null, detail: "", latest: {}, series: new Map(), logs: [], olderLogs: false, samples: [],
+    checkpoints: 0, cursor: null };
 }
 
 function series(live: RunLive, key: string): Series {
@@ -61,6 +66,7 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       for (const [key, rows] of Object.entries(msg.points ?? {})) mergePoints(series(live, key), rows);
       live.logs = [];
       pushLogs(live, msg.logs ?? []);
+      live.olderLogs = (msg.logs?.length ?? 0) >= SNAPSHOT_LOGS;
       live.samples = mergeSampleSets(live.samples, msg.samples ?? []);
       break;
     }

@@ -94,7 +94,7 @@ export default function RunPage() {
   const streamedLogs = useMemo<LogLine[]>(() => [...(liveRun?.logs ?? [])],
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new lines
     [live.version, liveRun]);
-  const { lines: logs, older: olderLogs } = useOlderLogs(runId, streamedLogs);
+  const { lines: logs, older: olderLogs } = useOlderLogs(runId, streamedLogs, !!liveRun?.olderLogs);
 
   // the snapshot's last sets and the stream's new ones, over the REST history (read when
   // the tab opens, older pages on demand)

@@ -12,7 +12,9 @@ function asApiError(err: unknown): ApiError {
 }
 
 /** The stream's lines with the older pages the user asked for in front of them. */
-export function useOlderLogs(runId: number, streamed: LogLine[]): { lines: LogLine[]; older: OlderLines } {
+export function useOlderLogs(runId: number, streamed: LogLine[], mayHaveOlder: boolean): {
+  lines: LogLine[]; older: OlderLines;
+} {
   const [rows, setRows] = useState<RunEventRow[]>([]);
   const [more, setMore] = useState(true);
   const [loading, setLoading] = useState(false);
@@ -28,7 +30,7 @@ export function useOlderLogs(runId: number, streamed: LogLine[]): { lines: LogLi
       setMore(page.next_before !== null);
     }, (err) => setError(asApiError(err))).finally(() => setLoading(false));
   }, [runId, before]);
-  return { lines, older: { more: more && before !== null, loading, error, load } };
+  return { lines, older: { more: mayHaveOlder && more && before !== null, loading, error, load } };
 }
 
 /** Sample sets from the REST API, newest page first on `enabled`, older pages on demand. */
