@@ -171,27 +171,53 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
 
 
 class ServerCpu:
-    """CPU seconds the server's processes (uvicorn and its workers) and this load generator
-    spend over the measured window: unlike throughput and latency, a cost per batch that
-    stays comparable when other programs share the cores."""
+    """CPU seconds spent over the measured window by the server (uvicorn and its workers),
+    by PostgreSQL's backends serving the bench database, and by this load generator: unlike
+    throughput and latency, a cost per batch that stays comparable when other programs share
+    the cores. (Redis is shared with other programs, so it is left out.)"""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, database: str, admin_url: str):
         import psutil
 
         self.server = psutil.Process(pid)
         self.me = psutil.Process()
-        self.used = {"server": 0.0, "load generator": 0.0}
+        self.database, self.admin_url = database, admin_url
+        self.start_times: dict[str, dict[int, float]] = {}
+        self.used = {"server": 0.0, "PostgreSQL": 0.0, "load generator": 0.0}
 
-    def _now(self) -> dict[str, float]:
-        procs = [self.server, *self.server.children(recursive=True)]
-        total = sum(sum(p.cpu_times()[:2]) for p in procs)
-        return {"server": total, "load generator": sum(self.me.cpu_times()[:2])}
+    def _backends(self) -> list[int]:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as c:
+            rows = c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                [self.database],
+            ).fetchall()
+        return [pid for (pid,) in rows]
+
+    def _now(self) -> dict[str, dict[int, float]]:
+        import psutil
+
+        def cpu(pids) -> dict[int, float]:
+            times = {}
+            for pid in pids:
+                try:
+                    times[pid] = sum(psutil.Process(pid).cpu_times()[:2])
+                except psutil.NoSuchProcess:  # a connection closed meanwhile
+                    pass
+            return times
+
+        server = [self.server.pid, *(p.pid for p in self.server.children(recursive=True))]
+        return {"server": cpu(server), "PostgreSQL": cpu(self._backends()),
+                "load generator": cpu([self.me.pid])}  # fmt: skip
 
     def start(self) -> None:
-        self.used = {k: -v for k, v in self._now().items()}
+        self.start_times = self._now()
 
     def stop(self) -> None:
-        self.used = {k: v + self.used[k] for k, v in self._now().items()}
+        for name, times in self._now().items():
+            before = self.start_times[name]
+            self.used[name] = sum(t - before.get(pid, 0.0) for pid, t in times.items())
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -245,7 +271,13 @@ def main() -> int:
                 break
             except requests.RequestException:
                 time.sleep(0.2)
-        server_cpu = ServerCpu(server.pid)
+        server_cpu = ServerCpu(
+            server.pid,
+            name,
+            urlunparse(urlparse(base)._replace(path="/postgres")).replace(
+                "postgres://", "postgresql://"
+            ),
+        )
         stats, latencies, elapsed = asyncio.run(
             load(url, port, runs, viewer_token, args, server_cpu)
         )
