@@ -19,6 +19,7 @@ import torch
 from ..loop.executor import LocalExecutor, _rng_state
 from ..loop.setup import model_dir_for
 from ..policy import LoraPolicy, TrainSample
+from ..policy.lora import move_tensors
 from ..rollout import AdapterUpdate, GroupRequest, GroupResult, PauseMode, make_backend
 from ..rollout.base import AdapterProbe
 from ..spec import RunSpec
@@ -93,7 +94,8 @@ class TrainerActor:
         update = await self.executor.adapter_update(with_probe)
         if self.rank != 0:
             return update.version, None, None
-        return update.version, [ray.put(update.tensors)], update.probe
+        tensors = move_tensors(update.tensors, torch.device("cpu"))  # the object store's
+        return update.version, [ray.put(tensors)], update.probe
 
     async def save(self, out: str) -> None:
         await self.executor.save(Path(out))

@@ -60,7 +60,9 @@ class LocalExecutor:
         return merge(self.policy.train_step(batch), same_tokens, stale)
 
     async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
-        tensors = self.policy.adapter_tensors()
+        # on the trainer's device: an in-process engine copies it device to device; what
+        # crosses to another host goes through the CPU there (TrainerActor.publish)
+        tensors = self.policy.adapter_snapshot()
         self.history.record(self.policy.adapter_version, tensors)
         probe = adapter_probe(self.policy.model, len(self.policy.tokenizer)) if with_probe else None
         return AdapterUpdate(self.policy.adapter_version, tensors=tensors, probe=probe)

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from ..spec import LoraSpec, ModelSpec
+from .packed import PackedTensors
 
 ADAPTER_NAME = "default"
 VERSION_FILE = "paddock_adapter.json"
@@ -71,29 +72,11 @@ def adapter_tensors(model: PeftModel) -> dict[str, torch.Tensor]:
 
 
 def move_tensors(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Independent contiguous copies of `tensors` on `device`, moved in one transfer per
-    dtype: an adapter of every linear layer is hundreds of small tensors, and one copy each
-    (a device sync each, from pageable memory) cost more than the bytes."""
-    out: dict[str, torch.Tensor] = {}
-    by_dtype: dict[torch.dtype, list[str]] = {}
-    for k, v in tensors.items():
-        by_dtype.setdefault(v.dtype, []).append(k)
-    for keys in by_dtype.values():
-        flat = torch.cat([tensors[k].detach().reshape(-1) for k in keys])  # a new tensor
-        if flat.device != device and device.type == "cpu":  # one DMA into pinned memory
-            host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-            flat = host.copy_(flat)
-        elif flat.device != device:  # to a GPU, from the host or from another GPU
-            src = flat.pin_memory() if flat.device.type == "cpu" else flat
-            flat = src.to(device, non_blocking=True)
-            torch.cuda.current_stream(device).synchronize()  # before `src` can be freed
-        parts = flat.split([tensors[k].numel() for k in keys])
-        for k, part in zip(keys, parts, strict=True):
-            # CPU results are cloned apart: a file writer (safetensors) refuses tensors that
-            # share storage; device results stay views of one buffer, copied into parameters
-            v = part.view(tensors[k].shape)
-            out[k] = v.clone() if device.type == "cpu" else v
-    return out
+    """Copies of `tensors` on `device`, moved in one transfer per dtype (see PackedTensors).
+    On the CPU each has its own storage (what file writers need); on a GPU they are views
+    of one buffer, about to be copied into parameters."""
+    packed = PackedTensors.pack(tensors).to(device)
+    return packed.unpack(separate=device.type == "cpu")
 
 
 def load_adapter_tensors(model: PeftModel, tensors: dict[str, torch.Tensor]) -> None:

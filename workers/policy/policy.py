@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from peft.utils import get_peft_model_state_dict
 
 from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
 from ..spec import RunSpec
@@ -237,6 +238,12 @@ class LoraPolicy:
 
     def adapter_tensors(self) -> dict[str, torch.Tensor]:
         return lora_io.adapter_tensors(self.model)
+
+    def adapter_snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of the adapter where it lives (one device-side copy on a GPU): what an
+        engine in this process or on this host loads without a trip through the CPU."""
+        state = get_peft_model_state_dict(self.model, adapter_name=lora_io.ADAPTER_NAME)
+        return lora_io.move_tensors(state, self.device)
 
     def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], version: int) -> None:
         lora_io.load_adapter_tensors(self.model, tensors)

@@ -94,7 +94,8 @@ class AdapterProbe:
 @dataclass
 class AdapterUpdate:
     version: int
-    tensors: dict[str, torch.Tensor] | None = None  # PEFT key names, CPU tensors
+    # PEFT key names; on the trainer's device in-process, on the CPU across hosts
+    tensors: dict[str, torch.Tensor] | None = None
     path: str | None = None  # or a PEFT adapter directory
     probe: AdapterProbe | None = None  # for the version handshake of remote engines
 

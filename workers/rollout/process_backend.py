@@ -17,6 +17,7 @@ its parent (daemon), and a child that dies fails every pending call with its exi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import threading
 import traceback
@@ -26,10 +27,12 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from ..policy.packed import PackedTensors
 from ..spec import RunSpec
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode
 
 _CLOSE = "close"
+_LOAD_PACKED = "load_packed"
 
 
 class EngineProcessError(RuntimeError):
@@ -79,8 +82,12 @@ class ProcessBackend:
         return await self._call("generate", requests)
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
-        self._version = await self._call("load_adapter", update)
-        return self._version
+        # one buffer per dtype crosses: one shared-memory file from the CPU, one CUDA IPC
+        # handle from a GPU (the child copies it to its own GPU), instead of one per tensor
+        packed = PackedTensors.pack(update.tensors) if update.tensors is not None else None
+        bare = dataclasses.replace(update, tensors=None)
+        self._version = await self._call(_LOAD_PACKED, bare, packed)
+        return self._version  # the child has copied `packed`: it may be freed now
 
     async def pause(self, mode: PauseMode) -> None:
         await self._call("pause", mode)
@@ -180,9 +187,15 @@ async def _answer(conn, backend) -> None:
         with send_lock:
             conn.send((call_id, ok, payload))
 
+    async def load_packed(update: AdapterUpdate, packed: PackedTensors | None) -> int:
+        if packed is not None:
+            update = dataclasses.replace(update, tensors=packed.unpack())
+        return await backend.load_adapter(update)
+
     async def run(call_id: int, method: str, args: tuple) -> None:
+        call = load_packed if method == _LOAD_PACKED else getattr(backend, method)
         try:
-            reply(call_id, True, await getattr(backend, method)(*args))
+            reply(call_id, True, await call(*args))
         except BaseException as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             reply(call_id, False, f"{method}: {detail}")
