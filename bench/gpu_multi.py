@@ -71,8 +71,9 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
 
 def part_async(model_dir: Path, args, out: Path) -> dict:
     res = {}
-    placements = [("one GPU shared", "0", []), ("one GPU, engine process", "0", ["--engine-process"])]
-    placements += [("two GPUs", "0,1", []), ("two GPUs, engine process", "0,1", ["--engine-process"])]
+    child = ["--engine-process"]
+    placements = [("one GPU shared", "0", []), ("one GPU, engine process", "0", child)]
+    placements += [("two GPUs", "0,1", []), ("two GPUs, engine process", "0,1", child)]
     for label, visible, flags in placements:
         sub = Path(tempfile.mkdtemp())
         cmd = [
