@@ -176,6 +176,11 @@ def test_golden_path(people, asgi_server, browser_page, tmp_path):
         # read in stages (reward by stride, the other keys, then min/max): all of them in
         expect(page.locator(".compare-page")).to_have_attribute("data-stage", "full")
         expect(page.get_by_test_id("chart-KL").locator("canvas")).to_be_visible()
+        # the divergence row: the reward difference beside token_mult_prob_error per backend
+        divergence = page.get_by_test_id("divergence")
+        expect(divergence.get_by_test_id("chart-Reward difference torch − vllm")).to_be_visible()
+        tmpe = divergence.get_by_test_id("chart-token_mult_prob_error")
+        expect(tmpe.locator(".u-legend")).to_contain_text("vllm")
         shot(page, "compare")
     finally:
         for job in jobs:

@@ -30,6 +30,7 @@ const PANELS: [string, string][] = [
   ["Throughput (tokens/s)", "throughput/tokens_per_s"], ["Step time (s)", "time/step_s"],
 ];
 const REWARD = FIRST_KEY;
+const TMPE = "token_mult_prob_error"; // drawn in the divergence row
 // the reward first: its panel and the divergence are drawn from the first, fastest read
 const KEYS = [REWARD, ...PANELS.map(([, k]) => k).filter((k) => k !== REWARD), TOKENS_KEY];
 
@@ -169,9 +170,15 @@ export default function ComparePage() {
       <ChartToolbar view={view} onChange={setView} />
       {historyError && <ErrorBox error={historyError} />}
       {!history && !historyError && <Loading what="Loading metrics" />}
+      {/* the divergence: the reward difference with its band, and each backend's
+          token_mult_prob_error (how far the engine's and the trainer's token
+          probabilities drift apart), side by side */}
+      <section className="chart-grid small-multiples divergence" data-testid="divergence" aria-label="Divergence">
+        {div && <Chart {...div.chart} height={170} />}
+        {panels.filter((p) => p.title === TMPE).map((p) => <Chart key={p.title} {...p} height={170} />)}
+      </section>
       <div className="chart-grid small-multiples">
-        {div && <Chart {...div.chart} />}
-        {panels.map((p) => <Chart key={p.title} {...p} height={170} />)}
+        {panels.filter((p) => p.title !== TMPE).map((p) => <Chart key={p.title} {...p} height={170} />)}
       </div>
 
       <section className="card wide">
