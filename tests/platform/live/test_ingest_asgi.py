@@ -1,10 +1,11 @@
 """The ingest endpoint as the ASGI server answers it (live/ingest_asgi.py, around Django's
 request cycle): through real uvicorn, the same answers as the Django view, the batch stored
-once, and its broadcast reaching a websocket viewer."""
+once, its broadcast reaching a websocket viewer, and the viewer's rate limit."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import requests
@@ -13,6 +14,7 @@ from websockets.sync.client import connect
 from paddock.experiments.models import IngestBatch, MetricPoint, Run
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
+from paddock.live.consumers import BURST, MIN_INTERVAL_S
 from paddock.live.ingest_schema import MAX_BODY_BYTES
 from paddock.teams.access import actor_for
 from paddock.teams.services import api_token_create
@@ -82,3 +84,36 @@ def test_a_batch_is_stored_once_and_broadcast_to_viewers(asgi_server, job, world
     assert IngestBatch.objects.filter(run=run).count() == 1
     stored = MetricPoint.objects.filter(run=run).values_list("key", "step", "value")
     assert sorted(stored) == [("loss", 1, 0.5), ("loss", 2, 0.25)]
+
+
+def test_a_viewer_gets_a_burst_at_once_then_coalesced_messages(asgi_server, job, world):
+    """The consumer's token bucket: the first BURST batches go out as they come (a late batch
+    is not held back), the rest are coalesced to one message per MIN_INTERVAL_S; every step
+    arrives exactly once."""
+    run, token = job
+    member = world.users_a["member"]
+    _, viewer_token = api_token_create(actor=actor_for(user=member), team=world.team_a, name="v")
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={viewer_token}"
+    endpoint = f"{asgi_server.url}/api/v1/runs/{run.pk}/ingest"
+    auth = {"Authorization": f"Bearer {token}"}
+    batches = 12
+    with connect(ws_url, origin=asgi_server.url) as ws, requests.Session() as http:
+        assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
+        started = time.monotonic()
+        for seq in range(1, batches + 1):
+            body = {"dispatch": 1, "seq": seq, "events": [metric(seq, loss=1 / seq)]}
+            assert http.post(endpoint, json=body, headers=auth, timeout=10).status_code == 200
+        posted = time.monotonic() - started
+        messages, steps = [], []
+        while len(steps) < batches:
+            message = json.loads(ws.recv(timeout=10))
+            messages.append((time.monotonic() - started, message))
+            steps += [s["step"] for s in message["steps"]]
+    assert steps == list(range(1, batches + 1))
+    # the first BURST batches, one message each
+    assert [len(m["steps"]) for _, m in messages[:BURST]] == [1] * BURST
+    # then at most one message per interval (and one more for the bucket's refill)
+    allowed = BURST + 1 + int((messages[-1][0]) / MIN_INTERVAL_S)
+    assert len(messages) <= allowed, (len(messages), posted)
+    assert len(messages) < batches or posted > (batches - BURST) * MIN_INTERVAL_S
+    assert messages[-1][1]["cursor"] == {"dispatch": 1, "seq": batches}
