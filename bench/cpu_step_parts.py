@@ -3,13 +3,14 @@ out: every part is timed in CPU seconds, interleaved with the others in one proc
 a reference matmul of the training shapes; each part's rate is then a fraction of what the
 same core does on one large matmul at that moment.
 
-    .venv/bin/python bench/cpu_step_parts.py [--reps 5] [--threads 1]
+    .venv/bin/python bench/cpu_step_parts.py [--reps 5] [--threads 1] [--compiled-generate]
 
 Parts: generation (torch backend, 64 rows × 16 tokens), the train step (forward + backward +
 AdamW), the async check of stale tokens (`train.mult_prob_error_samples` samples under the
 previous adapter), and a prototype of the one FLOP cut left: generating with autograd on
 the trainer's model and back-propagating through the decode graph, so that no separate
-training forward runs (exact for sync training in bypass mode).
+training forward runs (exact for sync training in bypass mode). `--compiled-generate` also
+times an engine whose model runs under torch.compile.
 """
 
 from __future__ import annotations
@@ -93,10 +94,20 @@ def fused_step(policy: LoraPolicy, prompt_ids: list[list[int]], seed: int) -> No
     model.train()
 
 
+def requests(prompt_ids: list[list[int]], params: SamplingParams, seed: int) -> list:
+    return [GroupRequest(f"g{i}", p, N_SAMPLES, seed + i, params) for i, p in enumerate(prompt_ids)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5, help="rounds; the first is warm-up")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--compiled-generate",
+        action="store_true",
+        help="also time generation by a second engine whose model runs under "
+        "torch.compile(dynamic=True) (its first call compiles: minutes on 2 cores)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tmp = tempfile.TemporaryDirectory()  # the model directory lives as long as the run
@@ -128,11 +139,20 @@ def main() -> None:
 
     results: list[GroupResult] = []
 
+    compiled = None
+    if args.compiled_generate:
+        compiled = TorchBackend(spec, model_dir)
+        compiled._load_adapter(AdapterUpdate(0, policy.adapter_tensors()))
+        compiled.model = torch.compile(compiled.model, dynamic=True)
+        t0 = time.perf_counter()
+        first = compiled._generate(requests(prompt_ids, params, 0))
+        print(f"compiled engine: first generate (compiling) {time.perf_counter() - t0:.0f} s wall")
+        same = engine._generate(requests(prompt_ids, params, 0))
+        tokens = [[s.token_ids for s in r.samples] for r in (*first, *same)]
+        print(f"compiled samples the same tokens as eager: {tokens[:8] == tokens[8:]}")
+
     def generate(seed: int) -> None:
-        reqs = [
-            GroupRequest(f"g{i}", p, N_SAMPLES, seed + i, params) for i, p in enumerate(prompt_ids)
-        ]
-        results[:] = engine._generate(reqs)
+        results[:] = engine._generate(requests(prompt_ids, params, seed))
 
     def batch():
         samples = [
@@ -142,7 +162,7 @@ def main() -> None:
         ]
         return collate(samples, tok.pad_token_id)
 
-    parts = ("ref", "ref64", "generate", "train", "check", "fused")
+    parts = ("ref", "ref64", "generate", "train", "check", "fused", "compiled")
     rows: dict[str, list[float]] = {k: [] for k in parts}
     gf: dict[str, list[float]] = {"generate": [], "train": []}
     for rep in range(args.reps):
@@ -159,6 +179,9 @@ def main() -> None:
             cpu_seconds(lambda tb=tb: stale_token_sums(policy, tb, history, limit=8))
         )
         rows["fused"].append(cpu_seconds(lambda rep=rep: fused_step(policy, prompt_ids, rep)))
+        if compiled is not None:
+            reqs = requests(prompt_ids, params, rep)
+            rows["compiled"].append(cpu_seconds(lambda reqs=reqs: compiled._generate(reqs)))
         width = max(map(len, prompt_ids))
         steps = max(len(s.token_ids) for r in results for s in r.samples)
         # generation: the prefill of the distinct prompts, then 64 rows a decode step
@@ -169,7 +192,7 @@ def main() -> None:
             2 * 2 * n_params * (len(PROMPTS) * width + 64 * (tb.mask.shape[1] - 1)) / 1e9
         )
 
-    med = {k: statistics.median(v[1:]) for k, v in rows.items()}
+    med = {k: statistics.median(v[1:]) for k, v in rows.items() if len(v) > 1}
     ref = med["ref"]
     print(f"threads {args.threads}, rounds timed {args.reps - 1}; CPU seconds, median")
     print(f"reference matmul 960x512 @ 512x1376: {ref:.0f} GFLOP/s")
@@ -191,6 +214,11 @@ def main() -> None:
         f"fused prototype (generate with grad + backward): {med['fused']:.3f} s = "
         f"{med['fused'] / step:.2f}x generate + train"
     )
+    if compiled is not None:
+        print(
+            f"compiled generate: {med['compiled']:.3f} s = "
+            f"{med['compiled'] / med['generate']:.2f}x eager generate"
+        )
     tmp.cleanup()
 
 
