@@ -167,7 +167,10 @@ def _x_sql(x: str) -> tuple[str, str]:
 # On steps the range comes from two probes of the (run, key, step) index per run, so the
 # points are read once; `whole` is then "the step range is at most max_points wide", and a
 # sparser run that still has at most max_points points (an eval every 50 steps) is read again
-# whole by `_SPARSE`. On time and tokens the range and the count take a pass of their own.
+# whole by `_SPARSE`. On time and tokens the range and the count take a pass of their own:
+# `b` is MATERIALIZED so that pass runs once. Inlined, a run whose rows the statistics do not
+# know yet (a live run's new points, before ANALYZE) was planned as a nested loop that
+# re-ran the aggregate for every point: 9 s for 6,000 points instead of 0.02 s.
 _BY_STEP = """
     WITH b AS MATERIALIZED (
         SELECT r, lo::float8 AS lo, (hi - lo)::float8 AS span, hi - lo < %(max_points)s AS whole
@@ -190,7 +193,7 @@ _BY_X = """
     WITH pts AS NOT MATERIALIZED (
         SELECT p.run_id AS r, {x} AS x, p.step AS s, p.value AS v
         FROM {table} p {join} WHERE p.run_id = ANY(%(runs)s) AND p.key = %(key)s {window}
-    ), b AS (
+    ), b AS MATERIALIZED (
         SELECT r, min(x) AS lo, max(x) - min(x) AS span, count(*) <= %(max_points)s AS whole
         FROM pts GROUP BY r
     )

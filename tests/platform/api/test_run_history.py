@@ -221,6 +221,38 @@ def test_the_stride_read_picks_the_same_points_without_postgresql(runs):
         )
 
 
+def test_by_time_each_runs_range_is_computed_once_before_analyze(runs):
+    """A live run's new points are unknown to the planner's statistics. The x=time read
+    must still find each run's range in one pass, not once per point (a nested loop that
+    re-ran the aggregate made 6,000 points take 9 s)."""
+    import json
+
+    from django.db import connection
+
+    from paddock.experiments.metrics import _BY_X, _x_sql
+    from paddock.experiments.models import MetricPoint
+
+    run = runs[0]
+    _ramp(run, 300)
+    x_col, join = _x_sql("time")
+    sql = _BY_X.format(table=MetricPoint._meta.db_table, window="", x=x_col, join=join)
+    params = {"runs": [run.pk], "key": "reward/mean", "tokens_key": "tokens/total",
+              "max_points": 20, "buckets": 10}  # fmt: skip
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cur.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def aggregates(node):
+        if node["Node Type"] == "Aggregate":
+            yield node
+        for child in node.get("Plans", []):
+            yield from aggregates(child)
+
+    loops = [n["Actual Loops"] for n in aggregates(plan[0]["Plan"])]
+    assert loops and max(loops) == 1, loops
+
+
 def test_metrics_of_an_experiment_need_exactly_one_source(world, client_as, runs, launched):
     client = client_as(world.users_a[V])
     neither = client.get("/api/v1/metrics", {"keys": "kl"})
