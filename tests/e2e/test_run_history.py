@@ -1,6 +1,7 @@
 """The run page reads what its stream's snapshot no longer holds from the REST API: log
 lines older than the snapshot's last 100 (events?before=), sample sets older than its last
-5 (/samples), and a zoomed window of a chart at full resolution (metrics x_min/x_max)."""
+5 (/samples), and a zoomed window of a chart at full resolution (metrics x_min/x_max), as
+the compare view does for every run of its experiment."""
 
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ def _run_with_history(team, user) -> int:
     return run.pk
 
 
+def _drag(page, over, start: float, end: float) -> None:
+    """A drag across a chart from `start` to `end` (fractions of its width): uPlot zooms."""
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * start, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * end, y, steps=5)
+    page.mouse.up()
+
+
 def test_the_run_page_reads_older_logs_samples_and_zoomed_windows(
     people, asgi_server, browser_page
 ):
@@ -76,17 +88,23 @@ def test_the_run_page_reads_older_logs_samples_and_zoomed_windows(
     )
     before = int(reward.get_attribute("data-points") or 0)
     assert before <= 2500
-    over = reward.locator(".u-over")
-    over.scroll_into_view_if_needed()
-    box = over.bounding_box()
-    y = box["y"] + box["height"] / 2
     with page.expect_response(lambda r: "x_min=" in r.url and "/metrics" in r.url) as zoomed:
-        page.mouse.move(box["x"] + box["width"] * 0.50, y)
-        page.mouse.down()
-        page.mouse.move(box["x"] + box["width"] * 0.55, y, steps=5)
-        page.mouse.up()
+        _drag(page, reward.locator(".u-over"), 0.50, 0.55)
     assert zoomed.value.ok
     window = zoomed.value.json()["series"][0]
     assert window["count"] == len(window["step"]) > 100  # every step of the window came back
     expect(reward).not_to_have_attribute("data-points", str(before))
     assert int(reward.get_attribute("data-points") or 0) > before
+
+    # the compare view zooms the same way, for every run of the experiment at once
+    page.get_by_role("link", name="compare backends").click()
+    expect(page.locator(".compare-page")).to_have_attribute("data-stage", "full")
+    reward = page.get_by_test_id("chart-Reward")
+    before = int(reward.get_attribute("data-points") or 0)
+    with page.expect_response(
+        lambda r: "/metrics?experiment=" in r.url and "x_min=" in r.url and "x=step" in r.url
+    ) as zoomed:
+        _drag(page, reward.locator(".u-over"), 0.50, 0.55)
+    window = zoomed.value.json()["runs"][0]["series"][0]
+    assert window["count"] == len(window["step"]) > 100
+    expect(reward).not_to_have_attribute("data-points", str(before))

@@ -100,6 +100,27 @@ export async function fetchCompareMetrics(source: CompareSource, keys: readonly 
   return out;
 }
 
+/** A window of steps [from, to] of some metrics of every run of a comparison, min/max per
+ * bucket (a zoom on the step axis). Asked with x=step, so each series' `time` is NaN here:
+ * `spliceStepWindows` fills it from the history it lands in. */
+export async function fetchCompareStepWindow(source: CompareSource, keys: readonly string[],
+  from: number, to: number, signal?: AbortSignal): Promise<Map<number, Map<string, Series>>> {
+  const which = "experiment" in source ? { experiment: source.experiment } : { runs: source.runs.map(String) };
+  const body = await request<MultiMetricsBody>("/api/v1/metrics", {
+    query: { ...which, keys: [...keys], max_points: 1000, x: "step", x_min: from, x_max: to }, signal });
+  const out = new Map<number, Map<string, Series>>();
+  for (const run of body.runs) {
+    const byKey = new Map<string, Series>();
+    for (const s of run.series) {
+      const keep = s.y.map((y, i) => (y === null ? -1 : i)).filter((i) => i >= 0);
+      byKey.set(s.key, { step: keep.map((i) => s.step[i]), value: keep.map((i) => s.y[i] as number),
+        time: keep.map(() => NaN) });
+    }
+    out.set(run.run, byKey);
+  }
+  return out;
+}
+
 /** A window of some metrics of one run at full resolution (a chart zoomed in): `from` and
  * `to` are Unix seconds, as `seriesFromBody` needs x=time. */
 export async function fetchRunWindow(id: number, keys: readonly string[], from: number, to: number,

@@ -2,11 +2,11 @@
 // band, each seed faint), a small panel per metric, the divergence of the backends' reward
 // with a verdict, and the config diff of only the keys that differ. Live over the
 // experiment's stream.
-import { useMemo, useState } from "react";
+import { useCallback, useMemo, useRef, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router";
 import { useConfigs, useExperiment, useMany } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
-import { useRuns, type CompareSource } from "../api/runs";
+import { fetchCompareStepWindow, useRuns, type CompareSource } from "../api/runs";
 import type { Backend, Run } from "../api/types";
 import { Chart, preloadCharts } from "../charts/LazyChart";
 import type { ChartProps } from "../charts/chartTypes";
@@ -75,7 +75,7 @@ export default function ComparePage() {
     : onlyRuns?.length ? { runs: onlyRuns } : null,
   // eslint-disable-next-line react-hooks/exhaustive-deps -- sourceKey stands for both
   [sourceKey]);
-  const { history, stage, error: historyError, painted } = useCompareHistory(source, sourceKey, KEYS);
+  const { history, stage, error: historyError, painted, splice } = useCompareHistory(source, sourceKey, KEYS);
   const experiment = useExperiment(experimentId);
   // an experiment's runs, or runs chosen one by one (?runs=1,2,3) from anywhere
   const experimentRuns = useRuns(experimentId ? team?.id ?? null : null, { experiment: experimentId ?? undefined });
@@ -100,8 +100,22 @@ export default function ComparePage() {
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new points
   }), [runs, history, live.version]);
 
-  const panels = useMemo(() => PANELS.map(([title, key]) =>
-    comparePanel(title, key, runSeries, view, `compare-${experimentId}`)), [runSeries, view, experimentId]);
+  // on the step axis a drag-zoom re-reads that window of the panel's key for every run at
+  // full resolution (x_min/x_max by step; the time and tokens axes keep the overview)
+  const zoomRequest = useRef<AbortController | null>(null);
+  const zoomTo = useCallback((key: string, range: [number, number] | null) => {
+    zoomRequest.current?.abort();
+    if (!range || !source || view.axis !== "step") return;
+    const controller = new AbortController();
+    zoomRequest.current = controller;
+    fetchCompareStepWindow(source, [key], Math.floor(range[0]), Math.ceil(range[1]), controller.signal)
+      .then(splice, () => { /* the overview stays: a zoom refinement is an extra */ });
+  }, [source, view.axis, splice]);
+
+  const panels = useMemo(() => PANELS.map(([title, key]) => ({
+    ...comparePanel(title, key, runSeries, view, `compare-${experimentId}`),
+    onZoom: (range: [number, number] | null) => zoomTo(key, range),
+  })), [runSeries, view, experimentId, zoomTo]);
 
   const backends = useMemo(() => [...groupByBackend(runSeries).keys()], [runSeries]);
   const [pair, setPair] = useState<[Backend, Backend] | null>(null);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Series } from "../charts/series";
-import { FIRST_KEY, historyPlan, mergeStage, type History } from "./compareHistory";
+import { FIRST_KEY, historyPlan, mergeStage, spliceStepWindows, type History } from "./compareHistory";
 
 const s = (...steps: number[]): Series => ({ step: steps, value: steps.map((x) => x / 10), time: steps.map((x) => 100 + x) });
 
@@ -36,5 +36,24 @@ describe("historyPlan", () => {
     expect(historyPlan([FIRST_KEY])).toEqual([
       { keys: [FIRST_KEY], sample: "stride" }, { keys: [FIRST_KEY], sample: "minmax" },
     ]);
+  });
+});
+
+describe("spliceStepWindows", () => {
+  it("puts a zoomed window in place of the overview's points, with times interpolated", () => {
+    const overview: History = new Map([[1, new Map([["kl", s(0, 100, 200)]])]]); // time = 100 + step
+    const window: History = new Map([[1, new Map([["kl", { step: [40, 41, 100, 150], value: [9, 8, 7, 6], time: [NaN, NaN, NaN, NaN] }]])]]);
+    const out = spliceStepWindows(overview, window).get(1)!.get("kl")!;
+    expect(out.step).toEqual([0, 40, 41, 100, 150, 200]);
+    expect(out.value).toEqual([0, 9, 8, 7, 6, 20]);
+    expect(out.time).toEqual([100, 140, 141, 200, 250, 300]);
+    expect(overview.get(1)!.get("kl")!.step).toEqual([0, 100, 200]); // input kept
+  });
+
+  it("leaves the time unknown (NaN) outside the overview's range", () => {
+    const out = spliceStepWindows(new Map([[1, new Map([["kl", s(10, 20)]])]]),
+      new Map([[1, new Map([["kl", { step: [25], value: [1], time: [NaN] }]])]])).get(1)!.get("kl")!;
+    expect(out.step).toEqual([10, 20, 25]);
+    expect(Number.isNaN(out.time[2])).toBe(true);
   });
 });

@@ -3,10 +3,10 @@
 // same cost for 1k or 1M stored points), drawn at once; (2) the other panels' keys by
 // stride; (3) every key by min/max per bucket, which keeps the spikes a stride can step
 // over, replacing what the strides gave. One request per stage for all the runs.
-import { useEffect, useState } from "react";
+import { useCallback, useEffect, useState } from "react";
 import { ApiError } from "../api/client";
 import { fetchCompareMetrics, type CompareSource, type MetricsSample } from "../api/runs";
-import type { Series } from "../charts/series";
+import { emptySeries, spliceWindow, valueAtStep, type Series } from "../charts/series";
 
 export type History = Map<number, Map<string, Series>>;
 
@@ -21,6 +21,25 @@ export function mergeStage(prev: History | null, next: History): History {
   next.forEach((byKey, run) => {
     const into = out.get(run) ?? new Map<string, Series>();
     byKey.forEach((series, key) => into.set(key, series));
+    out.set(run, into);
+  });
+  return out;
+}
+
+/** Zoomed windows (read by step, without times) spliced into the history in place of its
+ * coarser points; each new point's wall time is interpolated from the history's points
+ * around it (a window holds no time of its own), so the time axis still places it. */
+export function spliceStepWindows(prev: History | null, windows: History): History {
+  const out: History = new Map();
+  prev?.forEach((byKey, run) => out.set(run, new Map(byKey)));
+  windows.forEach((byKey, run) => {
+    const into = out.get(run) ?? new Map<string, Series>();
+    byKey.forEach((fine, key) => {
+      const coarse = into.get(key) ?? emptySeries();
+      const clock: Series = { step: coarse.step, value: coarse.time, time: coarse.time };
+      const time = fine.step.map((s, i) => (Number.isNaN(fine.time[i]) ? valueAtStep(clock, s) ?? NaN : fine.time[i]));
+      into.set(key, spliceWindow(coarse, { ...fine, time }));
+    });
     out.set(run, into);
   });
   return out;
@@ -111,5 +130,7 @@ export function useCompareHistory(source: CompareSource | null, sourceKey: strin
     return () => controller.abort();
   // eslint-disable-next-line react-hooks/exhaustive-deps -- sourceKey stands for source
   }, [sourceKey, keyList]);
-  return { history, stage, error, painted };
+  /** puts zoomed windows (fetchCompareStepWindow) into the history */
+  const splice = useCallback((windows: History) => setHistory((h) => spliceStepWindows(h, windows)), []);
+  return { history, stage, error, painted, splice };
 }
