@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.models import OuterRef, Subquery
 
 from paddock.experiments.models import MetricPoint
@@ -53,12 +53,25 @@ class Window:
 
 def metric_points_store(*, run_id: int, points: Iterable[tuple[str, int, float, float]]) -> int:
     """Upsert `(key, step, time, value)` points of one run in bulk; a (key, step) already
-    stored takes the new value (a step re-emitted after a resume). Returns rows written."""
+    stored takes the new value (a step re-emitted after a resume), and of a (key, step)
+    repeated in `points` the last one wins. Returns rows written."""
+    points = points if isinstance(points, list) else list(points)
+    if not points:
+        return 0
+    if connection.vendor == "postgresql":
+        try:
+            # Most batches only add points: COPY is PostgreSQL's bulk path (rows are written
+            # a page at a time), about a third cheaper for it than the upsert. A point that
+            # is already stored, or repeated here, fails the COPY as a whole; the savepoint
+            # then leaves the caller's transaction usable and the upsert writes them.
+            with transaction.atomic(), connection.wrap_database_errors:
+                _copy_postgresql(run_id, points)
+            return len(points)
+        except IntegrityError:
+            pass
     latest: dict[tuple[str, int], tuple[float, float]] = {}
     for key, step, time, value in points:  # the last value of a repeated (key, step) wins
         latest[(key, step)] = (time, value)
-    if not latest:
-        return 0
     if connection.vendor == "postgresql":
         _upsert_postgresql(run_id, latest)
     else:
@@ -69,6 +82,26 @@ def metric_points_store(*, run_id: int, points: Iterable[tuple[str, int, float, 
             unique_fields=["run", "key", "step"], update_fields=["time", "value"],
         )  # fmt: skip
     return len(latest)
+
+
+# COPY's text format: a backslash, tab, newline or carriage return in a key is escaped
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_postgresql(run_id: int, points: list[tuple[str, int, float, float]]) -> None:
+    keys: dict[str, str] = {}  # key → its COPY form, escaped once per batch
+    run = str(run_id)
+    text = "".join(
+        f"{run}\t{keys.get(key) or keys.setdefault(key, key.translate(_COPY_ESCAPES))}"
+        f"\t{step}\t{time!r}\t{value!r}\n"
+        for key, step, time, value in points
+    )
+    table = MetricPoint._meta.db_table
+    with (
+        connection.cursor() as cursor,
+        cursor.copy(f"COPY {table} (run_id, key, step, time, value) FROM STDIN") as copy,
+    ):
+        copy.write(text)
 
 
 def _upsert_postgresql(run_id: int, latest: dict[tuple[str, int], tuple[float, float]]) -> None:

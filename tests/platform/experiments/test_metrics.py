@@ -56,6 +56,21 @@ def test_storing_a_step_again_replaces_its_value(run):
         "step", "time", "value")) == [(1, 10.0, 0.5), (2, 21.0, 1.0)]  # fmt: skip
 
 
+def test_new_points_and_re_emitted_ones_are_stored_exactly(run):
+    """New points take PostgreSQL's COPY path; a batch that touches a stored step (or
+    repeats one) falls back to the upsert in a savepoint and loses nothing of the batch."""
+    odd = ["tab\tkey", "back\\slash", "new\nline", "quote'\"key", "ünï/cødé", "\\N"]
+    first = [(k, s, 1.0 + s, s / 3) for k in odd for s in range(3)]
+    assert metric_points_store(run_id=run.pk, points=first) == len(first)
+    again = [("tab\tkey", 2, 9.0, -1.0), ("tab\tkey", 3, 9.0, math.inf)]
+    assert metric_points_store(run_id=run.pk, points=again) == 2
+    stored = {(k, s): (t, v) for k, s, t, v in MetricPoint.objects.filter(run=run).values_list(
+        "key", "step", "time", "value")}  # fmt: skip
+    expected = {(k, s): (t, v) for k, s, t, v in first} | {
+        (k, s): (t, v) for k, s, t, v in again}  # fmt: skip
+    assert stored == expected
+
+
 def _noisy(run, n=5000):
     points = [("reward/mean", s, 1000.0 + s * 0.5, math.sin(s / 50)) for s in range(n)]
     points[1234] = ("reward/mean", 1234, 1000.0 + 617.0, 42.0)
