@@ -86,7 +86,7 @@ def setup_runs(n_runs: int) -> tuple[list[tuple[int, str]], str]:
     return runs, viewer_token
 
 
-async def job(session, url, run_id, token, args, stats, stop_at):
+async def job(session, url, run_id, token, args, stats, stop_at, replies):
     endpoint = f"{url}/api/v1/runs/{run_id}/ingest"
     headers = {"Authorization": f"Bearer {token}"}
     keys = [f"bench/metric_{k:03d}" for k in range(args.keys)]
@@ -108,6 +108,7 @@ async def job(session, url, run_id, token, args, stats, stop_at):
             else:
                 stats["points"] += args.steps * args.keys
                 stats["batches"] += 1
+                replies.append(time.time() - now)  # emit → the job has its ack
         next_at += args.interval
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
@@ -138,6 +139,7 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
 
     stats = {"points": 0, "batches": 0, "errors": 0}
     latencies: list[float] = []
+    replies: list[float] = []
     ready: list[int] = []
     origin = url
     start = time.monotonic()
@@ -153,13 +155,13 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
     connector = aiohttp.TCPConnector(limit=len(runs) * 2)
     async with aiohttp.ClientSession(connector=connector) as session:
         warm_stop = time.monotonic() + args.warmup
-        await asyncio.gather(*(job(session, url, r, t, args, dict.fromkeys(stats, 0), warm_stop)
-                               for r, t in runs))  # fmt: skip
+        await asyncio.gather(*(job(session, url, r, t, args, dict.fromkeys(stats, 0), warm_stop,
+                                   []) for r, t in runs))  # fmt: skip
         latencies.clear()
         t0 = time.monotonic()
         server_cpu.start()
         measure_stop = t0 + args.seconds
-        await asyncio.gather(*(job(session, url, r, t, args, stats, measure_stop)
+        await asyncio.gather(*(job(session, url, r, t, args, stats, measure_stop, replies)
                                for r, t in runs))  # fmt: skip
         elapsed = time.monotonic() - t0
         server_cpu.stop()
@@ -167,7 +169,7 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
     for task in viewers:
         task.cancel()
     await asyncio.gather(*viewers, return_exceptions=True)
-    return stats, latencies, elapsed
+    return stats, latencies, replies, elapsed
 
 
 class ServerCpu:
@@ -278,7 +280,7 @@ def main() -> int:
                 "postgres://", "postgresql://"
             ),
         )
-        stats, latencies, elapsed = asyncio.run(
+        stats, latencies, replies, elapsed = asyncio.run(
             load(url, port, runs, viewer_token, args, server_cpu)
         )
         load_average = os.getloadavg()
@@ -299,6 +301,8 @@ def main() -> int:
           f"max {max(latencies, default=float('nan')) * 1000:.0f} ms")  # fmt: skip
     if latencies:
         print(f"mean {statistics.fmean(latencies) * 1000:.0f} ms")
+    print(f"emit→ingest reply: p50 {percentile(replies, 0.5) * 1000:.0f} ms, "
+          f"p99 {percentile(replies, 0.99) * 1000:.0f} ms")  # fmt: skip
     batches = max(1, stats["batches"])
     print("CPU per batch: " + ", ".join(f"{name} {used / batches * 1000:.1f} ms"
                                         for name, used in server_cpu.used.items())

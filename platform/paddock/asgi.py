@@ -13,6 +13,9 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from paddock.live.ingest_asgi import ingest_router  # noqa: E402
 from paddock.live.routing import websocket_urlpatterns  # noqa: E402
+from paddock.live.wscompression import websocket_compression_fast  # noqa: E402
+
+websocket_compression_fast()  # the live fan-out's CPU (live/wscompression.py says why)
 
 application = ProtocolTypeRouter(
     {

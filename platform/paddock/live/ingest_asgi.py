@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -30,6 +31,12 @@ from .views import Answer, ingest_answer, too_large
 
 log = logging.getLogger(__name__)
 PATH = re.compile(r"/api/v1/runs/([0-9]+)/ingest")  # the Django route's <int:run_id>
+# Ingests in flight per server process. An ingest waits on PostgreSQL about half its time, so
+# two threads keep the database busy while one of them parses; more threads only contend
+# for the GIL with the event loop, which does the websocket fan-out (bench/live_latency.py:
+# 2 threads took less server CPU per batch than asyncio's default pool of 6; 1 fell behind).
+INGEST_THREADS = 2
+_executor = ThreadPoolExecutor(INGEST_THREADS, thread_name_prefix="ingest")
 
 
 def ingest_router(django_app):
@@ -72,7 +79,7 @@ async def _serve(run_id: int, scope, receive, send) -> None:
         answer = too_large(body)
     else:
         client = scope.get("client")
-        answer = await sync_to_async(_answer, thread_sensitive=False)(
+        answer = await sync_to_async(_answer, thread_sensitive=False, executor=_executor)(
             run_id=run_id,
             authorization=headers.get(b"authorization", b"").decode("latin-1"),
             body=body,

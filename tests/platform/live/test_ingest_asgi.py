@@ -1,6 +1,7 @@
 """The ingest endpoint as the ASGI server answers it (live/ingest_asgi.py, around Django's
 request cycle): through real uvicorn, the same answers as the Django view, the batch stored
-once, its broadcast reaching a websocket viewer, and the viewer's rate limit."""
+once, its broadcast reaching a websocket viewer, the viewer's rate limit, and the websocket
+compression level."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.live.consumers import BURST, MIN_INTERVAL_S
 from paddock.live.ingest_schema import MAX_BODY_BYTES
+from paddock.live.wscompression import websocket_compression_fast
 from paddock.teams.access import actor_for
 from paddock.teams.services import api_token_create
 
@@ -117,3 +119,23 @@ def test_a_viewer_gets_a_burst_at_once_then_coalesced_messages(asgi_server, job,
     assert len(messages) <= allowed, (len(messages), posted)
     assert len(messages) < batches or posted > (batches - BURST) * MIN_INTERVAL_S
     assert messages[-1][1]["cursor"] == {"dispatch": 1, "seq": batches}
+
+
+def test_websocket_compression_is_cheap_and_still_negotiated(asgi_server, job, world):
+    """uvicorn's permessage-deflate at zlib level 1 (live/wscompression.py): the factory
+    uvicorn builds it with gets the level, and a viewer of the real server still negotiates
+    compression and reads its messages."""
+    from uvicorn.protocols.websockets import websockets_sansio_impl as impl
+    from websockets.extensions.permessage_deflate import PerMessageDeflate
+
+    assert websocket_compression_fast() and websocket_compression_fast()  # idempotent
+    factory = impl.ServerPerMessageDeflateFactory(compress_settings={"memLevel": 5})
+    assert factory.compress_settings == {"memLevel": 5, "level": 1}
+
+    run, _ = job
+    member = world.users_a["member"]
+    _, viewer_token = api_token_create(actor=actor_for(user=member), team=world.team_a, name="v")
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={viewer_token}"
+    with connect(ws_url, origin=asgi_server.url) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
+        assert any(isinstance(e, PerMessageDeflate) for e in ws.protocol.extensions)
