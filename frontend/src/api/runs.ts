@@ -18,6 +18,18 @@ function runQuery(teamId: number | null, filters: RunFilters) {
     creator: filters.creator, experiment: filters.experiment, limit: 100 };
 }
 
+/** Every run of one experiment (at most 100), whatever team is chosen: the API keeps to
+ * the caller's teams, and the URL is known from the page's path alone (so it can be
+ * prefetched at boot, see `experimentRunsQuery`). */
+export function useExperimentRuns(experimentId: number | null) {
+  const [path, query] = experimentRunsQuery(experimentId ?? 0);
+  return useQuery<Run[], ListBody<Run>>(experimentId ? path : null, query, listOf);
+}
+
+export function experimentRunsQuery(experimentId: number): [string, { experiment: number; limit: number }] {
+  return ["/api/v1/runs", { experiment: experimentId, limit: 100 }];
+}
+
 /** The runs table's pages: newest first, `more()` appends the next page. */
 export function useRunPages(teamId: number | null, filters: RunFilters = {}) {
   const first = useQuery<{ runs: Run[]; next: string | null }, { results: Run[]; next?: string | null }>(

@@ -6,6 +6,28 @@ import { useCallback, useEffect, useMemo, useRef, useState, useSyncExternalStore
 import { ApiError, buildUrl, request, type Query } from "./client";
 
 const cache = new Map<string, unknown>();
+// requests started by prefetchQuery, by URL: a hook that mounts meanwhile waits for the same
+// answer instead of asking again
+const inflight = new Map<string, Promise<unknown>>();
+// a prefetched answer is not asked for again by the first hook that reads it within this
+// long (it is seconds old at most): the server is busy with the page's other reads then
+const PREFETCH_FRESH_MS = 5000;
+const prefetchedAt = new Map<string, number>();
+
+/** Starts reading `path` now (at boot, before the session check answers) so the hook that
+ * will ask for it finds the answer, or the request, already there. Failures are dropped:
+ * the hook then asks again and reports its own error. */
+export function prefetchQuery(path: string, query?: Query): void {
+  const url = buildUrl(path, query);
+  if (cache.has(url) || inflight.has(url)) return;
+  const pending = request<unknown>(url).then((raw) => {
+    cache.set(url, raw);
+    prefetchedAt.set(url, Date.now());
+    return raw;
+  });
+  inflight.set(url, pending);
+  pending.catch(() => undefined).finally(() => inflight.delete(url));
+}
 const listeners = new Set<(url: string) => void>();
 let generation = 0;
 const generationListeners = new Set<() => void>();
@@ -64,12 +86,20 @@ export function useQuery<T, Raw = T>(
       setState({ url, raw: undefined, error: null, loading: false });
       return;
     }
+    const at = prefetchedAt.get(url);
+    prefetchedAt.delete(url); // once: a reload or an invalidation asks the server again
+    if (at !== undefined && Date.now() - at < PREFETCH_FRESH_MS && cache.has(url)) {
+      setState({ url, raw: cache.get(url) as Raw, error: null, loading: false });
+      return;
+    }
     const controller = new AbortController();
     setState((s) => ({
       url, raw: s.url === url ? s.raw : (cache.get(url) as Raw | undefined), error: null, loading: true,
     }));
-    request<Raw>(url, { signal: controller.signal }).then(
+    const early = inflight.get(url) as Promise<Raw> | undefined;
+    (early ?? request<Raw>(url, { signal: controller.signal })).then(
       (raw) => {
+        if (controller.signal.aborted) return;
         cache.set(url, raw);
         setState({ url, raw, error: null, loading: false });
       },

@@ -6,7 +6,7 @@ import { useCallback, useMemo, useRef, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router";
 import { useConfigs, useExperiment, useMany } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
-import { fetchCompareStepWindow, useRuns, type CompareSource } from "../api/runs";
+import { fetchCompareStepWindow, useExperimentRuns, type CompareSource } from "../api/runs";
 import type { Backend, Run } from "../api/types";
 import { Chart, preloadCharts } from "../charts/LazyChart";
 import type { ChartProps } from "../charts/chartTypes";
@@ -18,7 +18,6 @@ import { configDiff, formatValue } from "../lib/configDiff";
 import { BackendTag, StateBadge } from "../runs/StateBadge";
 import { ChartToolbar, useChartView } from "../runs/ChartToolbar";
 import { withLive } from "../runs/RunsTable";
-import { useSession } from "../session/SessionContext";
 import { Empty, ErrorBox, Loading } from "../ui/States";
 import { backendMean, comparePanel, groupByBackend, type RunSeries } from "./compareData";
 import { FIRST_KEY, useCompareHistory } from "./compareHistory";
@@ -62,7 +61,6 @@ function ConfigDiffTable({ runs }: { runs: Run[] }) {
 }
 
 export default function ComparePage() {
-  const { team } = useSession();
   const params = useParams();
   const [search] = useSearchParams();
   const experimentId = params.experimentId ? Number(params.experimentId) : null;
@@ -78,7 +76,7 @@ export default function ComparePage() {
   const { history, stage, error: historyError, painted, splice } = useCompareHistory(source, sourceKey, KEYS);
   const experiment = useExperiment(experimentId);
   // an experiment's runs, or runs chosen one by one (?runs=1,2,3) from anywhere
-  const experimentRuns = useRuns(experimentId ? team?.id ?? null : null, { experiment: experimentId ?? undefined });
+  const experimentRuns = useExperimentRuns(experimentId);
   const chosenRuns = useMany<Run>(!experimentId && onlyRuns ? onlyRuns.map((id) => `/api/v1/runs/${id}`) : []);
   const runsQuery = experimentId ? experimentRuns
     : { data: onlyRuns ? chosenRuns.data : undefined, error: chosenRuns.error, reload: undefined };

@@ -5,7 +5,8 @@
 // over, replacing what the strides gave. One request per stage for all the runs.
 import { useCallback, useEffect, useState } from "react";
 import { ApiError } from "../api/client";
-import { fetchCompareMetrics, type CompareSource, type MetricsSample } from "../api/runs";
+import { experimentRunsQuery, fetchCompareMetrics, type CompareSource, type MetricsSample } from "../api/runs";
+import { prefetchQuery } from "../api/useQuery";
 import { emptySeries, spliceWindow, valueAtStep, type Series } from "../charts/series";
 
 export type History = Map<number, Map<string, Series>>;
@@ -85,6 +86,9 @@ export function prefetchCompareHistory(path: string): void {
   const match = /^\/experiments\/(\d+)\/compare/.exec(path);
   if (!match) return;
   const source: CompareSource = { experiment: Number(match[1]) };
+  // the page's other reads, whose answers the first frame also waits for
+  prefetchQuery(...experimentRunsQuery(source.experiment));
+  prefetchQuery(`/api/v1/experiments/${source.experiment}`);
   const early = fetchCompareMetrics(source, [FIRST_KEY], { maxPoints: STRIDE_POINTS, sample: "stride" });
   early.catch(() => prefetched.delete(JSON.stringify(source)));
   prefetched.set(JSON.stringify(source), early);
