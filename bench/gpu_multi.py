@@ -45,11 +45,13 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
     timing = ["--steps", str(args.reps), "--warmup", str(args.warmup)]
     per_rank = args.seqs_per_gpu
     res: dict = {"runs": {}}
-    for n in (1, 2):
+    runs = [(1, "1gpu", []), (2, "2gpu", []), (2, "2gpu-shard-lora", ["--shard-lora"])]
+    for n, name, flags in runs:
         extra = [*shape, *timing, "--seqs", str(per_rank * n), "--micro-batch", str(per_rank)]
-        res["runs"][f"{n}gpu"] = torchrun(n, out / f"scale-{n}", model_dir, extra)
+        res["runs"][name] = torchrun(n, out / name, model_dir, [*extra, *flags])
     one, two = res["runs"]["1gpu"], res["runs"]["2gpu"]
     res["scaling"] = two["tok_s"] / one["tok_s"]
+    res["scaling_shard_lora"] = res["runs"]["2gpu-shard-lora"]["tok_s"] / one["tok_s"]
     # equivalence: the same batch (and micro-batch per rank) on one GPU and on two
     eq = [*shape, "--steps", "3", "--warmup", "0", "--seqs", str(args.eq_seqs)]
     eq += ["--micro-batch", str(args.eq_seqs // 2)]
@@ -64,7 +66,8 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         step = sorted(r["step_s"])[len(r["step_s"]) // 2]
         row = (name, f"{r['tok_s']:,.0f}", f"{r['tok_s_per_gpu']:,.0f}", f"{step:.3f}")
         table([(*row, f"{r['peak_gb']:.1f}")])
-    print(f"2 GPUs over 1: {res['scaling']:.2f}x")
+    shard = res["scaling_shard_lora"]
+    print(f"2 GPUs over 1: {res['scaling']:.2f}x (LoRA sharded with the base: {shard:.2f}x)")
     print("equivalence, same batch on 1 and 2 GPUs:", json.dumps(res["equivalence"], indent=1))
     return res
 

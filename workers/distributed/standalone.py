@@ -84,7 +84,7 @@ def train(args: argparse.Namespace) -> None:
     if world > 1:
         from ..policy.fsdp import ShardedLoraPolicy
 
-        policy: LoraPolicy = ShardedLoraPolicy(spec, args.model_dir)
+        policy: LoraPolicy = ShardedLoraPolicy(spec, args.model_dir, shard_lora=args.shard_lora)
     else:
         policy = LoraPolicy(spec, args.model_dir)
     vocab = policy.model.get_base_model().config.vocab_size
@@ -124,6 +124,7 @@ def train(args: argparse.Namespace) -> None:
         result = {
             "world": world,
             "policy": type(policy).__name__,
+            "shard_lora": bool(getattr(policy, "shard_lora", False)),
             "device": torch.cuda.get_device_name() if on_gpu else "cpu",
             "seqs": args.seqs,
             "seq_len": args.seq_len,
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even with GPUs")
+    ap.add_argument("--shard-lora", action="store_true", help="shard LoRA with the base")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.cmd == "compare":

@@ -2,18 +2,20 @@
 process group (set up by workers/distributed/process_group.py).
 
 Each decoder layer is one FSDP unit and the transformer body (embeddings, final norm) the
-root unit; the LoRA matrices live inside the layers, so they are sharded with the base.
+root unit: the frozen base is sharded. The LoRA matrices (the only trained weights, a few
+hundred MB with their Adam state even for an 8B base) are by default replicated on every
+rank, outside FSDP (`ignored_params`): the optimizer then steps plain tensors, as on one
+GPU, instead of paying DTensor's Python dispatch per tensor and per op (bench/gpu_multi.py:
+2 GPUs over 1 rose from ... to ...). `shard_lora=True` shards them with the base instead.
 The frozen LM head stays a plain tensor on every rank: `token_logprobs` multiplies by its
 weight directly (chunked, recomputed in backward), outside any module's forward hooks.
 
-Data parallel as well as sharded: each rank trains on its own contiguous share of the batch
-(groups stay together, so their shared prompt is still run once). Loss denominators are the
-whole batch's (AggNorm), so the ranks' losses add up to the single-process loss; FSDP
-averages gradients over the ranks, so each rank's loss is scaled by the world size to make
-that average the single-process gradient. The step's metrics are added up across ranks.
-
-The adapter leaves the group one LoRA tensor at a time (`full_tensor()` of that tensor
-only); the base model is never gathered whole on any rank.
+Data parallel as well as sharded: each rank trains on its own contiguous share of the batch.
+Loss denominators are the whole batch's (AggNorm), so the ranks' losses add up to the
+single-process loss and their gradients, summed, to its gradient: replicated LoRA gradients
+are summed in one all-reduce; sharded ones are averaged by FSDP's reduce-scatter, so each
+rank's loss is then scaled by the world size. The step's metrics are added up across ranks.
+The base model is never gathered whole on any rank.
 """
 
 from __future__ import annotations
@@ -37,33 +39,38 @@ from ..grpo import ADDITIVE_METRICS
 from ..spec import RunSpec
 from . import lora as lora_io
 from .batch import TrainBatch
+from .packed import PackedTensors
 from .policy import LoraPolicy
 
 
 class ShardedLoraPolicy(LoraPolicy):
-    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
+    def __init__(
+        self,
+        spec: RunSpec,
+        model_dir: str | Path,
+        device: torch.device | None = None,
+        shard_lora: bool = False,
+    ):
         if not dist.is_initialized():
             raise RuntimeError("ShardedLoraPolicy needs an initialised torch.distributed group")
         super().__init__(spec, model_dir, device)
+        self.shard_lora = shard_lora
+        ignored = None if shard_lora else set(self.params)
         body = self.model.get_base_model().model
         # The base is frozen, so a layer's gathered weights are kept from its forward to its
         # backward (one unsharded copy of the model a rank at the peak) rather than gathered
         # again: the backward then waits on no collective but the LoRA gradients' reduce.
         for layer in body.layers:
-            fully_shard(layer, reshard_after_forward=False)
-        fully_shard(body, reshard_after_forward=False)
+            fully_shard(layer, reshard_after_forward=False, ignored_params=ignored)
+        fully_shard(body, reshard_after_forward=False, ignored_params=ignored)
         # a forward with no backward to follow (π_old, the KL base, the version probe, the
         # staleness check) gives its gathered weights back at once
         body.register_forward_hook(lambda *_: None if torch.is_grad_enabled() else self.reshard())
-        # fully_shard swapped the parameters for DTensors: the optimizer (no state yet) must
-        # hold the new ones
+        # fully_shard swapped sharded parameters for DTensors: the optimizer (no state yet)
+        # must hold the new ones
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         (group,) = self.optimizer.param_groups
         group["params"] = self.params
-        if self.device.type == "cuda":
-            # The LoRA matrices are hundreds of small DTensors; the foreach AdamW pays
-            # DTensor's Python dispatch per tensor and per op, the fused kernel once a step.
-            group["fused"], group["foreach"] = True, False
 
     @property
     def rank(self) -> int:
@@ -83,7 +90,18 @@ class ShardedLoraPolicy(LoraPolicy):
 
     @property
     def loss_scale(self) -> float:  # type: ignore[override]
-        return float(dist.get_world_size())
+        return float(dist.get_world_size()) if self.shard_lora else 1.0
+
+    def _sync_grads(self) -> None:
+        if self.shard_lora:
+            return  # FSDP reduce-scattered them during the backward
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        packed = PackedTensors.pack({str(i): g for i, g in enumerate(grads)})
+        for flat in packed.buffers.values():  # one all-reduce per dtype
+            dist.all_reduce(flat)
+        summed = packed.unpack()
+        for i, p in enumerate(self.params):
+            p.grad = summed[str(i)]
 
     def _rank_part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
         start, end = rank_share(len(batch), self.rank, dist.get_world_size())

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft import LoraConfig, PeftModel, get_peft_model
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
@@ -65,10 +65,20 @@ def load_lora_model(
     return model
 
 
+def lora_index(model: PeftModel) -> dict[str, torch.Tensor]:
+    """PEFT's file key → that LoRA parameter's tensor (sharing its storage), computed once a
+    model: PEFT's state-dict helpers walk the whole model's state dict each call, which
+    cost more than moving the adapter's bytes."""
+    index = getattr(model, "_paddock_lora_index", None)
+    if index is None:
+        index = get_peft_model_state_dict(model, adapter_name=ADAPTER_NAME)
+        model._paddock_lora_index = index
+    return index
+
+
 def adapter_tensors(model: PeftModel) -> dict[str, torch.Tensor]:
     """The adapter as a CPU tensor dict with PEFT's file key names (a detached copy)."""
-    state = get_peft_model_state_dict(model, adapter_name=ADAPTER_NAME)
-    return move_tensors(state, torch.device("cpu"))
+    return move_tensors(lora_index(model), torch.device("cpu"))
 
 
 def move_tensors(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -80,13 +90,18 @@ def move_tensors(tensors: dict[str, torch.Tensor], device: torch.device) -> dict
 
 
 def load_adapter_tensors(model: PeftModel, tensors: dict[str, torch.Tensor]) -> None:
-    device = next(iter(model.parameters())).device
-    if device.type == "cuda":  # one host-to-device transfer, then device-local copies
-        tensors = move_tensors(tensors, device)
-    result = set_peft_model_state_dict(model, tensors, adapter_name=ADAPTER_NAME)
-    unexpected = [k for k in result.unexpected_keys if "lora_" in k]
+    """Copy `tensors` (PEFT file keys) into the adapter's parameters: one transfer to their
+    device, then one batched copy."""
+    index = lora_index(model)
+    unexpected = [k for k in tensors if k not in index and "lora_" in k]
     if unexpected:
         raise ValueError(f"adapter has keys this model lacks: {unexpected[:3]}…")
+    keys = [k for k in index if k in tensors]
+    device = index[keys[0]].device if keys else torch.device("cpu")
+    if any(tensors[k].device != device for k in keys):
+        tensors = move_tensors({k: tensors[k] for k in keys}, device)
+    with torch.no_grad():
+        torch._foreach_copy_([index[k] for k in keys], [tensors[k] for k in keys])
 
 
 def save_adapter_dir(model: PeftModel, out: str | Path, version: int) -> Path:

@@ -7,7 +7,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from peft.utils import get_peft_model_state_dict
 
 from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
 from ..spec import RunSpec
@@ -211,6 +210,7 @@ class LoraPolicy:
                     sums[k] += v * w
                     weights[k] += w
         sums, weights = self._reduce_metrics(sums, weights)
+        self._sync_grads()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
         self.optimizer.step()
         self.adapter_version += 1
@@ -234,6 +234,9 @@ class LoraPolicy:
     ) -> tuple[dict[str, float], dict[str, float]]:
         return sums, weights
 
+    def _sync_grads(self) -> None:
+        """Make every rank's gradients the whole batch's (nothing to do in one process)."""
+
     # ---------------------------------------------------------------- adapter I/O
 
     def adapter_tensors(self) -> dict[str, torch.Tensor]:
@@ -242,8 +245,7 @@ class LoraPolicy:
     def adapter_snapshot(self) -> dict[str, torch.Tensor]:
         """A copy of the adapter where it lives (one device-side copy on a GPU): what an
         engine in this process or on this host loads without a trip through the CPU."""
-        state = get_peft_model_state_dict(self.model, adapter_name=lora_io.ADAPTER_NAME)
-        return lora_io.move_tensors(state, self.device)
+        return lora_io.move_tensors(lora_io.lora_index(self.model), self.device)
 
     def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], version: int) -> None:
         lora_io.load_adapter_tensors(self.model, tensors)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from workers.distributed.standalone import compare
 
 ARGS = ["--cpu", "--seqs", "5", "--group", "2", "--micro-batch", "2", "--seq-len", "20",
@@ -18,20 +20,21 @@ ARGS = ["--cpu", "--seqs", "5", "--group", "2", "--micro-batch", "2", "--seq-len
         "--warmup", "0"]  # fmt: skip
 
 
-def run(nproc: int, tiny_dir: Path, out: Path) -> dict:
+def run(nproc: int, tiny_dir: Path, out: Path, *flags: str) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", "-m", "workers.distributed.standalone",
-           "--model-dir", str(tiny_dir), "--out", str(out), *ARGS]  # fmt: skip
+           "--model-dir", str(tiny_dir), "--out", str(out), *ARGS, *flags]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "result.json").read_text())
 
 
-def test_two_gloo_ranks_match_one_process(tiny_dir, tmp_path):
+@pytest.mark.parametrize("shard_lora", [False, True], ids=["lora-replicated", "lora-sharded"])
+def test_two_gloo_ranks_match_one_process(tiny_dir, tmp_path, shard_lora):
     one = run(1, tiny_dir, tmp_path / "one")
-    two = run(2, tiny_dir, tmp_path / "two")
+    two = run(2, tiny_dir, tmp_path / "two", *(["--shard-lora"] if shard_lora else []))
     assert (one["world"], one["policy"]) == (1, "LoraPolicy")
-    assert (two["world"], two["policy"]) == (2, "ShardedLoraPolicy")
+    assert (two["world"], two["policy"], two["shard_lora"]) == (2, "ShardedLoraPolicy", shard_lora)
     assert len(two["metrics"]) == 2
 
     diff = compare(tmp_path / "one", tmp_path / "two")
