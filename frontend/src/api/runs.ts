@@ -82,12 +82,12 @@ export function seriesFromBody(body: RunMetricsBody): Map<string, Series> {
   return out;
 }
 
-/** History of some metrics, downsampled by the server to about `maxPoints` per key
- * (min/max per bucket, so spikes survive). */
+/** History of some metrics, downsampled by the server to about `maxPoints` per key: min/max
+ * per bucket, so spikes survive, or (`stride`) evenly spaced steps, a fast first look. */
 export async function fetchRunMetrics(id: number, keys: readonly string[], maxPoints = 2000,
-  signal?: AbortSignal): Promise<Map<string, Series>> {
+  signal?: AbortSignal, sample: MetricsSample = "minmax"): Promise<Map<string, Series>> {
   const body = await request<RunMetricsBody>(`/api/v1/runs/${id}/metrics`, {
-    query: { keys: [...keys], max_points: maxPoints, x: "time" }, signal });
+    query: { keys: [...keys], max_points: maxPoints, x: "time", sample }, signal });
   return seriesFromBody(body);
 }
 

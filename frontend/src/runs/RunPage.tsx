@@ -32,14 +32,23 @@ export default function RunPage() {
   const live = useRunStream(runId);
   const [view, setView] = useChartView();
   const [history, setHistory] = useState<Map<string, Series> | null>(null);
+  // the zoomed windows read at full resolution, one per key, drawn over the history
+  const [windows, setWindows] = useState<Map<string, Series>>(new Map());
   const [historyError, setHistoryError] = useState<Error | null>(null);
   const [tab, setTab] = useState<Tab>("logs");
 
   useEffect(() => {
+    // as the compare view: a stride read first (its cost does not grow with the run's
+    // length), then the min/max read that keeps every spike replaces it
     const controller = new AbortController();
-    setHistory(null);
-    fetchRunMetrics(runId, ALL_RUN_KEYS, 2000, controller.signal).then(setHistory, (err: Error) => {
-      if (!controller.signal.aborted) { setHistoryError(err); setHistory(new Map()); }
+    setHistory(null); setWindows(new Map()); setHistoryError(null);
+    (async () => {
+      const coarse = await fetchRunMetrics(runId, ALL_RUN_KEYS, 1000, controller.signal, "stride");
+      if (!controller.signal.aborted) setHistory(coarse);
+      const full = await fetchRunMetrics(runId, ALL_RUN_KEYS, 2000, controller.signal);
+      if (!controller.signal.aborted) setHistory(full);
+    })().catch((err: Error) => {
+      if (!controller.signal.aborted) { setHistoryError(err); setHistory((h) => h ?? new Map()); }
     });
     return () => controller.abort();
   }, [runId]);
@@ -58,11 +67,13 @@ export default function RunPage() {
     const out = new Map<string, Series>();
     const keys = new Set([...(history?.keys() ?? []), ...(liveRun?.series.keys() ?? [])]);
     for (const key of keys) {
-      out.set(key, mergeHistory(history?.get(key) ?? emptySeries(), liveRun?.series.get(key) ?? emptySeries()));
+      const past = history?.get(key) ?? emptySeries();
+      const fine = windows.get(key);
+      out.set(key, mergeHistory(fine ? spliceWindow(past, fine) : past, liveRun?.series.get(key) ?? emptySeries()));
     }
     return out;
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new points
-  }, [history, live.version, liveRun]);
+  }, [history, windows, live.version, liveRun]);
 
   // a drag-zoom re-reads that window of the panel's keys at full resolution (x_min/x_max on
   // the server) and splices it into the history, so zooming shows every step, not the
@@ -77,11 +88,7 @@ export default function RunPage() {
     const controller = new AbortController();
     zoomRequest.current = controller;
     fetchRunWindow(runId, keys, window[0], window[1], 1000, controller.signal).then((fine) => {
-      setHistory((h) => {
-        const out = new Map(h ?? []);
-        fine.forEach((s, key) => out.set(key, spliceWindow(out.get(key) ?? emptySeries(), s)));
-        return out;
-      });
+      setWindows((w) => new Map([...w, ...fine]));
     }, () => { /* the coarse line stays: a zoom refinement is an extra */ });
   }, [series, view.axis, runId]);
 
