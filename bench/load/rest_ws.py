@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import importlib.util
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -110,6 +111,17 @@ def seed_metrics(run_ids: list[int]) -> None:
         metric_points_store(run_id=run_id, points=points)
 
 
+def stop_server(server: subprocess.Popen) -> None:
+    """uvicorn and its workers (one process group). A websocket consumer blocked in Redis'
+    BRPOP can hold the graceful shutdown past any wait, so SIGKILL follows after 20 s."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
@@ -133,6 +145,10 @@ def main() -> int:
                                             "DJANGO_SETTINGS_MODULE")})  # fmt: skip
     server = None
     results = []
+    # the server's own tracebacks (see docs/reliability.md) go to a file, not over the figures
+    server_log_path = Path(env["PADDOCK_HOME"]) / "uvicorn.log"
+    server_log_path.parent.mkdir(parents=True, exist_ok=True)
+    server_log = server_log_path.open("wb")
     try:
         runs, token = live.setup_runs(args.runs)
         run_ids = [run_id for run_id, _ in runs]
@@ -142,7 +158,8 @@ def main() -> int:
             [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host", "127.0.0.1",
              "--port", str(port), "--workers", str(args.workers), "--lifespan", "off",
              "--ws", "websockets-sansio", "--log-level", "warning", "--no-access-log"],
-            env=env, cwd=REPO,
+            env=env, cwd=REPO, stdout=server_log, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         import requests
@@ -158,9 +175,11 @@ def main() -> int:
             results.append(asyncio.run(trial(url, port, token, run_ids, args)))
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(timeout=20)
+            stop_server(server)
+        server_log.close()
         live.drop_database(base, name)
+    tracebacks = server_log_path.read_bytes().count(b"Traceback")
+    print(f"server log: {server_log_path} ({tracebacks} tracebacks)")
     print(f"concurrency: {args.rest} REST clients + {args.ws} websocket clients (closed loop), "
           f"uvicorn workers={args.workers}, {args.trials} trials x {args.seconds:g}s, "
           f"{os.cpu_count()} CPUs")  # fmt: skip
