@@ -16,13 +16,14 @@ from typing import Any
 import ray
 import torch
 
-from ..loop.executor import LocalExecutor, _rng_state
+from ..loop.executor import LocalExecutor
 from ..loop.setup import model_dir_for
 from ..policy import LoraPolicy, TrainSample
 from ..policy.lora import move_tensors
 from ..rollout import AdapterUpdate, GroupRequest, GroupResult, PauseMode, make_backend
 from ..rollout.base import AdapterProbe
 from ..spec import RunSpec
+from .rank_executor import RankExecutor
 
 
 def _threads(spec: RunSpec, cpus: float) -> None:
@@ -103,22 +104,6 @@ class TrainerActor:
     async def load(self, src: str) -> int:
         await self.executor.load(Path(src))
         return self.executor.adapter_version
-
-
-class RankExecutor(LocalExecutor):
-    """LocalExecutor for one rank of a sharded policy: every rank takes part in the gathers,
-    rank 0 alone writes the files."""
-
-    def __init__(self, policy: LoraPolicy, rank: int):
-        super().__init__(policy)
-        self.rank = rank
-
-    async def save(self, out: Path) -> None:
-        self.policy.save_adapter(out / "adapter")
-        optimizer = self.policy.optimizer_state()
-        if self.rank == 0:
-            torch.save(optimizer, out / "optimizer.pt")
-            torch.save(_rng_state(), out / "rng.pt")
 
 
 class RolloutActor:

@@ -1,0 +1,144 @@
+"""A run on one multi-GPU host without Ray:
+
+    python -m torch.distributed.run --nproc-per-node 4 -m workers.distributed.torchrun_train \\
+        SPEC.yaml --out DIR [--set key.path=value ...]
+
+Every rank holds the sharded trainer (`ShardedLoraPolicy`; `LoraPolicy` with one rank) on
+its own GPU. Rank 0 runs the driver, the same `run_training` as `paddock train`, through a
+`CollectiveExecutor`: each executor call (train_step, adapter_update, save, load) is first
+broadcast with its arguments, and the other ranks, waiting in `follow`, make the same call,
+so the collectives inside meet. The engines are `resources.rollout_replicas` child
+processes (`ProcessBackend`) on the GPUs after the trainer's, behind one `ReplicaSet`
+(on a host without GPUs, on the CPU: how the tests run it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..loop.executor import LocalExecutor
+from ..loop.setup import model_dir_for, run_training
+from ..policy import LoraPolicy, TrainSample
+from ..rollout.base import AdapterUpdate, RolloutBackend
+from ..rollout.process_backend import ProcessBackend
+from ..rollout.replicas import ReplicaSet
+from ..spec import RunSpec
+from ..train import resolve_spec
+from .rank_executor import RankExecutor
+
+_STOP = "stop"
+
+
+def _broadcast(command: tuple[str, Any] | None) -> tuple[str, Any]:
+    box = [command]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class CollectiveExecutor:
+    """Rank 0's executor: every call is announced to the other ranks, then made here."""
+
+    def __init__(self, inner: LocalExecutor):
+        self.inner = inner
+
+    @property
+    def adapter_version(self) -> int:
+        return self.inner.adapter_version
+
+    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
+        _broadcast(("train_step", samples))
+        return await self.inner.train_step(samples)
+
+    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
+        _broadcast(("adapter_update", with_probe))
+        return await self.inner.adapter_update(with_probe)
+
+    async def save(self, out: Path) -> None:
+        _broadcast(("save", out))
+        await self.inner.save(out)
+
+    async def load(self, src: Path) -> None:
+        _broadcast(("load", src))
+        await self.inner.load(src)
+
+    def stop(self) -> None:
+        _broadcast((_STOP, None))
+
+
+async def follow(executor: LocalExecutor) -> None:
+    """Ranks 1…N−1: make each call rank 0 announces, until it says stop."""
+    while True:
+        method, arg = _broadcast(None)
+        if method == _STOP:
+            return
+        await getattr(executor, method)(arg)
+
+
+def engine_devices(spec: RunSpec, world: int, gpus: int) -> list[torch.device | None]:
+    """One device per rollout replica: the GPUs after the trainer's `world`, else the CPU."""
+    n = spec.resources.rollout_replicas
+    if spec.resources.rollout_gpus > 0 and gpus >= world + n:
+        return [torch.device("cuda", world + i) for i in range(n)]
+    return [torch.device("cpu")] * n
+
+
+def make_engines(spec: RunSpec, model_dir: Path, world: int) -> RolloutBackend:
+    devices = engine_devices(spec, world, torch.cuda.device_count())
+    engines = [ProcessBackend(spec, model_dir, device) for device in devices]
+    return engines[0] if len(engines) == 1 else ReplicaSet(engines)
+
+
+async def run(spec: RunSpec, out: Path, progress: bool) -> None:
+    from .process_group import init_from_env
+
+    use_cuda = spec.resources.trainer_gpus > 0 and torch.cuda.is_available()
+    rank, world = init_from_env(use_cuda)
+    torch.manual_seed(spec.seed)
+    model_dir = model_dir_for(spec)
+    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else None
+    if world > 1:
+        from ..policy.fsdp import ShardedLoraPolicy
+
+        policy: LoraPolicy = ShardedLoraPolicy(spec, model_dir, device)
+    else:
+        policy = LoraPolicy(spec, model_dir, device)
+    executor = RankExecutor(policy, rank)
+    try:
+        if rank != 0:
+            await follow(executor)
+            return
+        leader = CollectiveExecutor(executor)
+        try:
+            outcome = await run_training(
+                spec,
+                out,
+                executor=leader,
+                backend=make_engines(spec, model_dir, world),
+                progress=progress,
+            )
+            print(f"{outcome.state} at step {outcome.step}", flush=True)
+        finally:
+            leader.stop()
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="a run under torch.distributed.run, without Ray")
+    ap.add_argument("spec", help="YAML or JSON run spec")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    spec = resolve_spec(args.spec, args.overrides)
+    asyncio.run(run(spec, args.out, progress=not args.no_progress))
+
+
+if __name__ == "__main__":
+    main()
