@@ -117,5 +117,5 @@ def test_session_writes_need_csrf(world):
     client.force_login(world.users_a[Role.OWNER])
     reply = client.post("/api/v1/teams", {"name": "new"}, format="json")
     assert reply.status_code == 403
-    assert reply.json()["code"] == "permission_denied"
+    assert reply.json()["code"] == "csrf_failed"
     assert "CSRF" in reply.json()["message"]
