@@ -45,6 +45,20 @@ SHAPE = dict(
     max_position_embeddings=4096,
     tie_word_embeddings=True,
 )
+# Llama-3.1-8B's shape (issue 14): untied head, GQA 32/8, vocabulary 128256
+LLAMA_8B = dict(
+    vocab_size=128256,
+    hidden_size=4096,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+    arch="llama",
+)
+SHAPES = {"qwen3-0.6b": SHAPE, "llama-3.1-8b": LLAMA_8B}
 ISSUE = {"train_tok_s_16k": 37.1e3, "gen_hf_peft": 2.0e3, "gen_hf_static_lora": 9.6e3}
 
 
@@ -90,10 +104,14 @@ def build_model(out: Path, shape: dict) -> Path:
 
     from workers.models.tokenizer import build_char_tokenizer
 
-    try:
-        from transformers import Qwen3Config as Config
-    except ImportError:  # older transformers: the same shape as Qwen2 (no q/k norm)
-        from transformers import Qwen2Config as Config
+    shape = dict(shape)
+    if shape.pop("arch", "qwen3") == "llama":
+        from transformers import LlamaConfig as Config
+    else:
+        try:
+            from transformers import Qwen3Config as Config
+        except ImportError:  # older transformers: the same shape as Qwen2 (no q/k norm)
+            from transformers import Qwen2Config as Config
     tok = build_char_tokenizer()
     config = Config(
         **shape,
