@@ -61,11 +61,31 @@ def _host_allowed(host: str) -> bool:
     return bool(domain) and validate_host(domain, allowed)
 
 
+def _secure(scope, headers: dict[bytes, bytes]) -> bool:
+    """https, as Django decides it: the connection's scheme, or the proxy's header named by
+    SECURE_PROXY_SSL_HEADER."""
+    if scope.get("scheme") == "https":
+        return True
+    proxy = settings.SECURE_PROXY_SSL_HEADER
+    if not proxy:
+        return False
+    name = proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode("latin-1")
+    value = headers.get(name, b"").decode("latin-1").split(",")[0].strip()
+    return value == proxy[1]
+
+
 async def _serve(run_id: int, scope, receive, send) -> None:
     headers = {name.lower(): value for name, value in scope["headers"]}
     if not _host_allowed(headers.get(b"host", b"").decode("latin-1")):
         await _respond(send, Answer(400, {"code": "bad_host", "message": "Host not allowed",
                                           "field": None}))  # fmt: skip
+        return
+    if settings.SECURE_SSL_REDIRECT and not _secure(scope, headers):
+        # Django would redirect; a client following a redirect re-sends a POST as a GET, and
+        # a run token must not travel in clear: refuse, and say why
+        message = "this server takes ingest over https only"
+        body = {"code": "https_required", "message": message, "field": None}
+        await _respond(send, Answer(403, body))
         return
     try:
         length = int(headers.get(b"content-length") or 0)
