@@ -36,6 +36,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ..grpo import ADDITIVE_METRICS
+from ..shares import contiguous_shares
 from ..spec import RunSpec
 from . import lora as lora_io
 from .batch import TrainBatch
@@ -104,7 +105,7 @@ class ShardedLoraPolicy(LoraPolicy):
             p.grad = summed[str(i)]
 
     def _rank_part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
-        start, end = rank_share(len(batch), self.rank, dist.get_world_size())
+        start, end = contiguous_shares(len(batch), dist.get_world_size())[self.rank]
         most = -(-len(batch) // dist.get_world_size())  # the largest share
         return batch.slice(start, end), max(1, -(-most // micro_batch_size))
 
@@ -173,13 +174,6 @@ class ShardedLoraPolicy(LoraPolicy):
             optim_state_dict=state,
             options=StateDictOptions(full_state_dict=True),
         )
-
-
-def rank_share(n: int, rank: int, world: int) -> tuple[int, int]:
-    """[start, end) of rank's contiguous share of n samples; shares differ by at most one."""
-    base, extra = divmod(n, world)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:

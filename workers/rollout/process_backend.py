@@ -32,6 +32,7 @@ from ..spec import RunSpec
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode
 
 _CLOSE = "close"
+_START_TIMEOUT_S = 600  # loading a large model into an engine takes minutes
 _LOAD_PACKED = "load_packed"
 
 
@@ -145,9 +146,6 @@ class ProcessBackend:
         return f"rollout engine process ({self.name}) is gone" + (
             f" (exit code {code})" if code is not None else ""
         )
-
-
-_START_TIMEOUT_S = 600  # loading a large model into an engine takes minutes
 
 
 def _settle(fut: asyncio.Future, ok: bool, result: Any) -> None:

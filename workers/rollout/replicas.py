@@ -8,18 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from ..shares import contiguous_shares
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, RolloutBackend
-
-
-def shares(n: int, parts: int) -> list[tuple[int, int]]:
-    """[start, end) of `parts` contiguous shares of n items; sizes differ by at most one."""
-    base, extra = divmod(n, parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + base + (1 if i < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
 
 
 class ReplicaSet:
@@ -35,7 +25,7 @@ class ReplicaSet:
         return min(e.served_version for e in self.engines)
 
     async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
-        parts = [requests[a:b] for a, b in shares(len(requests), len(self.engines))]
+        parts = [requests[a:b] for a, b in contiguous_shares(len(requests), len(self.engines))]
         done = await asyncio.gather(
             *(e.generate(part) for e, part in zip(self.engines, parts, strict=True) if part)
         )
