@@ -147,10 +147,13 @@ def _reconcile_one(run: Run, counts: dict[str, int]) -> None:
     detail = f"the Ray job {sid} {what} without a final report" + (
         f": {info.message}" if info is not None and info.message else ""
     )
-    run_transition(run=run, to_state=S.FAILED, error=f"{detail}\n--- job log tail ---\n{tail}")
-    counts["failed"] += 1
-    run.refresh_from_db()
-    if run.attempts < run.max_attempts:
-        run_transition(run=run, to_state=S.QUEUED, reason=f"retrying after: {what}")
-        transaction.on_commit(lambda: run_dispatch.delay(run.pk))
-        counts["retried"] += 1
+    # failed and, with attempts left, queued again in one transaction: no reader (a viewer,
+    # the API, a test polling for a final state) may see a retried run as finally failed
+    with transaction.atomic():
+        run_transition(run=run, to_state=S.FAILED, error=f"{detail}\n--- job log tail ---\n{tail}")
+        counts["failed"] += 1
+        run.refresh_from_db()
+        if run.attempts < run.max_attempts:
+            run_transition(run=run, to_state=S.QUEUED, reason=f"retrying after: {what}")
+            transaction.on_commit(lambda: run_dispatch.delay(run.pk))
+            counts["retried"] += 1
