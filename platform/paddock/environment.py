@@ -10,6 +10,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
 
@@ -35,6 +36,14 @@ def embedded_redis_socket(home: Path) -> Path:
 def redis_url(home: Path) -> str:
     """REDIS_URL, or the unix socket of the bundled Redis that `paddock up` starts."""
     return os.environ.get("REDIS_URL") or f"unix://{embedded_redis_socket(home)}"
+
+
+def redis_db(redis: str) -> str:
+    """The database number of a Redis URL: `redis://host/3`, `unix:///path.sock?db=3`."""
+    parts = urlparse(redis)
+    if parts.scheme == "unix":
+        return parse_qs(parts.query).get("db", ["0"])[0]
+    return parts.path.strip("/") or "0"
 
 
 def celery_broker_url(redis: str) -> str:
