@@ -113,7 +113,7 @@ async def job(session, url, run_id, token, args, stats, stop_at, replies):
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
-async def viewer(ws_url, origin, latencies, ready, stop_at):
+async def viewer(ws_url, origin, latencies, emits, ready, stop_at):
     from websockets.asyncio.client import connect
 
     async with connect(ws_url, origin=origin, max_size=2**26) as ws:
@@ -132,6 +132,7 @@ async def viewer(ws_url, origin, latencies, ready, stop_at):
                 # the first point of each batch (steps of one batch share its emit time)
                 for emitted in sorted({s["time"] for s in message["steps"]}):
                     latencies.append(received - emitted)
+                    emits.append(emitted)
 
 
 async def load(url, port, runs, viewer_token, args, server_cpu):
@@ -139,6 +140,7 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
 
     stats = {"points": 0, "batches": 0, "errors": 0}
     latencies: list[float] = []
+    emits: list[float] = []  # each latency's emit time, to tell one stall from a steady tail
     replies: list[float] = []
     ready: list[int] = []
     origin = url
@@ -147,7 +149,7 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
     viewers = [
         asyncio.create_task(viewer(
             f"ws://127.0.0.1:{port}/ws/runs/{runs[i % len(runs)][0]}/?token={viewer_token}",
-            origin, latencies, ready, stop_at))
+            origin, latencies, emits, ready, stop_at))
         for i in range(args.viewers)
     ]  # fmt: skip
     while len(ready) < args.viewers and time.monotonic() - start < 60:
@@ -158,7 +160,8 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
         await asyncio.gather(*(job(session, url, r, t, args, dict.fromkeys(stats, 0), warm_stop,
                                    []) for r, t in runs))  # fmt: skip
         latencies.clear()
-        t0 = time.monotonic()
+        emits.clear()
+        t0, t0_wall = time.monotonic(), time.time()
         server_cpu.start()
         measure_stop = t0 + args.seconds
         await asyncio.gather(*(job(session, url, r, t, args, stats, measure_stop, replies)
@@ -169,7 +172,7 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
     for task in viewers:
         task.cancel()
     await asyncio.gather(*viewers, return_exceptions=True)
-    return stats, latencies, replies, elapsed
+    return stats, latencies, replies, elapsed, [e - t0_wall for e in emits]
 
 
 class ServerCpu:
@@ -229,6 +232,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def slowest_by_second(latencies: list[float], emitted_at: list[float]) -> str:
+    """Where the slowest 1% of receptions were emitted, in whole seconds of the measured
+    window: one or two seconds means a stall (of the server, PostgreSQL or the machine),
+    a spread means a steady tail."""
+    cut = percentile(latencies, 0.99)
+    seconds = sorted(int(t) for lat, t in zip(latencies, emitted_at, strict=True) if lat >= cut)
+    counts = {s: seconds.count(s) for s in dict.fromkeys(seconds)}
+    return ", ".join(f"{s}s ×{n}" for s, n in counts.items())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
@@ -280,7 +293,7 @@ def main() -> int:
                 "postgres://", "postgresql://"
             ),
         )
-        stats, latencies, replies, elapsed = asyncio.run(
+        stats, latencies, replies, elapsed, emitted_at = asyncio.run(
             load(url, port, runs, viewer_token, args, server_cpu)
         )
         load_average = os.getloadavg()
@@ -301,6 +314,7 @@ def main() -> int:
           f"max {max(latencies, default=float('nan')) * 1000:.0f} ms")  # fmt: skip
     if latencies:
         print(f"mean {statistics.fmean(latencies) * 1000:.0f} ms")
+        print(f"slowest 1%, by emit second: {slowest_by_second(latencies, emitted_at)}")
     print(f"emit→ingest reply: p50 {percentile(replies, 0.5) * 1000:.0f} ms, "
           f"p99 {percentile(replies, 0.99) * 1000:.0f} ms")  # fmt: skip
     batches = max(1, stats["batches"])
