@@ -193,6 +193,9 @@ class TorchRolloutSpec(_RolloutBase):
 
 class VllmRolloutSpec(_RolloutBase):
     backend: Literal["vllm"]
+    # vLLM's SamplingParams refuses a temperature above 2 when a request is made; here the
+    # spec says so at launch instead of the run failing on its first rollout
+    temperature: float = Field(1.0, gt=0, le=2, description="vLLM accepts at most 2")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     max_loras: int = Field(2, ge=1)
     enforce_eager: bool = False

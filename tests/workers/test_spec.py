@@ -26,6 +26,15 @@ def test_defaults_are_valid():
     assert spec.to_dict()["async"]["max_staleness"] == 1
 
 
+def test_vllm_refuses_a_temperature_above_2_at_launch_not_at_its_first_rollout():
+    vllm = {"backend": "vllm", "temperature": 2.5}
+    assert spec_errors({"rollout": vllm}) == [
+        {"field": "rollout.temperature", "message": "must be <= 2"}
+    ]
+    assert spec_errors({"rollout": {**vllm, "temperature": 2.0}}) == []
+    assert spec_errors({"rollout": {**vllm, "backend": "torch"}}) == []  # torch takes any > 0
+
+
 def test_error_names_the_path():
     assert spec_errors({"algorithm": {"clip_eps_high": 0}}) == [
         {"field": "algorithm.clip_eps_high", "message": "must be > 0"}
