@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..loop.version_check import AdapterHistory, stale_token_sums
 from ..policy import LoraPolicy, TrainSample, collate
 from ..policy.lora import write_adapter_file
 from ..spec import parse_spec
@@ -92,6 +93,9 @@ def train(args: argparse.Namespace) -> None:
         args.seqs, args.prompt_len, args.seq_len - args.prompt_len, vocab, args.group
     )
     batch = collate(samples, policy.tokenizer.pad_token_id)
+    history = AdapterHistory(keep=args.warmup + args.steps)
+    if args.stale_check:  # the samples are labelled version 0: the adapter before training
+        history.record(0, policy.adapter_tensors())  # a collective under FSDP
 
     def sync() -> None:
         if on_gpu:
@@ -115,6 +119,8 @@ def train(args: argparse.Namespace) -> None:
         t = torch.tensor([peak], device="cuda" if on_gpu else "cpu")
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         peak = float(t)
+    # token_mult_prob_error of the (now stale) version-0 tokens, each rank a share of them
+    stale = stale_token_sums(policy, batch, history, args.stale_check)
     tensors = policy.adapter_tensors()  # a collective under FSDP: every rank gathers
     if rank == 0:
         out = Path(args.out)
@@ -135,6 +141,7 @@ def train(args: argparse.Namespace) -> None:
             "tok_s_per_gpu": tokens / step_s / world,
             "peak_gb": peak,
             "metrics": metrics,
+            "stale_check": {"tokens": stale.tokens, "sums": stale.sums},
         }
         (out / "result.json").write_text(json.dumps(result, indent=1))
         write_adapter_file(tensors, out / "adapter.safetensors")
@@ -200,6 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even with GPUs")
     ap.add_argument("--shard-lora", action="store_true", help="shard LoRA with the base")
+    ap.add_argument("--stale-check", type=int, default=0,
+                    help="after training, the staleness check of loop/version_check.py on "
+                         "this many samples (their version, 0, is stale by then)")  # fmt: skip
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.cmd == "compare":

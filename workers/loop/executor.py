@@ -51,7 +51,7 @@ class LocalExecutor:
 
     def _train_step(self, batch: TrainBatch) -> dict[str, float]:
         limit = self.policy.spec.train.mult_prob_error_samples
-        if limit == 0 or _sharded():
+        if limit == 0:
             return self.policy.train_step(batch)
         # Before the step, while the adapter the current-version tokens came from is loaded.
         stale = stale_token_sums(self.policy, batch, self.history, limit)
@@ -95,12 +95,6 @@ def adapter_probe(model: torch.nn.Module, vocab_size: int, length: int = 16) -> 
     )
     half = length // 2
     return AdapterProbe(ids[:half], ids[half:], lp[half - 1 :, 0].tolist())
-
-
-def _sharded() -> bool:
-    """True on an FSDP rank: swapping adapters there is a collective, so the stale-version
-    forward is left out (only the current version's tokens are compared)."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _rng_state() -> dict[str, Any]:

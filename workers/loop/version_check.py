@@ -18,7 +18,6 @@ import torch
 
 from ..grpo import gen_kl_error, token_mult_prob_error
 from ..policy import LoraPolicy
-from ..policy import lora as lora_io
 from ..policy.batch import TrainBatch
 
 METRICS = ("token_mult_prob_error", "gen_kl_error")
@@ -102,20 +101,30 @@ def stale_token_sums(
     if len(rows) > limit:
         rows = rows[torch.arange(limit) * len(rows) // limit]
     part = _rows(batch, rows)
-    restore = policy.adapter_tensors()  # a CPU copy of the current adapter
+    # A sharded policy's ranks all hold the whole batch and pick the same rows; each takes
+    # its share of them (`_rank_part`) and runs as many forwards as the others (each one
+    # gathers the sharded layers), then the sums are added up across the group. One
+    # process: its share is everything and the reduction does nothing.
+    share = policy.shares_prompts(part)  # one choice for every rank and micro-batch
+    restore = policy.adapter_tensors()  # a CPU copy of the current adapter (collective)
+    current_version = policy.adapter_version
     was_training = policy.model.training
     policy.model.eval()  # no dropout: the engine samples without it
     size = policy.spec.train.micro_batch_size
     try:
         for v in part.versions[stale[rows]].unique().tolist():
-            lora_io.load_adapter_tensors(policy.model, history.get(v))
+            policy.load_adapter_tensors(history.get(v), current_version)
             own = _rows(part, (part.versions == v).any(dim=1).nonzero().squeeze(1))
-            own = own.to(policy.device)
-            for start in range(0, len(own), size):
-                mb = own.slice(start, start + size)
-                lp, _ = policy.token_logprobs(mb)
-                out.add(mb.lp_roll, lp, mb.mask * (mb.versions == v).to(mb.mask.dtype))
+            mine, n_micro = policy._rank_part(own, size)
+            for i in range(n_micro):
+                mb = mine.slice(i * size, (i + 1) * size)
+                counted = len(mb) > 0  # else a repeat, only to keep the forwards in step
+                mb = (mb if counted else own.slice(0, size)).to(policy.device)
+                lp, _ = policy.token_logprobs(mb, share)
+                if counted:
+                    out.add(mb.lp_roll, lp, mb.mask * (mb.versions == v).to(mb.mask.dtype))
     finally:
-        lora_io.load_adapter_tensors(policy.model, restore)
+        policy.load_adapter_tensors(restore, current_version)
         policy.model.train(was_training)
-    return out
+    sums, tokens = policy._reduce_metrics(out.sums, dict.fromkeys(METRICS, out.tokens))
+    return TokenSums(dict(sums), tokens[METRICS[0]])

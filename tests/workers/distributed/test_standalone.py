@@ -47,3 +47,17 @@ def test_two_gloo_ranks_match_one_process(tiny_dir, tmp_path, shard_lora):
     # sign(gradient), so entries whose gradient is near zero carry the rounding further)
     assert diff["lora_B_rel_err_max"] < 2e-3, diff
     assert diff["adapter_rel_err"] < 1e-4, diff
+
+
+@pytest.mark.parametrize("shard_lora", [False, True], ids=["lora-replicated", "lora-sharded"])
+def test_the_staleness_check_splits_over_ranks_and_adds_up(tiny_dir, tmp_path, shard_lora):
+    """loop/version_check.py on two ranks: 5 stale samples split 3 + 2 (micro-batch 2, so
+    the second rank runs a repeat to keep its gathers in step), each under the version-0
+    adapter swapped in (into DTensor shards when LoRA is sharded); the summed result is one
+    process's."""
+    flags = ["--stale-check", "5", *(["--shard-lora"] if shard_lora else [])]
+    one = run(1, tiny_dir, tmp_path / "one", "--stale-check", "5")["stale_check"]
+    two = run(2, tiny_dir, tmp_path / "two", *flags)["stale_check"]
+    assert one["tokens"] == two["tokens"] == 5 * (20 - 8)  # every response token, once
+    for key, value in one["sums"].items():
+        assert value > 0 and two["sums"][key] == pytest.approx(value, rel=1e-5), key
