@@ -15,7 +15,7 @@ from peft.utils import get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from ..spec import LoraSpec, ModelSpec
+from ..spec import LoraSpec, ModelSpec, RunSpec
 from .packed import PackedTensors
 
 ADAPTER_NAME = "default"
@@ -63,6 +63,14 @@ def load_lora_model(
         torch.manual_seed(seed)
         model = get_peft_model(base, config)
     return model
+
+
+def load_spec_model(model_dir: str | Path, spec: RunSpec, device: torch.device) -> PeftModel:
+    """The run's model with its fresh adapter, as the trainer and the torch engine both load
+    it: the same seed, so both start from the same adapter."""
+    return load_lora_model(
+        model_dir, spec.lora, device, seed=spec.seed, dtype=base_dtype(spec.model, device)
+    )
 
 
 def lora_index(model: PeftModel) -> dict[str, torch.Tensor]:

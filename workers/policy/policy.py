@@ -30,13 +30,7 @@ class LoraPolicy:
         self.spec = spec
         self.device = device or pick_device(spec)
         self.tokenizer = lora_io.load_tokenizer(model_dir)
-        self.model = lora_io.load_lora_model(
-            model_dir,
-            spec.lora,
-            self.device,
-            seed=spec.seed,
-            dtype=lora_io.base_dtype(spec.model, self.device),
-        )
+        self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         t = spec.train
         self.optimizer = torch.optim.AdamW(

@@ -38,13 +38,7 @@ class TorchBackend:
         self.tokenizer = lora_io.load_tokenizer(model_dir)
         self.eos_id = self.tokenizer.eos_token_id
         self.pad_id = self.tokenizer.pad_token_id
-        self.model = lora_io.load_lora_model(
-            model_dir,
-            spec.lora,
-            self.device,
-            seed=spec.seed,
-            dtype=lora_io.base_dtype(spec.model, self.device),
-        )
+        self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.model.eval()
         self._version = -1  # nothing acknowledged yet: generate() refuses to run
         self._step_lock = threading.Lock()  # one forward step or one adapter load at a time
