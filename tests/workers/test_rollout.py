@@ -12,6 +12,7 @@ from workers.rollout import (
     AdapterUpdate,
     GroupRequest,
     RolloutBackend,
+    Sample,
     SamplingParams,
     make_backend,
 )
@@ -119,3 +120,52 @@ def test_missing_engine_names_its_package(make_spec, monkeypatch):
     spec = parse_spec(make_spec("rollout.backend=trtllm"))
     with pytest.raises(RuntimeError, match="needs the 'tensorrt_llm' package"):
         make_backend(spec, spec.model.path)
+
+
+class RowCounter:
+    """Delegates to an engine's model and records the rows of each forward."""
+
+    def __init__(self, model):
+        self._model, self.rows = model, []
+
+    def __call__(self, *args, **kwargs):
+        self.rows.append(kwargs["input_ids"].shape[0])
+        return self._model(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def test_finished_rows_leave_the_batch_and_the_others_sample_as_before(make_spec):
+    spec = parse_spec(make_spec("rollout.max_new_tokens=8", "rollout.temperature=4.0"))
+    policy = LoraPolicy(spec, spec.model.path)
+    ids = policy.tokenizer.encode("12+3=")
+    held = [0, 0, 6, 6]  # two of the four rows already hold 6 of their 8 tokens
+
+    def request():
+        partial = [Sample([5] * n, [-1.0] * n, [7] * n) for n in held]
+        return GroupRequest("a", ids, 4, 11, SamplingParams(4.0, 8), partial=partial)
+
+    async def run(compact_below: float):
+        backend = make_backend(spec, spec.model.path)
+        backend.compact_below = compact_below
+        backend.model = RowCounter(backend.model)
+        await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
+        (result,) = await backend.generate([request()])
+        return result, backend.model.rows
+
+    compacted, rows = asyncio.run(run(0.75))
+    full, full_rows = asyncio.run(run(0.0))  # never compacts
+    for a, b in zip(compacted.samples, full.samples, strict=True):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    # The rows of each forward: the prefill of the 2 distinct prompts, then the batch shrinks
+    # to the rows still going whenever a quarter of it or more has finished (EOS or length).
+    new = [len(s.token_ids) - n for s, n in zip(full.samples, held, strict=True)]
+    expected, live = [2], 4
+    for made in range(1, max(new)):  # tokens each row has made before the next forward
+        going = sum(n > made for n in new)
+        live = going if going <= 0.75 * live else live
+        expected.append(live)
+    assert rows == expected and full_rows == [2] + [4] * (max(new) - 1)
+    assert sum(rows) < sum(full_rows)  # the held rows finish after 2 steps, at least

@@ -30,6 +30,8 @@ class TorchBackend:
     name = "torch"
     placeable = True  # make_backend may name the device (an in-process run's second GPU)
     needs_probe = False  # loads the trainer's tensors as they are: no handshake to check
+    # finished rows leave the decode batch once they are this share of it (see _decode)
+    compact_below = 0.75
 
     def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
         use_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
@@ -184,7 +186,6 @@ class TorchBackend:
         ]
 
     def _decode(self, requests, samples, rows, row_prompts, gens, params) -> None:
-        r = len(rows)
         # The n samples of a group share their prompt: prefill each distinct prompt once
         # and give every row a view of its KV cache (prefix sharing).
         distinct: dict[tuple[int, ...], int] = {}
@@ -211,6 +212,10 @@ class TorchBackend:
             by_req.setdefault(i, []).append(k)
         past, step_input, step_pos = None, ids, pos
         seq = ids[own]  # [R, P + k]: every row's tokens so far, to recompute its KV cache
+        # Finished rows leave the batch (their KV cache with them) once a quarter of it has
+        # finished: with response lengths that vary, as reasoning rollouts' do, the late
+        # steps then decode only the rows still going. live[p] = the row at batch position p.
+        live = list(range(len(rows)))
         cache_version = -1  # the adapter version the KV cache `past` was computed under
         for _ in range(max(budget)):
             if not any(active):
@@ -244,33 +249,54 @@ class TorchBackend:
             if params.greedy:
                 tokens = logits.argmax(dim=-1)
             else:
-                noise = torch.empty_like(logits)
-                for i, ks in by_req.items():
-                    u = torch.rand(
-                        (len(ks), logits.shape[1]), generator=gens[i], device=gens[i].device
-                    )
-                    noise[ks] = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7))).to(noise.device)
-                tokens = (logits + noise).argmax(dim=-1)  # Gumbel-max: a draw from softmax
+                tokens = (logits + self._noise(logits, by_req, live, gens)).argmax(dim=-1)
             token_lp = logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
             step_tokens, step_lps = tokens.tolist(), token_lp.tolist()  # one copy, not 2R
-            for k, (i, j) in enumerate(rows):
+            for p, k in enumerate(live):
                 if not active[k]:
                     continue
-                s, tok = samples[i][j], step_tokens[k]
+                i, j = rows[k]
+                s, tok = samples[i][j], step_tokens[p]
                 s.token_ids.append(tok)
-                s.logprobs.append(step_lps[k])
+                s.logprobs.append(step_lps[p])
                 s.versions.append(version)
                 if tok == self.eos_id or self._hit_stop(s, params.stop):
                     s.finish_reason, active[k] = "stop", False
                 elif len(s.token_ids) >= params.max_new_tokens:
                     s.finish_reason, active[k] = "length", False
-            step_input = tokens.unsqueeze(1).to(self.device)  # [R, 1]
+            keep = [p for p, k in enumerate(live) if active[k]]
+            if keep and len(keep) <= self.compact_below * len(live):
+                index = torch.tensor(keep, device=self.device)
+                past.reorder_cache(index)
+                tokens, seq, attn = tokens[index], seq[index], attn[index]
+                step_pos = step_pos[index]
+                live = [live[p] for p in keep]
+            step_input = tokens.unsqueeze(1).to(self.device)  # [live, 1]
             seq = torch.cat([seq, step_input], dim=1)
-            attn = torch.cat([attn, torch.ones((r, 1), dtype=attn.dtype, device=self.device)], 1)
+            ones = torch.ones((len(live), 1), dtype=attn.dtype, device=self.device)
+            attn = torch.cat([attn, ones], 1)
             step_pos = step_pos[:, -1:] + 1
         for k, (i, j) in enumerate(rows):
             if active[k]:  # cut short by an abort
                 samples[i][j].finish_reason = "abort"
+
+    @staticmethod
+    def _noise(logits, by_req, live, gens) -> torch.Tensor:
+        """Gumbel noise for the live rows (argmax of logits + noise is a draw from the
+        softmax). Each request draws for all its rows from its own generator, whichever have
+        left the batch, so a row's draws depend neither on the other groups in the batch nor
+        on when its group's other rows finished."""
+        noise = torch.empty_like(logits)
+        position = {k: p for p, k in enumerate(live)}
+        for i, ks in by_req.items():
+            mine = [(n, position[k]) for n, k in enumerate(ks) if k in position]
+            if not mine:
+                continue  # the whole group has finished: its stream is not needed again
+            u = torch.rand((len(ks), logits.shape[1]), generator=gens[i], device=gens[i].device)
+            g = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
+            drawn, placed = zip(*mine, strict=True)
+            noise[list(placed)] = g[list(drawn)].to(noise.device)
+        return noise
 
     def _hit_stop(self, sample: Sample, stop: tuple[str, ...]) -> bool:
         if not stop:
