@@ -36,6 +36,7 @@ import torch
 from ..spec import RunSpec
 from . import adapter_files
 from .base import AdapterProbe, AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
+from .gate import RequestGate
 
 _FINISH = {"stop": "stop", "length": "length", "cancelled": "abort"}
 _TRTLLM_RANKS = tuple(2**i for i in range(11))  # any rank works; round to a power of two
@@ -83,14 +84,9 @@ class TrtllmBackend:
         self._int_ids = itertools.count(1)  # never reused
         self._dirs: list[Path] = []
         self._version = -1
-        self._cond = asyncio.Condition()
-        self._open = True
-        self._mode: PauseMode | None = None
-        self._aborting = False
+        self._gate = RequestGate()
         self._engine_paused = False
-        self._inflight = 0  # generate() calls past the gate
         self._live = 0  # engine requests in flight
-        self._aborted: list[GroupResult] = []
         self._failed: BaseException | None = None
         self.handshakes: list[dict[str, float]] = []
 
@@ -129,19 +125,7 @@ class TrtllmBackend:
                 "trtllm backend: no adapter acknowledged yet; call load_adapter first"
             )
         await self._engine()
-        async with self._cond:
-            await self._cond.wait_for(lambda: self._open or self._mode == "abort" or self._aborting)
-            if not self._open or self._aborting:
-                return [_carry(r) for r in requests]
-            self._inflight += 1
-        try:
-            results = list(await asyncio.gather(*(self._group(r) for r in requests)))
-            self._aborted += [r for r in results if r.aborted]
-            return results
-        finally:
-            async with self._cond:
-                self._inflight -= 1
-                self._cond.notify_all()
+        return await self._gate.run(requests, self._group, _carry)
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
         if update.probe is None:
@@ -171,42 +155,33 @@ class TrtllmBackend:
         if mode not in ("abort", "keep", "wait"):
             raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
         llm = await self._engine()
-        async with self._cond:
-            self._open, self._mode = False, mode
-            self._cond.notify_all()
+        await self._gate.close(mode)
         if mode == "wait":  # the engine has no wait: let what is in flight finish first
-            await self._wait(lambda: self._inflight == 0)
+            await self._gate.idle()
         await self._pause_engine(llm)
         if mode == "abort":
-            await self._wait(lambda: self._inflight == 0)
+            await self._gate.idle()
 
     async def resume(self) -> None:
         llm = await self._engine()
         if self._engine_paused:
             await llm.resume_generation()
             self._engine_paused = False
-        async with self._cond:
-            self._open, self._mode = True, None
-            self._cond.notify_all()
+        await self._gate.reopen()
 
     async def abort(self) -> list[GroupResult]:
-        self._aborted = []
         llm = await self._engine()
-        async with self._cond:
-            self._aborting = True
-            self._cond.notify_all()
+        await self._gate.change(aborting=True, aborted=[])
         was_paused = self._engine_paused
         try:
             await self._pause_engine(llm)
-            await self._wait(lambda: self._inflight == 0)
+            await self._gate.idle()
         finally:
             if not was_paused:
                 await llm.resume_generation()
                 self._engine_paused = False
-            async with self._cond:
-                self._aborting = False
-                self._cond.notify_all()
-        return list(self._aborted)
+            await self._gate.change(aborting=False)
+        return list(self._gate.aborted)
 
     async def close(self) -> None:
         if self._llm is not None:
@@ -217,16 +192,12 @@ class TrtllmBackend:
 
     # ---------------------------------------------------------------- internals
 
-    async def _wait(self, predicate) -> None:
-        async with self._cond:
-            await self._cond.wait_for(predicate)
-
     async def _pause_engine(self, llm: Any) -> None:
         if not self._engine_paused:
             await llm.pause_generation()
             self._engine_paused = True
         # Before TensorRT-LLM #13784 pause returned before the engine drained.
-        await self._wait(lambda: self._live == 0)
+        await self._gate.wait(lambda: self._live == 0)
 
     async def _handshake(self, llm: Any, version: int, probe: AdapterProbe, lora: Any) -> float:
         """New id, new path: the engine loads it on first use. Probe logprobs: one request per
@@ -295,12 +266,11 @@ class TrtllmBackend:
                 return
             seed = (req.seed + j + 1_000_003 * len(s.token_ids)) % (1 << 63)
             await self._submit(req, s, left, seed)
-            if s.finish_reason != "abort" or self._mode == "abort" or self._aborting:
+            if s.finish_reason != "abort" or self._gate.cut:
                 return  # done, or cut short by an abort the caller resubmits
-            async with self._cond:
-                await self._cond.wait_for(lambda: self._open or self._aborting)
-                if self._aborting:
-                    return
+            await self._gate.wait(lambda: self._gate.open or self._gate.aborting)
+            if self._gate.aborting:
+                return
 
     async def _submit(self, req: GroupRequest, s: Sample, max_tokens: int, seed: int) -> None:
         llm, lora, version = self._llm, self._lora, self._lora_version
@@ -314,9 +284,9 @@ class TrtllmBackend:
             s.finish_reason = "abort"  # submitted in the instant the engine paused
             return
         finally:
-            async with self._cond:
+            async with self._gate.cond:  # waited on through the gate (_pause_engine)
                 self._live -= 1
-                self._cond.notify_all()
+                self._gate.cond.notify_all()
         c = out.outputs[0]
         if c.finish_reason not in _FINISH:
             raise RuntimeError(f"TensorRT-LLM request ended with {c.finish_reason!r}")

@@ -32,6 +32,7 @@ import torch
 from ..spec import RunSpec
 from . import adapter_files
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample, SamplingParams
+from .gate import RequestGate
 
 LORA_ID = 1  # one id, reloaded in place: kept requests continue on the new version
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -100,13 +101,8 @@ class VllmBackend:
         self._dirs: list[Path] = []  # the served version's directory and the one before
         self._version = -1
         self._ids = itertools.count()
-        self._cond = asyncio.Condition()
-        self._open = True  # the gate: False while paused
-        self._mode: PauseMode | None = None
-        self._aborting = False
-        self._inflight = 0
+        self._gate = RequestGate()
         self._live: set[str] = set()  # engine request ids in flight
-        self._aborted: list[GroupResult] = []
         self._failed: BaseException | None = None
         self.handshakes: list[dict[str, float]] = []  # {version, probe_err} (for tests)
 
@@ -121,20 +117,7 @@ class VllmBackend:
             raise RuntimeError(f"vllm backend is unusable: {self._failed}") from self._failed
         if self._version < 0:
             raise RuntimeError("vllm backend: no adapter acknowledged yet; call load_adapter first")
-        async with self._cond:
-            # Held while paused; under an abort, back at once with the requests unfinished.
-            await self._cond.wait_for(lambda: self._open or self._mode == "abort" or self._aborting)
-            if not self._open or self._aborting:
-                return [_unfinished(r) for r in requests]
-            self._inflight += 1
-        try:
-            results = list(await asyncio.gather(*(self._group(r) for r in requests)))
-            self._aborted += [r for r in results if r.aborted]
-            return results
-        finally:
-            async with self._cond:
-                self._inflight -= 1
-                self._cond.notify_all()
+        return await self._gate.run(requests, self._group, _unfinished)
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
         from vllm.lora.request import LoRARequest
@@ -172,14 +155,12 @@ class VllmBackend:
     async def pause(self, mode: PauseMode) -> None:
         if mode not in ("abort", "keep", "wait"):
             raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
-        async with self._cond:
-            self._open, self._mode = False, mode
-            self._cond.notify_all()
+        await self._gate.close(mode)
         if mode == "wait":
             # vLLM's own "wait" drains only the running requests: queued ones (past
             # max_num_seqs) stay queued, and came back aborted in our tests. Ours waits for
             # every request we submitted, then pauses an idle engine.
-            await self._wait_idle()
+            await self._gate.idle()
         # keep: the frozen requests' KV cache must survive the pause.
         await self.engine.pause_generation(mode=mode, clear_cache=mode != "keep")
         if mode == "abort":
@@ -187,27 +168,20 @@ class VllmBackend:
 
     async def resume(self) -> None:
         await self.engine.resume_generation()
-        async with self._cond:
-            self._open, self._mode = True, None
-            self._cond.notify_all()
+        await self._gate.reopen()
 
     async def abort(self) -> list[GroupResult]:
-        self._aborted = []
-        async with self._cond:
-            self._aborting = True
-            self._cond.notify_all()
+        await self._gate.change(aborting=True, aborted=[])
         try:
-            if self._mode == "keep":  # frozen requests end only once the engine runs again
+            if self._gate.mode == "keep":  # frozen requests end only once the engine runs again
                 await self.engine.resume_generation()
                 await self._drain()
                 await self.engine.pause_generation(mode="keep", clear_cache=False)
             else:
                 await self._drain()
         finally:
-            async with self._cond:
-                self._aborting = False
-                self._cond.notify_all()
-        return list(self._aborted)
+            await self._gate.change(aborting=False)
+        return list(self._gate.aborted)
 
     async def close(self) -> None:
         if self.engine is None:
@@ -264,10 +238,6 @@ class VllmBackend:
 
     # ---------------------------------------------------------------- generation
 
-    async def _wait_idle(self) -> None:
-        async with self._cond:
-            await self._cond.wait_for(lambda: self._inflight == 0)
-
     async def _drain(self) -> None:
         """Abort our engine requests until every generate call has returned. A request a
         call submitted just as the engine paused sits queued in the engine (a paused vLLM
@@ -275,7 +245,7 @@ class VllmBackend:
         while True:
             await self.engine.abort(list(self._live))
             try:
-                await asyncio.wait_for(self._wait_idle(), 0.2)
+                await asyncio.wait_for(self._gate.idle(), 0.2)
                 return
             except TimeoutError:
                 continue
@@ -330,7 +300,7 @@ class VllmBackend:
         self, req: GroupRequest, prompt: list[int], params: Any, targets: list[Sample]
     ) -> None:
         eid = f"{req.request_id}#{next(self._ids)}"
-        if self._mode == "abort" or self._aborting:  # the gate closed behind this call
+        if self._gate.cut:  # the gate closed behind this call
             for s in targets:
                 s.finish_reason = "abort"
             return

@@ -1,0 +1,73 @@
+"""The gate in front of an asynchronous engine (vLLM, TensorRT-LLM): the state that pause,
+resume and abort share with the generate() calls in flight. The torch backend runs its own
+decode loop in a thread and keeps the same states with a threading.Condition instead."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from .base import GroupRequest, GroupResult, PauseMode
+
+
+class RequestGate:
+    """`open` is False while paused, with the pause `mode`; `aborting` while an abort drains
+    the calls in flight (`inflight`, counted from admission to return); `aborted` collects
+    the results that came back cut short since the last abort began."""
+
+    def __init__(self) -> None:
+        self.cond = asyncio.Condition()
+        self.open = True
+        self.mode: PauseMode | None = None
+        self.aborting = False
+        self.inflight = 0
+        self.aborted: list[GroupResult] = []
+
+    @property
+    def cut(self) -> bool:
+        """True when requests must stop (an abort pause, or an abort in progress)."""
+        return self.mode == "abort" or self.aborting
+
+    async def run(
+        self,
+        requests: list[GroupRequest],
+        group: Callable[[GroupRequest], Awaitable[GroupResult]],
+        unfinished: Callable[[GroupRequest], GroupResult],
+    ) -> list[GroupResult]:
+        """`group` over the requests, once admitted. Held while paused; under an abort,
+        back at once with the requests as they came (`unfinished`): the caller may be
+        stopping and must not block here."""
+        async with self.cond:
+            await self.cond.wait_for(lambda: self.open or self.cut)
+            if not self.open or self.aborting:
+                return [unfinished(r) for r in requests]
+            self.inflight += 1
+        try:
+            results = list(await asyncio.gather(*(group(r) for r in requests)))
+            self.aborted += [r for r in results if r.aborted]
+            return results
+        finally:
+            async with self.cond:  # decremented under the lock, not computed before it
+                self.inflight -= 1
+                self.cond.notify_all()
+
+    async def change(self, **state) -> None:
+        """Set attributes of the gate and wake everything waiting on it."""
+        async with self.cond:
+            for name, value in state.items():
+                setattr(self, name, value)
+            self.cond.notify_all()
+
+    async def close(self, mode: PauseMode) -> None:
+        await self.change(open=False, mode=mode)
+
+    async def reopen(self) -> None:
+        await self.change(open=True, mode=None)
+
+    async def wait(self, predicate: Callable[[], bool]) -> None:
+        async with self.cond:
+            await self.cond.wait_for(predicate)
+
+    async def idle(self) -> None:
+        """Until every admitted generate() call has returned."""
+        await self.wait(lambda: self.inflight == 0)
