@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from .base import GroupRequest, GroupResult, PauseMode
+from .base import GroupRequest, GroupResult, PauseMode, Sample
 
 
 class RequestGate:
@@ -32,7 +32,6 @@ class RequestGate:
         self,
         requests: list[GroupRequest],
         group: Callable[[GroupRequest], Awaitable[GroupResult]],
-        unfinished: Callable[[GroupRequest], GroupResult],
     ) -> list[GroupResult]:
         """`group` over the requests, once admitted. Held while paused; under an abort,
         back at once with the requests as they came (`unfinished`): the caller may be
@@ -71,3 +70,19 @@ class RequestGate:
     async def idle(self) -> None:
         """Until every admitted generate() call has returned."""
         await self.wait(lambda: self.inflight == 0)
+
+
+def unfinished(req: GroupRequest) -> GroupResult:
+    """The request handed back as it came, its unfinished samples marked aborted (so the
+    caller resubmits them)."""
+    samples = [
+        Sample(
+            list(s.token_ids),
+            list(s.logprobs),
+            list(s.versions),
+            s.finish_reason if s.done else "abort",
+            s.text,
+        )
+        for s in (req.partial or [Sample() for _ in range(req.n)])
+    ]
+    return GroupResult(req.request_id, req.prompt_ids, samples)

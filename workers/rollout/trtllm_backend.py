@@ -125,7 +125,7 @@ class TrtllmBackend:
                 "trtllm backend: no adapter acknowledged yet; call load_adapter first"
             )
         await self._engine()
-        return await self._gate.run(requests, self._group, _carry)
+        return await self._gate.run(requests, self._group)
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
         if update.probe is None:
@@ -312,18 +312,3 @@ def _sampled_logprobs(c: Any, tokens: list[int], temperature: float) -> list[flo
             raise RuntimeError(f"TensorRT-LLM returned logprob {value} for token {tok}")
         out.append(value)
     return out
-
-
-def _carry(req: GroupRequest) -> GroupResult:
-    """The request handed back unchanged, unfinished (submitted while aborting)."""
-    samples = [
-        Sample(
-            list(s.token_ids),
-            list(s.logprobs),
-            list(s.versions),
-            s.finish_reason if s.done else "abort",
-            s.text,
-        )
-        for s in (req.partial or [Sample() for _ in range(req.n)])
-    ]
-    return GroupResult(req.request_id, req.prompt_ids, samples)

@@ -117,7 +117,7 @@ class VllmBackend:
             raise RuntimeError(f"vllm backend is unusable: {self._failed}") from self._failed
         if self._version < 0:
             raise RuntimeError("vllm backend: no adapter acknowledged yet; call load_adapter first")
-        return await self._gate.run(requests, self._group, _unfinished)
+        return await self._gate.run(requests, self._group)
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
         from vllm.lora.request import LoRARequest
@@ -334,17 +334,3 @@ class VllmBackend:
         for s in targets:
             if s.finish_reason is None:  # the stream ended without a final output: aborted
                 s.finish_reason = "abort"
-
-
-def _unfinished(req: GroupRequest) -> GroupResult:
-    samples = [
-        Sample(
-            list(s.token_ids),
-            list(s.logprobs),
-            list(s.versions),
-            s.finish_reason if s.done else "abort",
-            s.text,
-        )
-        for s in (req.partial or [Sample() for _ in range(req.n)])
-    ]
-    return GroupResult(req.request_id, req.prompt_ids, samples)
