@@ -532,34 +532,47 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     )
     res: dict = {"batch": args.batch, "prompt_len": p_len, "new_tokens": new}
     rows = []
-    backend = TorchBackend(spec, model_dir)
-    adapter = random_adapter(backend.model)
-    asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter)))
-    # warm-up: kernels, allocator, cache shapes
-    asyncio.run(backend.generate(gen_requests(groups, n, p_len, 4, vocab, seed=99)))
-    sync()
-    t0 = time.perf_counter()
-    results = asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab)))
-    sync()
-    dt = time.perf_counter() - t0
-    toks = sum(len(s.token_ids) for r in results for s in r.samples)
-    rows.append(
-        {
-            "name": f"engine TorchBackend, LoRA r16, batch {args.batch}",
-            "tok_s": toks / dt,
-            "tokens": toks,
-            "s": dt,
-            "peak_gb": peak_gb(),
-        }
-    )
-    print(rows[-1], flush=True)
-    rows.append(
-        {
-            "name": "  engine's model, forward only (greedy)",
-            "tok_s": forward_only_decode(backend.model, args.batch, p_len, new, vocab),
-        }
-    )
-    print(rows[-1], flush=True)
+    adapter = None
+    # the engine with each decode path, side by side (static: the default on a GPU)
+    for decode in args.decodes.split(","):
+        spec = spec.model_copy(
+            update={"rollout": spec.rollout.model_copy(update={"decode": decode})}
+        )
+        backend = TorchBackend(spec, model_dir)
+        adapter = adapter or random_adapter(backend.model)
+        asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter)))
+        # warm-up: kernels, allocator, cache shapes, and (static) the CUDA graphs of every
+        # batch bucket and attention extent the timed run meets
+        asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab, seed=99)))
+        sync()
+        t0 = time.perf_counter()
+        results = asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab)))
+        sync()
+        dt = time.perf_counter() - t0
+        toks = sum(len(s.token_ids) for r in results for s in r.samples)
+        rows.append(
+            {
+                "name": f"engine TorchBackend, decode {decode}, LoRA r16, batch {args.batch}",
+                "tok_s": toks / dt,
+                "tokens": toks,
+                "s": dt,
+                "peak_gb": peak_gb(),
+            }
+        )
+        print(rows[-1], flush=True)
+        if decode == "dynamic":
+            rows.append(
+                {
+                    "name": "  engine's model, forward only (greedy)",
+                    "tok_s": forward_only_decode(backend.model, args.batch, p_len, new, vocab),
+                }
+            )
+            print(rows[-1], flush=True)
+        if decode != args.decodes.split(",")[-1]:
+            asyncio.run(backend.close())
+            del backend
+            gc.collect()
+            torch.cuda.empty_cache() if torch.cuda.is_available() else None
     if args.profile and torch.cuda.is_available():
         from torch.profiler import ProfilerActivity, profile
 
@@ -641,6 +654,74 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
         f"engine load + ack {s['load_s'] * 1e3:.1f} ms, total "
         f"{(s['publish_s'] + s['load_s']) * 1e3:.1f} ms (goal ≤ 50)"
     )
+    return res
+
+
+def part_longtail(model_dir: Path, args, out: Path) -> dict:
+    """Heavy-tailed response lengths on the GPU (bench/rollout_long_tail.py's workload at
+    this shape): each row's budget is Pareto(1.2, scale 4) capped at --new-tokens, set by
+    handing the row in as a partial sample that holds the rest. Finished rows leaving the
+    batch (compact_below 0.75, the default) against every row to the end, alternating."""
+    import math
+    import random
+
+    from workers.rollout import AdapterUpdate, GroupRequest, Sample, SamplingParams
+    from workers.rollout.torch_backend import TorchBackend
+    from workers.spec import parse_spec
+
+    groups, n, cap = args.batch // args.group, args.group, args.new_tokens
+    rng = random.Random(1)
+    lengths = [min(cap, math.ceil(4 * (1 - rng.random()) ** (-1 / 1.2))) for _ in range(groups * n)]
+    prompts = torch.randint(
+        3, args.vocab, (groups, args.prompt_len), generator=torch.Generator().manual_seed(0)
+    )
+    params = SamplingParams(temperature=1.0, max_new_tokens=cap)
+
+    def requests() -> list:
+        out = []
+        for g in range(groups):
+            held = [cap - b for b in lengths[g * n : (g + 1) * n]]
+            partial = [Sample([5] * h, [-1.0] * h, [0] * h) for h in held]
+            out.append(GroupRequest(f"g{g}", prompts[g].tolist(), n, g, params, partial=partial))
+        return out
+
+    res: dict = {"batch": args.batch, "cap": cap, "mean_budget": sum(lengths) / len(lengths)}
+    over = {"rollout.max_new_tokens": cap, "rollout.max_batch_size": args.batch}
+    engines = {}
+    for decode in args.decodes.split(","):
+        spec = parse_spec(base_spec(model_dir, **over, **{"rollout.decode": decode}))
+        for name, below in (("rows leave the batch", 0.75), ("every row to the end", 0.0)):
+            backend = TorchBackend(spec, model_dir)
+            backend.compact_below = below
+            asyncio.run(
+                backend.load_adapter(AdapterUpdate(1, tensors=random_adapter(backend.model)))
+            )
+            asyncio.run(backend.generate(requests()))  # warm-up (and graph capture)
+            engines[f"{decode}, {name}"] = backend
+    times: dict[str, list[float]] = {k: [] for k in engines}
+    made = 0
+    for _ in range(args.reps):
+        for name, backend in engines.items():
+            sync()
+            t0 = time.perf_counter()
+            results = asyncio.run(backend.generate(requests()))
+            sync()
+            times[name].append(time.perf_counter() - t0)
+            made = sum(len(s.token_ids) for r in results for s in r.samples) - sum(
+                cap - b for b in lengths
+            )
+    res["made"] = made
+    mean = res["mean_budget"]
+    print(f"\nlong tail: {groups} groups × {n}, budgets Pareto(1.2, 4) capped at {cap} "
+          f"(mean {mean:.1f}, max {max(lengths)}); {made} tokens made a round")  # fmt: skip
+    table([("what", "s a round", "tokens/s", "vs every row to the end")])
+    rows = []
+    for name, ts in times.items():
+        base = statistics.median(times[name.split(",")[0] + ", every row to the end"])
+        t = statistics.median(ts)
+        rows.append({"name": name, "s": t, "tok_s": made / t, "vs_full": base / t})
+        table([(name, f"{t:.3f}", f"{made / t / 1e3:.2f}k", f"{base / t:.2f}x")])
+    res["rows"] = rows
     return res
 
 
@@ -744,7 +825,7 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["train", "rollout", "async", "probe", "sync"])
+    ap.add_argument("part", choices=["train", "rollout", "async", "probe", "sync", "longtail"])
     ap.add_argument("--graph", action="store_true", help="probe: capture a CUDA graph")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-gpu-out")))
     ap.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "qwen3-06b")
@@ -756,6 +837,7 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--decodes", default="static,dynamic", help="rollout: decode paths to run")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)
@@ -772,7 +854,7 @@ def main() -> None:
     if torch.cuda.is_available():
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     parts = {"train": part_train, "rollout": part_rollout, "async": part_async, "probe": part_probe}
-    parts["sync"] = part_sync
+    parts["sync"], parts["longtail"] = part_sync, part_longtail
     part = parts[args.part]
     try:
         result = part(model_dir, args, args.out)

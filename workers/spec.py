@@ -189,6 +189,12 @@ class _RolloutBase(_Section):
 class TorchRolloutSpec(_RolloutBase):
     backend: Literal["torch"] = "torch"
     max_batch_size: int = Field(256, gt=0, description="sequences decoded together")
+    decode: Literal["auto", "static", "dynamic"] = Field(
+        "auto",
+        description="static: a preallocated KV cache, each decode step one CUDA graph on a "
+        "GPU; dynamic: the PEFT model's own forward; auto: static on a GPU for the models it "
+        "supports (llama, mistral, qwen2, qwen3)",
+    )
 
 
 class VllmRolloutSpec(_RolloutBase):

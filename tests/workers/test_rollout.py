@@ -169,3 +169,32 @@ def test_finished_rows_leave_the_batch_and_the_others_sample_as_before(make_spec
         expected.append(live)
     assert rows == expected and full_rows == [2] + [4] * (max(new) - 1)
     assert sum(rows) < sum(full_rows)  # the held rows finish after 2 steps, at least
+
+
+def test_static_and_dynamic_decode_sample_the_same_tokens(make_spec):
+    """The static cache (the GPU default) is a faster way to the same draws: each group's
+    tokens, finish reasons and logprobs equal the PEFT forward's, partial rows and
+    compaction included (float32 on the CPU, so ties are the only way to differ)."""
+    spec = parse_spec(make_spec("rollout.max_new_tokens=8", "rollout.temperature=2.0"))
+    policy = LoraPolicy(spec, spec.model.path)
+    partial = [Sample([5] * n, [-1.0] * n, [7] * n) for n in (0, 6, 0, 3)]
+    reqs = [
+        GroupRequest("a", policy.tokenizer.encode("12+3="), 4, 11, SamplingParams(2.0, 8),
+                     partial=partial),
+        _req(policy, "b", "4+5=", 5, temperature=2.0),
+        _req(policy, "c", "40+41=", 6, temperature=2.0),
+    ]  # fmt: skip
+
+    async def run(decode: str):
+        over = spec.rollout.model_copy(update={"decode": decode})
+        backend = make_backend(spec.model_copy(update={"rollout": over}), spec.model.path)
+        assert (backend.decoder is not None) == (decode == "static")
+        await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
+        return await backend.generate(reqs)
+
+    static, dynamic = asyncio.run(run("static")), asyncio.run(run("dynamic"))
+    for a, b in zip(static, dynamic, strict=True):
+        for s, d in zip(a.samples, b.samples, strict=True):
+            assert s.token_ids == d.token_ids and s.finish_reason == d.finish_reason
+            assert s.logprobs == pytest.approx(d.logprobs, abs=1e-4)
+    assert len({tuple(s.token_ids) for r in static for s in r.samples}) > 4

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from contextlib import closing
 from pathlib import Path
 
 import torch
 
 from ..policy import lora as lora_io
 from ..spec import RunSpec
+from . import static_decode
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
+from .static_decode import StaticDecoder
 
 
 class TorchBackend:
@@ -42,6 +45,7 @@ class TorchBackend:
         self.pad_id = self.tokenizer.pad_token_id
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.model.eval()
+        self.decoder = self._static_decoder(spec)
         self._version = -1  # nothing acknowledged yet: generate() refuses to run
         self._step_lock = threading.Lock()  # one forward step or one adapter load at a time
         self._cond = threading.Condition()  # guards _admitting and _inflight
@@ -52,6 +56,15 @@ class TorchBackend:
         self._abort = threading.Event()
         self._aborted: list[GroupResult] = []
         self.served_log: list[int] = []  # every version acknowledged, in order (for tests)
+
+    def _static_decoder(self, spec: RunSpec) -> StaticDecoder | None:
+        mode = getattr(spec.rollout, "decode", "dynamic")
+        if mode == "auto":
+            if self.device.type != "cuda" or static_decode.supports(self.model) is not None:
+                return None
+        elif mode != "static":
+            return None
+        return StaticDecoder(self.model, self.max_batch_size)  # says why if it cannot
 
     @property
     def served_version(self) -> int:
@@ -114,6 +127,8 @@ class TorchBackend:
             raise ValueError(f"adapter update {update.version} has neither tensors nor a path")
         with self._step_lock:  # between two decode steps, never inside one
             lora_io.load_adapter_tensors(self.model, tensors)
+            if self.decoder is not None:
+                self.decoder.refresh()
             self._version = update.version
             self.served_log.append(update.version)
         return self._version
@@ -176,7 +191,8 @@ class TorchBackend:
                 rows.append((i, j))
                 row_prompts.append(req.prompt_ids + s.token_ids)
         if rows:
-            self._decode(requests, samples, rows, row_prompts, gens, params)
+            decode = self._decode if self.decoder is None else self._decode_static
+            decode(requests, samples, rows, row_prompts, gens, params)
         for group in samples:
             for s in group:
                 s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
@@ -185,49 +201,36 @@ class TorchBackend:
             for r, g in zip(requests, samples, strict=True)
         ]
 
-    def _decode(self, requests, samples, rows, row_prompts, gens, params) -> None:
-        # The n samples of a group share their prompt: prefill each distinct prompt once
-        # and give every row a view of its KV cache (prefix sharing).
+    def _prompts(self, row_prompts: list[list[int]]):
+        """The n samples of a group share their prompt: each distinct prompt once, left
+        padded ([U, P] ids and mask), and each row's prompt index (prefix sharing)."""
         distinct: dict[tuple[int, ...], int] = {}
         owner = [distinct.setdefault(tuple(p), len(distinct)) for p in row_prompts]  # [R]
-        width = max(len(p) for p in distinct)
-        ids = torch.full((len(distinct), width), self.pad_id, dtype=torch.long)  # [U, P]
-        prompt_attn = torch.zeros((len(distinct), width), dtype=torch.long)  # left-padded
-        for u, p in enumerate(distinct):
+        ids, attn = self._left_pad(list(distinct))
+        return ids, attn, torch.tensor(owner, device=self.device)
+
+    def _left_pad(self, seqs) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(seqs), width), dtype=torch.long)
+        for u, p in enumerate(seqs):
             ids[u, width - len(p) :] = torch.tensor(p)
-            prompt_attn[u, width - len(p) :] = 1
-        ids, prompt_attn = ids.to(self.device), prompt_attn.to(self.device)
-        own = torch.tensor(owner, device=self.device)
+            attn[u, width - len(p) :] = 1
+        return ids.to(self.device), attn.to(self.device)
+
+    def _decode(self, requests, samples, rows, row_prompts, gens, params) -> None:
+        ids, prompt_attn, own = self._prompts(row_prompts)
         pos = (prompt_attn.cumsum(-1) - 1).clamp(min=0)  # [U, P]
         attn = prompt_attn[own]  # [R, P]
-        budget = [params.max_new_tokens - len(samples[i][j].token_ids) for i, j in rows]
-        active = [b > 0 for b in budget]
-        for k, (i, j) in enumerate(rows):
-            if not active[k]:
-                samples[i][j].finish_reason = "length"
-        # Rows of each request, to draw that request's noise from its own generator: a
-        # group's samples then do not depend on which other groups share the batch.
-        by_req: dict[int, list[int]] = {}
-        for k, (i, _) in enumerate(rows):
-            by_req.setdefault(i, []).append(k)
+        state = _Rows(rows, samples, params, gens, self.device)
         past, step_input, step_pos = None, ids, pos
         seq = ids[own]  # [R, P + k]: every row's tokens so far, to recompute its KV cache
-        # Finished rows leave the batch (their KV cache with them) once a quarter of it has
-        # finished: with response lengths that vary, as reasoning rollouts' do, the late
-        # steps then decode only the rows still going. live[p] = the row at batch position p.
-        live = list(range(len(rows)))
         cache_version = -1  # the adapter version the KV cache `past` was computed under
-        for _ in range(max(budget)):
-            if not any(active):
-                break
-            self._running.wait()
-            with self._step_lock:
-                if self._abort.is_set():
-                    break
-                version = self._version
+        with closing(self._turns(state)) as turns:  # the lock goes with an error
+            for version in turns:
                 if past is not None and version != cache_version:
-                    # A kept request after an adapter change: recompute the whole prefix
-                    # under the new adapter instead of decoding on a cache of the old one.
+                    # A kept request after an adapter change: recompute the whole prefix under
+                    # the new adapter instead of decoding on a cache of the old one.
                     past, step_input = None, seq
                     step_pos = (attn.cumsum(-1) - 1).clamp(min=0)
                 fanned = past is None and step_input is ids  # the prefill of U prompts
@@ -240,66 +243,167 @@ class TorchBackend:
                     logits_to_keep=1,
                 )
                 cache_version = version
-            logits = out.logits[:, -1, :].float() / params.temperature  # [R or U, V]
-            if fanned:  # the prefill ran on the U distinct prompts: fan out to R rows
-                out.past_key_values.reorder_cache(own)
-                logits, step_pos = logits[own], step_pos[own]
-            past = out.past_key_values
-            logp = torch.log_softmax(logits, dim=-1)
-            if params.greedy:
-                tokens = logits.argmax(dim=-1)
-            else:
-                tokens = (logits + self._noise(logits, by_req, live, gens)).argmax(dim=-1)
-            token_lp = logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
-            step_tokens, step_lps = tokens.tolist(), token_lp.tolist()  # one copy, not 2R
-            for p, k in enumerate(live):
-                if not active[k]:
-                    continue
-                i, j = rows[k]
-                s, tok = samples[i][j], step_tokens[p]
-                s.token_ids.append(tok)
-                s.logprobs.append(step_lps[p])
-                s.versions.append(version)
-                if tok == self.eos_id or self._hit_stop(s, params.stop):
-                    s.finish_reason, active[k] = "stop", False
-                elif len(s.token_ids) >= params.max_new_tokens:
-                    s.finish_reason, active[k] = "length", False
-            keep = [p for p, k in enumerate(live) if active[k]]
-            if keep and len(keep) <= self.compact_below * len(live):
-                index = torch.tensor(keep, device=self.device)
-                past.reorder_cache(index)
-                tokens, seq, attn = tokens[index], seq[index], attn[index]
-                step_pos = step_pos[index]
-                live = [live[p] for p in keep]
-            step_input = tokens.unsqueeze(1).to(self.device)  # [live, 1]
-            seq = torch.cat([seq, step_input], dim=1)
-            ones = torch.ones((len(live), 1), dtype=attn.dtype, device=self.device)
-            attn = torch.cat([attn, ones], 1)
-            step_pos = step_pos[:, -1:] + 1
-        for k, (i, j) in enumerate(rows):
-            if active[k]:  # cut short by an abort
-                samples[i][j].finish_reason = "abort"
+                logits = out.logits[:, -1, :]
+                if fanned:  # the prefill ran on the U distinct prompts: fan out to R rows
+                    out.past_key_values.reorder_cache(own)
+                    logits, step_pos = logits[own], step_pos[own]
+                past = out.past_key_values
+                tokens = self._sample(logits, state, params)
+                keep = self._record(tokens, state, version)
+                if keep is not None:
+                    index = torch.tensor(keep, device=self.device)
+                    past.reorder_cache(index)
+                    tokens, seq, attn = tokens[index], seq[index], attn[index]
+                    step_pos = step_pos[index]
+                step_input = tokens.unsqueeze(1)  # [live, 1]
+                seq = torch.cat([seq, step_input], dim=1)
+                ones = torch.ones((len(state.live), 1), dtype=attn.dtype, device=self.device)
+                attn = torch.cat([attn, ones], 1)
+                step_pos = step_pos[:, -1:] + 1
+        state.abort_unfinished()
 
-    @staticmethod
-    def _noise(logits, by_req, live, gens) -> torch.Tensor:
-        """Gumbel noise for the live rows (argmax of logits + noise is a draw from the
-        softmax). Each request draws for all its rows from its own generator, whichever have
-        left the batch, so a row's draws depend neither on the other groups in the batch nor
-        on when its group's other rows finished."""
-        noise = torch.empty_like(logits)
-        position = {k: p for p, k in enumerate(live)}
-        for i, ks in by_req.items():
-            mine = [(n, position[k]) for n, k in enumerate(ks) if k in position]
-            if not mine:
-                continue  # the whole group has finished: its stream is not needed again
-            u = torch.rand((len(ks), logits.shape[1]), generator=gens[i], device=gens[i].device)
-            g = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
-            drawn, placed = zip(*mine, strict=True)
-            noise[list(placed)] = g[list(drawn)].to(noise.device)
-        return noise
+    def _decode_static(self, requests, samples, rows, row_prompts, gens, params) -> None:
+        """As _decode, on the static cache (see static_decode.py): the same prefix sharing,
+        sampling, compaction and recompute-on-adapter-change, without Python per layer."""
+        dec = self.decoder
+        ids, prompt_attn, own = self._prompts(row_prompts)
+        state = _Rows(rows, samples, params, gens, self.device)
+        tokens, cache_version = None, -1
+        with closing(self._turns(state)) as turns:  # the lock goes with an error
+            for version in turns:
+                if tokens is None:
+                    dec.reserve(ids.shape[1] + state.steps)
+                    logits = dec.prefill(ids, prompt_attn, fan=own)
+                elif version != cache_version:
+                    # as in _decode: recompute the live rows' prefix under the new adapter
+                    seqs = [row_prompts[k] + state.new_tokens(k) for k in state.live]
+                    logits = dec.prefill(*self._left_pad(seqs))
+                else:
+                    logits = dec.step(tokens)
+                cache_version = version
+                tokens = self._sample(logits, state, params)
+                keep = self._record(tokens, state, version)
+                if keep is not None:
+                    index = torch.tensor(keep, device=self.device)
+                    dec.compact(index)
+                    tokens = tokens[index]
+        state.abort_unfinished()
+
+    def _turns(self, state: _Rows):
+        """Each decode step's turn: waits while paused ("keep"), ends on an abort or once
+        every row has finished, and yields the adapter version to decode under. The body
+        of the caller's loop runs under the step lock (an adapter load waits for it to
+        end; a static decoder's logits are a CUDA graph's buffer until sampled)."""
+        for _ in range(state.steps):
+            if not state.any_active():
+                return
+            self._running.wait()
+            with self._step_lock:
+                if self._abort.is_set():
+                    return
+                yield self._version
+
+    def _sample(self, logits: torch.Tensor, state: _Rows, params) -> torch.Tensor:
+        """One token a live row: greedy, or argmax of logits/T + Gumbel noise (a draw from
+        the softmax at temperature T). The tokens' logprobs go to state.logprobs."""
+        logits = logits.float() / params.temperature  # [live, V]
+        logp = torch.log_softmax(logits, dim=-1)
+        if params.greedy:
+            tokens = logits.argmax(dim=-1)
+        else:
+            tokens = (logits + state.noise(logits.shape[1])).argmax(dim=-1)
+        state.logprobs = logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        return tokens
+
+    def _record(self, tokens: torch.Tensor, state: _Rows, version: int) -> list[int] | None:
+        """Append a step's tokens to the live rows' samples and end those that stop. Returns
+        the batch positions to keep when finished rows should leave the batch (once they
+        are a quarter of it: their KV cache then goes too), else None."""
+        step_tokens, step_lps = tokens.tolist(), state.logprobs.tolist()  # one copy each
+        for p, k in enumerate(state.live):
+            if not state.active[k]:
+                continue
+            i, j = state.rows[k]
+            s, tok = state.samples[i][j], step_tokens[p]
+            s.token_ids.append(tok)
+            s.logprobs.append(step_lps[p])
+            s.versions.append(version)
+            state.generated[k] += 1
+            if tok == self.eos_id or self._hit_stop(s, state.params.stop):
+                s.finish_reason, state.active[k] = "stop", False
+            elif len(s.token_ids) >= state.params.max_new_tokens:
+                s.finish_reason, state.active[k] = "length", False
+        keep = [p for p, k in enumerate(state.live) if state.active[k]]
+        if keep and len(keep) <= self.compact_below * len(state.live):
+            state.live = [state.live[p] for p in keep]
+            return keep
+        return None
 
     def _hit_stop(self, sample: Sample, stop: tuple[str, ...]) -> bool:
         if not stop:
             return False
         text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
         return any(text.endswith(s) for s in stop)
+
+
+class _Rows:
+    """The bookkeeping of one batch's decode: which (request, sample) each row is, which
+    rows are live (still in the batch, in batch order) and active (not finished), and each
+    request's random stream."""
+
+    def __init__(self, rows, samples, params, gens, device):
+        self.rows, self.samples, self.params = rows, samples, params
+        self.device = device
+        budget = [params.max_new_tokens - len(samples[i][j].token_ids) for i, j in rows]
+        self.steps = max(budget)
+        self.active = [b > 0 for b in budget]
+        for k, (i, j) in enumerate(rows):
+            if not self.active[k]:
+                samples[i][j].finish_reason = "length"
+        self.live = list(range(len(rows)))
+        self.generated = [0] * len(rows)  # tokens appended by this decode, a row
+        self.logprobs: torch.Tensor | None = None
+        # Rows of each request, to draw that request's noise from its own generator: a
+        # group's samples then do not depend on which other groups share the batch.
+        self.by_req: dict[int, list[int]] = {}
+        for k, (i, _) in enumerate(rows):
+            self.by_req.setdefault(i, []).append(k)
+        self.gens = gens
+        self._plan: tuple | None = None
+
+    def any_active(self) -> bool:
+        return any(self.active)
+
+    def new_tokens(self, k: int) -> list[int]:
+        i, j = self.rows[k]
+        tokens = self.samples[i][j].token_ids
+        return tokens[len(tokens) - self.generated[k] :]
+
+    def abort_unfinished(self) -> None:
+        for k, (i, j) in enumerate(self.rows):
+            if self.active[k]:  # cut short by an abort
+                self.samples[i][j].finish_reason = "abort"
+
+    def noise(self, vocab: int) -> torch.Tensor:
+        """Gumbel noise for the live rows. Each request draws for all its rows from its own
+        generator, whichever have left the batch, so a row's draws depend neither on the
+        other groups in the batch nor on when its group's other rows finished. All draws
+        land in one buffer and are transformed at once: one launch a request, not one an
+        operation and request."""
+        if self._plan is None or self._plan[0] != self.live:
+            position = {k: p for p, k in enumerate(self.live)}
+            drawing, index, at = [], [], 0
+            for i, ks in self.by_req.items():
+                mine = [n for n, k in enumerate(ks) if k in position]
+                if not mine:
+                    continue  # the whole group has finished: its stream is not needed again
+                drawing.append((i, at, len(ks)))
+                index += [at + n for n in mine]  # live rows keep request order
+                at += len(ks)
+            self._plan = (list(self.live), drawing, at, torch.tensor(index, device=self.device))
+        _, drawing, total, index = self._plan
+        u = torch.empty((total, vocab), device=self.device)
+        for i, at, n in drawing:
+            u[at : at + n].uniform_(generator=self.gens[i])
+        gumbel = u.clamp_(1e-20, 1.0 - 1e-7).log_().neg_().log_().neg_()
+        return gumbel.index_select(0, index)

@@ -42,12 +42,13 @@ def model_dir(tmp_path_factory) -> Path:
     )  # fmt: skip
 
 
-def make_spec(model_dir: Path, dtype: str = "auto"):
+def make_spec(model_dir: Path, dtype: str = "auto", decode: str = "auto"):
     return parse_spec({
         "model": {"path": str(model_dir), "dtype": dtype},
         "lora": {"r": 16, "alpha": 32, "target_modules": TARGETS},
         "algorithm": {"num_generations": 4},
-        "rollout": {"backend": "torch", "max_new_tokens": 24, "temperature": 0.9},
+        "rollout": {"backend": "torch", "max_new_tokens": 24, "temperature": 0.9,
+                    "decode": decode},
         "train": {"micro_batch_size": 8, "logprob_chunk_size": 64},
         "resources": {"trainer_gpus": 1, "rollout_gpus": 1},
     })  # fmt: skip
@@ -126,10 +127,15 @@ def test_bf16_policy_matches_float32_reference(model_dir):
         assert cos > 0.99, f"LoRA gradients of bf16 and fp32 policies differ: cos {cos:.4f}"
 
 
-def test_engine_logprobs_match_trainer_forward(model_dir):
-    spec = make_spec(model_dir)
+@pytest.mark.parametrize("decode", ["auto", "dynamic"])
+def test_engine_logprobs_match_trainer_forward(model_dir, decode):
+    """auto = the static cache with CUDA graphs on a GPU; dynamic = PEFT's own forward."""
+    spec = make_spec(model_dir, decode=decode)
     policy = LoraPolicy(spec, model_dir)
     backend = TorchBackend(spec, model_dir)
+    assert (backend.decoder is not None) == (decode == "auto")
+    if backend.decoder is not None:
+        assert backend.decoder.graphs
     adapter = random_adapter(policy)
     policy.load_adapter_tensors(adapter, 1)
     assert asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter))) == 1

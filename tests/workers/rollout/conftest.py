@@ -21,8 +21,9 @@ LORA = {
     "alpha": 16,
     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
 }
-# "process": the torch backend in a child process behind ProcessBackend (engine_process)
-BACKENDS = ["torch", "process", "vllm", "trtllm"]
+# "process": the torch backend in a child process behind ProcessBackend (engine_process);
+# "static": the torch backend on its static KV cache (the default on a GPU), here on the CPU
+BACKENDS = ["torch", "static", "process", "vllm", "trtllm"]
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
@@ -77,6 +78,14 @@ async def trtllm_engine(tiny_dir: Path):
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def torch_engine(tiny_dir: Path):
     backend = TorchBackend(engine_spec(tiny_dir, "torch"), tiny_dir)
+    yield backend
+    await backend.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def static_engine(tiny_dir: Path):
+    backend = TorchBackend(engine_spec(tiny_dir, "torch", decode="static"), tiny_dir)
+    assert backend.decoder is not None
     yield backend
     await backend.close()
 

@@ -1,0 +1,141 @@
+"""The static-cache decoder (workers/rollout/static_decode.py) against the transformers
+forward it replaces: the same logits at every step for each supported architecture, with
+left-padded prompts fanned out to several rows, compaction, an adapter reload and the
+model's base weights shared, not copied. (The conformance suite runs the whole backend on
+it; tests/workers/gpu runs it with CUDA graphs in bf16.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from workers.rollout.static_decode import StaticDecoder, supports
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+VOCAB = 97
+ARCHS = {
+    "qwen3": (Qwen3ForCausalLM, Qwen3Config, {"head_dim": 16}),  # per-head q/k norms
+    "llama": (LlamaForCausalLM, LlamaConfig, {}),
+    "qwen2": (Qwen2ForCausalLM, Qwen2Config, {}),  # q/k/v biases
+}
+
+
+def lora_model(arch: str, targets=TARGETS, **extra):
+    cls, config_cls, kw = ARCHS[arch]
+    torch.manual_seed(0)
+    config = config_cls(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        tie_word_embeddings=True, **kw, **extra,
+    )  # fmt: skip
+    model = get_peft_model(
+        cls(config).eval(), LoraConfig(r=4, lora_alpha=8, target_modules=targets)
+    )
+    randomize_lora_b(model, 0)
+    return model
+
+
+def randomize_lora_b(model, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # B starts at zero: make the adapter matter
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+
+
+def reference(model, seq: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        return model(input_ids=seq, attention_mask=attn, position_ids=pos).logits[:, -1]
+
+
+def prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(3, VOCAB, (3, 10), generator=torch.Generator().manual_seed(1))
+    attn = torch.ones_like(ids)
+    attn[0, :4] = 0  # left padding of different widths
+    attn[1, :2] = 0
+    return ids.masked_fill(attn == 0, 0), attn
+
+
+def extend(seq, attn, tokens):
+    one = torch.ones((len(tokens), 1), dtype=attn.dtype)
+    return torch.cat([seq, tokens[:, None]], 1), torch.cat([attn, one], 1)
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_steps_match_the_transformers_forward(arch):
+    model = lora_model(arch)
+    decoder = StaticDecoder(model, max_batch=8, graphs=False)
+    ids, attn = prompts()
+    fan = torch.tensor([0, 0, 1, 2])  # a group of two rows shares prompt 0's prefill
+    decoder.reserve(ids.shape[1] + 8)
+    logits = decoder.prefill(ids, attn, fan=fan)
+    seq, mask = ids[fan], attn[fan]
+    torch.testing.assert_close(logits, reference(model, seq, mask), atol=1e-5, rtol=1e-5)
+    for _ in range(4):
+        tokens = logits.argmax(-1)
+        seq, mask = extend(seq, mask, tokens)
+        logits = decoder.step(tokens)
+        torch.testing.assert_close(logits, reference(model, seq, mask), atol=1e-5, rtol=1e-5)
+    # rows 0 and 2 finish: the others move to the front and decode on
+    keep = torch.tensor([1, 3])
+    decoder.compact(keep)
+    tokens = logits[keep].argmax(-1)
+    seq, mask = extend(seq[keep], mask[keep], tokens)
+    logits = decoder.step(tokens)
+    torch.testing.assert_close(logits, reference(model, seq, mask), atol=1e-5, rtol=1e-5)
+    assert logits.shape == (2, VOCAB)
+
+
+def test_an_adapter_reload_reaches_the_decoder_after_refresh():
+    model = lora_model("qwen3")
+    decoder = StaticDecoder(model, max_batch=4, graphs=False)
+    ids, attn = prompts()
+    before = decoder.prefill(ids, attn)
+    randomize_lora_b(model, 1)  # what load_adapter_tensors does to the PEFT parameters
+    decoder.refresh()
+    after = decoder.prefill(ids, attn)
+    torch.testing.assert_close(after, reference(model, ids, attn), atol=1e-5, rtol=1e-5)
+    assert (after - before).abs().max() > 0.1  # the new adapter changed the logits
+
+
+def test_base_weights_are_shared_not_copied_and_lora_stays_unmerged():
+    model = lora_model("llama", targets=["q_proj", "v_proj", "down_proj"])  # some unwrapped
+    attn = model.base_model.model.model.layers[0].self_attn
+    q_base = attn.q_proj.base_layer.weight.detach().clone()
+    decoder = StaticDecoder(model, max_batch=4, graphs=False)
+    qkv = decoder.layers[0].qkv
+    # the model's q/k/v weights are views of the stacked buffer, with their values
+    assert attn.q_proj.base_layer.weight.data_ptr() == qkv.weight.data_ptr()
+    assert attn.k_proj.weight.data_ptr() == qkv.weight[qkv.slices[1]].data_ptr()
+    assert torch.equal(attn.q_proj.base_layer.weight, q_base)
+    ids, attn_mask = prompts()
+    torch.testing.assert_close(
+        decoder.prefill(ids, attn_mask), reference(model, ids, attn_mask), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_unsupported_models_are_named_with_the_reason():
+    model = lora_model("qwen2", use_sliding_window=True, sliding_window=8)
+    assert supports(model) == "sliding-window attention"
+    with pytest.raises(ValueError, match="sliding-window"):
+        StaticDecoder(model, max_batch=4)
+
+
+def test_a_full_cache_is_refused_not_overrun():
+    decoder = StaticDecoder(lora_model("qwen2"), max_batch=4, graphs=False)
+    ids, attn = prompts()
+    logits = decoder.prefill(ids, attn)
+    for _ in range(decoder.length - ids.shape[1]):
+        logits = decoder.step(logits.argmax(-1))
+    with pytest.raises(RuntimeError, match="static cache full"):
+        decoder.step(logits.argmax(-1))
