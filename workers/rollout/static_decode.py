@@ -67,7 +67,7 @@ class FusedLinear:
 
     def __init__(self, modules: list[nn.Module]):
         bases = [m.base_layer if _is_lora(m) else m for m in modules]
-        self.lora = [m for m in modules if _is_lora(m)]
+        self.lora = [m for m in modules if _is_lora(m)]  # in the order of `modules`
         ref = bases[0].weight
         outs = [b.out_features for b in bases]
         ranks = [m.lora_A[ADAPTER_NAME].out_features for m in self.lora]
@@ -92,31 +92,40 @@ class FusedLinear:
         for n in outs:
             self.slices.append(slice(at, at + n))
             at += n
-        # each LoRA output: (its slice of the outputs, its rows of x·Aᵀ, B × scaling)
-        self.adds: list[tuple[slice, slice, Tensor]] = []
-        r_at = self.width
-        for m, r in zip(self.lora, ranks, strict=True):
-            i = modules.index(m)
-            self.adds.append((self.slices[i], slice(r_at, r_at + r), ref.new_empty((outs[i], r))))
-            r_at += r
+        # x·Aᵀ of every LoRA linear lands in the rows after the base outputs; one
+        # block-diagonal B (× scaling; zero for a linear without LoRA) adds them all back
+        self.blocks = [
+            (self.slices[modules.index(m)], r) for m, r in zip(self.lora, ranks, strict=True)
+        ]
+        self.rank = sum(ranks)
+        self.b = ref.new_zeros((self.width, self.rank)) if self.rank else None
         self.refresh()
 
     @torch.no_grad()
     def refresh(self) -> None:
         """Copy the adapter's current A and B (× scaling) in, cast to the base dtype."""
-        for m, (_, rows, b) in zip(self.lora, self.adds, strict=True):
-            self.weight[rows].copy_(m.lora_A[ADAPTER_NAME].weight)
-            b.copy_(m.lora_B[ADAPTER_NAME].weight * m.scaling[ADAPTER_NAME])
+        at = 0
+        for m, (out, r) in zip(self.lora, self.blocks, strict=True):
+            self.weight[self.width + at : self.width + at + r].copy_(m.lora_A[ADAPTER_NAME].weight)
+            self.b[out, at : at + r].copy_(m.lora_B[ADAPTER_NAME].weight * m.scaling[ADAPTER_NAME])
+            at += r
 
-    def __call__(self, x: Tensor) -> list[Tensor]:
+    def __call__(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """[tokens, in] → [tokens, Σ out] (+ residual): two matmuls whatever the count."""
         y = F.linear(x, self.weight, self.bias)
-        for out, rows, b in self.adds:
-            y[:, out].addmm_(y[:, rows], b.t())
+        if self.b is None:
+            return y if residual is None else residual + y
+        base, xa = y[:, : self.width], y[:, self.width :]
+        if residual is None:
+            return torch.addmm(base, xa, self.b.t())
+        return (residual + base).addmm_(xa, self.b.t())
+
+    def split(self, y: Tensor) -> list[Tensor]:
         return [y[:, s] for s in self.slices]
 
 
 class _Layer:
-    def __init__(self, layer: nn.Module):
+    def __init__(self, layer: nn.Module, n_heads: int, n_kv: int):
         attn, mlp = layer.self_attn, layer.mlp
         self.ln1 = layer.input_layernorm
         self.ln2 = layer.post_attention_layernorm
@@ -124,23 +133,43 @@ class _Layer:
         self.o = FusedLinear([attn.o_proj])
         self.gate_up = FusedLinear([mlp.gate_proj, mlp.up_proj])
         self.down = FusedLinear([mlp.down_proj])
-        self.q_norm = getattr(attn, "q_norm", None)
-        self.k_norm = getattr(attn, "k_norm", None)
+        # qwen3's per-head norms of q and k, as one norm over the q and k heads together:
+        # its weight is q_norm's for each q head, then k_norm's for each k head
+        self.qk_norm: tuple[Tensor, float] | None = None
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = attn.q_norm, attn.k_norm
+            weight = torch.cat([q.weight.expand(n_heads, -1), k.weight.expand(n_kv, -1)])
+            self.qk_norm = (weight.detach(), _eps(q))
 
     def linears(self) -> list[FusedLinear]:
         return [self.qkv, self.o, self.gate_up, self.down]
 
 
-def _rms(x: Tensor, norm: nn.Module) -> Tensor:
-    # as transformers' RMSNorm: normalise in float32, cast back, then scale
-    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
-    return norm.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+def _eps(norm: nn.Module) -> float:
+    return getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    # transformers' RMSNorm: normalise in float32, cast back, then scale (rms_norm does the
+    # same in one call, one kernel where torch has a fused one)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _norm(x: Tensor, norm: nn.Module) -> Tensor:
+    return _rms(x, norm.weight, _eps(norm))
+
+
+def _rope(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
+    # x·cos + rotate_half(x)·sin, with rotate_half(x) = roll(x, D/2)·(−1…, +1…): the sign
+    # lives in the sin table, so this is three kernels
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin_signed)
+
+
+def _scores(q: Tensor, keys_t: Tensor) -> Tensor:
+    """Attention scores in float32 from bf16 operands (one kernel on CUDA)."""
+    if q.is_cuda and q.dtype != torch.float32:
+        return torch.bmm(q, keys_t, out_dtype=torch.float32)
+    return torch.bmm(q, keys_t).float()
 
 
 def _bucket(n: int, cap: int) -> int:
@@ -168,9 +197,9 @@ class StaticDecoder:
         self.norm = lm.model.norm
         self.rotary = lm.model.rotary_emb
         self.head = FusedLinear([lm.lm_head])
-        self.layers = [_Layer(layer) for layer in lm.model.layers]
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
+        self.layers = [_Layer(layer, self.n_heads, self.n_kv) for layer in lm.model.layers]
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.max_batch = max_batch
@@ -210,7 +239,9 @@ class StaticDecoder:
         positions = torch.arange(self.length, device=self.device).unsqueeze(0)
         probe = torch.empty(0, dtype=self.dtype, device=self.device)
         cos, sin = self.rotary(probe, positions)  # the model's own rotary tables
-        self.cos, self.sin = cos[0], sin[0]  # [length, head_dim]
+        sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
+        sign[: self.head_dim // 2] = -1
+        self.cos, self.sin = cos[0], sin[0] * sign  # [length, head_dim]; see _rope
         self.arange = torch.arange(self.length, device=self.device)
 
     # ---------------------------------------------------------------- prefill
@@ -232,37 +263,40 @@ class StaticDecoder:
         # a padding query sees itself: finite values (never attended to) instead of NaN
         mask = (causal & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)
         mask = mask.unsqueeze(1)  # [U, 1, W, W]
-        x = self.embed(ids)  # [U, W, H]
+        x = self.embed(ids).flatten(0, 1)  # [U·W, H]
+        cos, sin = cos.flatten(0, 1), sin.flatten(0, 1)
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(_rms(x, layer.ln1).flatten(0, 1))
-            q, k, v = self._heads(layer, q, k, v, cos.flatten(0, 1), sin.flatten(0, 1))
+            q, k, v = self._qkv(layer, x, cos, sin)
             q, k, v = (t.unflatten(0, (u, width)).transpose(1, 2) for t in (q, k, v))
             self.k[i, :rows, :, :width] = k[fan]
             self.v[i, :rows, :, :width] = v[fan]
             a = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=self.n_heads != self.n_kv
             )
-            (o,) = layer.o(a.transpose(1, 2).flatten(2).flatten(0, 1))
-            x = x + o.view_as(x)
-            x = x + self._mlp(layer, x.flatten(0, 1)).view_as(x)
+            x = layer.o(a.transpose(1, 2).flatten(2).flatten(0, 1), residual=x)
+            x = self._mlp(layer, x)
         self.rows, self.width = rows, width
         self.pad[:rows] = (attn.shape[1] - attn.sum(-1))[fan]
-        (logits,) = self.head(_rms(x[:, -1], self.norm))
+        logits = self.head(_norm(x.view(u, width, -1)[:, -1], self.norm))
         return logits[fan]
 
-    def _heads(self, layer: _Layer, q, k, v, cos, sin) -> tuple[Tensor, Tensor, Tensor]:
-        """[N, heads·D] projections → [N, heads, D], normed per head and rotated."""
-        q = q.unflatten(-1, (self.n_heads, self.head_dim))
-        k = k.unflatten(-1, (self.n_kv, self.head_dim))
-        v = v.unflatten(-1, (self.n_kv, self.head_dim))
-        if layer.q_norm is not None:
-            q, k = _rms(q, layer.q_norm), _rms(k, layer.k_norm)
-        return _rope(q, cos, sin), _rope(k, cos, sin), v
+    def _qkv(self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor):
+        """[N, H] → q [N, heads, D], k and v [N, kv heads, D]; q and k normed per head
+        (qwen3) and rotated, together."""
+        y = layer.qkv(_norm(x, layer.ln1))
+        heads = self.n_heads + self.n_kv
+        qk = y[:, : heads * self.head_dim].unflatten(-1, (heads, self.head_dim))
+        v = y[:, heads * self.head_dim :].unflatten(-1, (self.n_kv, self.head_dim))
+        if layer.qk_norm is not None:  # a weight per head: normalise, then scale
+            weight, eps = layer.qk_norm
+            qk = F.rms_norm(qk, (self.head_dim,), None, eps) * weight
+        qk = _rope(qk, cos, sin)
+        return qk[:, : self.n_heads], qk[:, self.n_heads :], v
 
     def _mlp(self, layer: _Layer, x: Tensor) -> Tensor:
-        gate, up = layer.gate_up(_rms(x, layer.ln2))
-        (down,) = layer.down(F.silu(gate) * up)
-        return down
+        """x + the MLP of x."""
+        gate, up = layer.gate_up.split(layer.gate_up(_norm(x, layer.ln2)))
+        return layer.down(F.silu(gate) * up, residual=x)
 
     # ---------------------------------------------------------------- decode
 
@@ -274,24 +308,25 @@ class StaticDecoder:
         span = self.arange[:extent]
         seen = (span >= pad[:, None]) & (span <= t)
         bias = torch.zeros(seen.shape, dtype=torch.float32, device=self.device)
-        bias = bias.masked_fill(~seen, float("-inf")).view(n, 1, 1, extent)
-        group = self.n_heads // self.n_kv
+        # [n·kv, 1, extent]: each (row, kv head) batch's mask
+        bias = bias.masked_fill(~seen, float("-inf")).repeat_interleave(self.n_kv, 0)[:, None]
+        group, d = self.n_heads // self.n_kv, self.head_dim
         x = self.embed(self.tokens[:n])  # [n, H]
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(_rms(x, layer.ln1))
-            q, k, v = self._heads(layer, q, k, v, cos, sin)
+            q, k, v = self._qkv(layer, x, cos, sin)
             keys, values = self.k[i, :n], self.v[i, :n]
             keys.index_copy_(2, t, k.unsqueeze(2))
             values.index_copy_(2, t, v.unsqueeze(2))
-            q = q.view(n, self.n_kv, group, self.head_dim)
-            scores = torch.matmul(q, keys[:, :, :extent].transpose(-1, -2))  # [n, kv, g, L]
-            weights = torch.softmax(scores.float() * self.scale + bias, dim=-1).to(self.dtype)
-            a = torch.matmul(weights, values[:, :, :extent])  # [n, kv, g, D]
-            (o,) = layer.o(a.reshape(n, self.n_heads * self.head_dim))
-            x = x + o
-            x = x + self._mlp(layer, x)
-        (logits,) = self.head(_rms(x, self.norm))
-        return logits
+            # one (row, kv head) a batch: its `group` query heads against its keys
+            keys = keys[:, :, :extent].reshape(n * self.n_kv, extent, d)
+            values = values[:, :, :extent].reshape(n * self.n_kv, extent, d)
+            q = q.reshape(n * self.n_kv, group, d)
+            scores = torch.add(bias, _scores(q, keys.transpose(1, 2)), alpha=self.scale)
+            weights = torch.softmax(scores, dim=-1).to(self.dtype)
+            a = torch.bmm(weights, values).view(n, self.n_heads * d)
+            x = layer.o(a, residual=x)
+            x = self._mlp(layer, x)
+        return self.head(_norm(x, self.norm))
 
     @torch.no_grad()
     def step(self, tokens: Tensor) -> Tensor:
