@@ -534,11 +534,14 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     rows = []
     adapter = None
     # the engine with each decode path, side by side (static: the default on a GPU)
-    for decode in args.decodes.split(","):
+    for variant in args.decodes.split(","):  # decode[:attention], e.g. static:sdpa
+        decode, _, attention = variant.partition(":")
         spec = spec.model_copy(
             update={"rollout": spec.rollout.model_copy(update={"decode": decode})}
         )
         backend = TorchBackend(spec, model_dir)
+        if attention:  # graphs are captured on first use: the choice holds from the start
+            backend.decoder.attention = attention
         adapter = adapter or random_adapter(backend.model)
         asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter)))
         # warm-up: kernels, allocator, cache shapes, and (static) the CUDA graphs of every
@@ -552,7 +555,7 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
         toks = sum(len(s.token_ids) for r in results for s in r.samples)
         rows.append(
             {
-                "name": f"engine TorchBackend, decode {decode}, LoRA r16, batch {args.batch}",
+                "name": f"engine TorchBackend, decode {variant}, LoRA r16, batch {args.batch}",
                 "tok_s": toks / dt,
                 "tokens": toks,
                 "s": dt,
@@ -568,7 +571,7 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
                 }
             )
             print(rows[-1], flush=True)
-        if decode != args.decodes.split(",")[-1]:
+        if variant != args.decodes.split(",")[-1]:
             asyncio.run(backend.close())
             del backend
             gc.collect()
@@ -688,16 +691,19 @@ def part_longtail(model_dir: Path, args, out: Path) -> dict:
     res: dict = {"batch": args.batch, "cap": cap, "mean_budget": sum(lengths) / len(lengths)}
     over = {"rollout.max_new_tokens": cap, "rollout.max_batch_size": args.batch}
     engines = {}
-    for decode in args.decodes.split(","):
+    for variant in args.decodes.split(","):
+        decode, _, attention = variant.partition(":")
         spec = parse_spec(base_spec(model_dir, **over, **{"rollout.decode": decode}))
         for name, below in (("rows leave the batch", 0.75), ("every row to the end", 0.0)):
             backend = TorchBackend(spec, model_dir)
             backend.compact_below = below
+            if attention:
+                backend.decoder.attention = attention
             asyncio.run(
                 backend.load_adapter(AdapterUpdate(1, tensors=random_adapter(backend.model)))
             )
             asyncio.run(backend.generate(requests()))  # warm-up (and graph capture)
-            engines[f"{decode}, {name}"] = backend
+            engines[f"{variant}, {name}"] = backend
     times: dict[str, list[float]] = {k: [] for k in engines}
     made = 0
     for _ in range(args.reps):
@@ -837,7 +843,11 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--decodes", default="static,dynamic", help="rollout: decode paths to run")
+    ap.add_argument(
+        "--decodes",
+        default="static,static:sdpa,dynamic",
+        help="rollout, longtail: decode paths to run (static[:bmm|sdpa], dynamic)",
+    )
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)

@@ -34,7 +34,9 @@ from torch import Tensor, nn
 from ..policy.lora import ADAPTER_NAME
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-_EXTENT_STEP = 256  # attention reads the cache in multiples of this many positions
+# Attention reads the cache in multiples of this many positions: reading the whole cache
+# every step cost up to twice the KV traffic; each multiple is one more graph to capture.
+_EXTENT_STEP = 64
 _MIN_BUCKET = 8
 
 
@@ -186,7 +188,9 @@ class StaticDecoder:
     graph replays. Not thread-safe: the backend calls it under its step lock.
     """
 
-    def __init__(self, model: nn.Module, max_batch: int, graphs: bool = True):
+    def __init__(
+        self, model: nn.Module, max_batch: int, graphs: bool = True, attention: str = "bmm"
+    ):
         why = supports(model)
         if why is not None:
             raise ValueError(f"static decode does not support this model: {why}")
@@ -206,6 +210,11 @@ class StaticDecoder:
         self.device = self.embed.weight.device
         self.dtype = self.embed.weight.dtype
         self.graphs = graphs and self.device.type == "cuda"
+        if attention not in ("bmm", "sdpa"):
+            raise ValueError(f"attention must be bmm or sdpa, not {attention!r}")
+        # bmm: batched matmuls and a float32 softmax (this module's own); sdpa: torch's
+        # scaled_dot_product_attention with a mask (cuDNN's kernel on an H100/H200)
+        self.attention = attention
         self.length = 0  # cache positions allocated; grown by reserve()
         self.rows = 0  # rows holding live sequences, at the front
         self.width = 0  # the cache index the next step writes: every row's next position
@@ -306,10 +315,12 @@ class StaticDecoder:
         pos = t - pad  # [n]
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [n, 1, D]
         span = self.arange[:extent]
-        seen = (span >= pad[:, None]) & (span <= t)
-        bias = torch.zeros(seen.shape, dtype=torch.float32, device=self.device)
-        # [n·kv, 1, extent]: each (row, kv head) batch's mask
-        bias = bias.masked_fill(~seen, float("-inf")).repeat_interleave(self.n_kv, 0)[:, None]
+        seen = (span >= pad[:, None]) & (span <= t)  # [n, extent]
+        if self.attention == "bmm":
+            bias = torch.zeros(seen.shape, dtype=torch.float32, device=self.device)
+            # [n·kv, 1, extent]: each (row, kv head) batch's mask
+            bias = bias.masked_fill(~seen, float("-inf")).repeat_interleave(self.n_kv, 0)
+            bias = bias[:, None]
         group, d = self.n_heads // self.n_kv, self.head_dim
         x = self.embed(self.tokens[:n])  # [n, H]
         for i, layer in enumerate(self.layers):
@@ -317,14 +328,20 @@ class StaticDecoder:
             keys, values = self.k[i, :n], self.v[i, :n]
             keys.index_copy_(2, t, k.unsqueeze(2))
             values.index_copy_(2, t, v.unsqueeze(2))
-            # one (row, kv head) a batch: its `group` query heads against its keys
-            keys = keys[:, :, :extent].reshape(n * self.n_kv, extent, d)
-            values = values[:, :, :extent].reshape(n * self.n_kv, extent, d)
-            q = q.reshape(n * self.n_kv, group, d)
-            scores = torch.add(bias, _scores(q, keys.transpose(1, 2)), alpha=self.scale)
-            weights = torch.softmax(scores, dim=-1).to(self.dtype)
-            a = torch.bmm(weights, values).view(n, self.n_heads * d)
-            x = layer.o(a, residual=x)
+            keys, values = keys[:, :, :extent], values[:, :, :extent]
+            if self.attention == "sdpa":
+                a = F.scaled_dot_product_attention(
+                    q.unsqueeze(2), keys, values, attn_mask=seen[:, None, None],
+                    scale=self.scale, enable_gqa=group > 1,
+                )  # fmt: skip
+            else:  # one (row, kv head) a batch: its `group` query heads against its keys
+                keys = keys.reshape(n * self.n_kv, extent, d)
+                values = values.reshape(n * self.n_kv, extent, d)
+                q = q.reshape(n * self.n_kv, group, d)
+                scores = torch.add(bias, _scores(q, keys.transpose(1, 2)), alpha=self.scale)
+                weights = torch.softmax(scores, dim=-1).to(self.dtype)
+                a = torch.bmm(weights, values)
+            x = layer.o(a.reshape(n, self.n_heads * d), residual=x)
             x = self._mlp(layer, x)
         return self.head(_norm(x, self.norm))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from contextlib import closing
+from contextlib import closing, nullcontext
 from pathlib import Path
 
 import torch
@@ -46,6 +46,10 @@ class TorchBackend:
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.model.eval()
         self.decoder = self._static_decoder(spec)
+        # The engine's own CUDA stream: in one process with the trainer (the embedded async
+        # run on one GPU) its kernels can then run beside the trainer's instead of queueing
+        # behind them on the default stream.
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._version = -1  # nothing acknowledged yet: generate() refuses to run
         self._step_lock = threading.Lock()  # one forward step or one adapter load at a time
         self._cond = threading.Condition()  # guards _admitting and _inflight
@@ -125,13 +129,19 @@ class TorchBackend:
             tensors, _ = lora_io.read_adapter_dir(update.path)
         else:
             raise ValueError(f"adapter update {update.version} has neither tensors nor a path")
-        with self._step_lock:  # between two decode steps, never inside one
+        with self._step_lock, self._on_stream():  # between two decode steps, never inside one
+            if self._stream is not None:  # a trainer's copy of the tensors may be in flight
+                self._stream.wait_stream(torch.cuda.default_stream(self.device))
             lora_io.load_adapter_tensors(self.model, tensors)
             if self.decoder is not None:
                 self.decoder.refresh()
             self._version = update.version
             self.served_log.append(update.version)
         return self._version
+
+    def _on_stream(self):
+        """Run the caller's block on the engine's stream (a no-op on the CPU)."""
+        return torch.cuda.stream(self._stream) if self._stream is not None else nullcontext()
 
     def _generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
         if self._version < 0:
@@ -144,16 +154,8 @@ class TorchBackend:
             self._cond.wait_for(lambda: self._admitting or self._abort.is_set())
             self._inflight += 1
         try:
-            results = []
-            # Chunk by whole groups so a group's samples share one batch (and its RNG stream).
-            chunk: list[GroupRequest] = []
-            for req in requests:
-                if chunk and sum(r.n for r in chunk) + req.n > self.max_batch_size:
-                    results += self._generate_batch(chunk)
-                    chunk = []
-                chunk.append(req)
-            if chunk:
-                results += self._generate_batch(chunk)
+            with self._on_stream():
+                results = self._in_batches(requests)
             aborted = [r for r in results if r.aborted]
             if aborted:
                 self._aborted += aborted
@@ -162,6 +164,19 @@ class TorchBackend:
             with self._cond:
                 self._inflight -= 1
                 self._cond.notify_all()
+
+    def _in_batches(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        results = []
+        # Chunk by whole groups so a group's samples share one batch (and its RNG stream).
+        chunk: list[GroupRequest] = []
+        for req in requests:
+            if chunk and sum(r.n for r in chunk) + req.n > self.max_batch_size:
+                results += self._generate_batch(chunk)
+                chunk = []
+            chunk.append(req)
+        if chunk:
+            results += self._generate_batch(chunk)
+        return results
 
     @torch.no_grad()
     def _generate_batch(self, requests: list[GroupRequest]) -> list[GroupResult]:

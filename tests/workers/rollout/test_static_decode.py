@@ -71,10 +71,11 @@ def extend(seq, attn, tokens):
     return torch.cat([seq, tokens[:, None]], 1), torch.cat([attn, one], 1)
 
 
+@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_steps_match_the_transformers_forward(arch):
+def test_steps_match_the_transformers_forward(arch, attention):
     model = lora_model(arch)
-    decoder = StaticDecoder(model, max_batch=8, graphs=False)
+    decoder = StaticDecoder(model, max_batch=8, graphs=False, attention=attention)
     ids, attn = prompts()
     fan = torch.tensor([0, 0, 1, 2])  # a group of two rows shares prompt 0's prefill
     decoder.reserve(ids.shape[1] + 8)
