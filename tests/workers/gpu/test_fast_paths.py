@@ -127,15 +127,18 @@ def test_bf16_policy_matches_float32_reference(model_dir):
         assert cos > 0.99, f"LoRA gradients of bf16 and fp32 policies differ: cos {cos:.4f}"
 
 
-@pytest.mark.parametrize("decode", ["auto", "dynamic"])
+@pytest.mark.parametrize("decode", ["auto", "auto:bmm", "dynamic"])
 def test_engine_logprobs_match_trainer_forward(model_dir, decode):
-    """auto = the static cache with CUDA graphs on a GPU; dynamic = PEFT's own forward."""
+    """auto = the static cache with CUDA graphs on a GPU (attention by SDPA, or by the
+    decoder's own bmm); dynamic = PEFT's own forward."""
+    decode, _, attention = decode.partition(":")
     spec = make_spec(model_dir, decode=decode)
     policy = LoraPolicy(spec, model_dir)
     backend = TorchBackend(spec, model_dir)
     assert (backend.decoder is not None) == (decode == "auto")
     if backend.decoder is not None:
         assert backend.decoder.graphs
+        backend.decoder.attention = attention or backend.decoder.attention
     adapter = random_adapter(policy)
     policy.load_adapter_tensors(adapter, 1)
     assert asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter))) == 1
