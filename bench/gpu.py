@@ -185,16 +185,12 @@ def plain_peft_step_fn(model_dir: Path, seqs: int, seq_len: int):
     return step, model
 
 
-def engine_policy(model_dir: Path, resp_len: int, micro_batch: int):
+def engine_policy(model_dir: Path, resp_len: int, micro_batch: int, compile: bool = False):
     from workers.policy import LoraPolicy
     from workers.spec import parse_spec
 
-    spec = parse_spec(
-        base_spec(
-            model_dir,
-            **{"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch},
-        )
-    )
+    over = {"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch}
+    spec = parse_spec(base_spec(model_dir, **over, **{"train.compile": compile}))
     return LoraPolicy(spec, model_dir)
 
 
@@ -302,7 +298,7 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
                 {k: rows[-1].get(k) for k in ("tok_s", "peak_gb", "oom")},
                 flush=True,
             )
-    if torch.cuda.is_available():  # the effect of keeping LoRA inputs bf16, same run
+    if args.cast_row and torch.cuda.is_available():  # keeping LoRA inputs bf16, same run
         seqs = args.seqs[0]
 
         def make_cast(seqs=seqs):
@@ -314,8 +310,24 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         name = f"engine {seqs}x{seq_len}, PEFT casts LoRA inputs to fp32"
         rows.append(measure(name, make_cast, seqs * seq_len, args.warmup, args.reps))
         print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
+    if args.compile and torch.cuda.is_available():  # train.compile, same run
+        seqs = args.seqs[0]
+
+        def make_compiled(seqs=seqs):
+            policy = engine_policy(model_dir, resp_len, seqs, compile=True)
+            batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
+            t0 = time.perf_counter()
+            policy.train_step(batch)  # the first step compiles
+            sync()
+            res["compile_s"] = time.perf_counter() - t0
+            return (lambda: policy.train_step(batch)), policy
+
+        name = f"engine {seqs}x{seq_len} micro-batch {seqs}, train.compile"
+        rows.append(measure(name, make_compiled, seqs * seq_len, args.warmup, args.reps))
+        print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
+        print(f"first step (compiling): {res['compile_s']:.1f} s", flush=True)
     if args.profile and torch.cuda.is_available():
-        policy = engine_policy(model_dir, resp_len, args.seqs[0])
+        policy = engine_policy(model_dir, resp_len, args.seqs[0], compile=args.compile)
         batch = train_batch(policy, args.seqs[0], prompt_len, resp_len, vocab)
         policy.train_step(batch)
         from torch.profiler import ProfilerActivity, profile
@@ -838,6 +850,8 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="tiny shapes: check the script on CPU")
     ap.add_argument("--no-baseline", dest="baseline", action="store_false")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="train: also with train.compile")
+    ap.add_argument("--no-cast-row", dest="cast_row", action="store_false")
     ap.add_argument("--seqs", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--micro-batches", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--seq-len", type=int, default=1024)

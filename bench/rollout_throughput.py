@@ -35,7 +35,11 @@ PROMPTS = ["12+34=", "7+8=", "40+41=", "3+99=", "55+5=", "61+17=", "8+80=", "23+
 
 
 async def run(args: argparse.Namespace, model_dir: Path) -> None:
-    def spec(backend: str):
+    def spec(engine: str):
+        backend, _, decode = engine.partition(":")  # torch:static = the static KV cache
+        rollout = {"backend": backend, "max_new_tokens": args.tokens}
+        if decode:
+            rollout["decode"] = decode
         return parse_spec(
             {
                 "model": {"path": str(model_dir)},
@@ -44,7 +48,7 @@ async def run(args: argparse.Namespace, model_dir: Path) -> None:
                     "alpha": 16,
                     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
                 },
-                "rollout": {"backend": backend, "max_new_tokens": args.tokens},
+                "rollout": rollout,
                 "seed": 0,
             }
         )
@@ -61,7 +65,7 @@ async def run(args: argparse.Namespace, model_dir: Path) -> None:
     prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
 
     backends = {}
-    for name in ("torch", "vllm"):
+    for name in args.engines.split(","):
         t0 = time.perf_counter()
         backends[name] = make_backend(spec(name), model_dir)
         await backends[name].load_adapter(update)
@@ -99,8 +103,10 @@ async def run(args: argparse.Namespace, model_dir: Path) -> None:
     for name in backends:
         med = statistics.median(times[name])
         rate[name] = statistics.median(tokens[name]) / med
-        print(f"{name:>6}: {rate[name]:8.0f} tokens/s  (median round {med:.2f} s)")
-    print(f"vllm / torch: {rate['vllm'] / rate['torch']:.2f}×")
+        print(f"{name:>12}: {rate[name]:8.0f} tokens/s  (median round {med:.2f} s)")
+    for name in rate:
+        if name != "torch" and "torch" in rate:
+            print(f"{name} / torch: {rate[name] / rate['torch']:.2f}×")
 
 
 def main() -> None:
@@ -110,6 +116,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8, help="samples per prompt")
     ap.add_argument("--tokens", type=int, default=32, help="max new tokens")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument(
+        "--engines",
+        default="torch,vllm",
+        help="comma-separated; torch:static = the torch engine on its static KV cache",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

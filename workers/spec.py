@@ -307,6 +307,11 @@ class TrainSpec(_Section):
     )
     log_samples: int = Field(4, ge=0, description="samples per step sent to the inspector")
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
+    compile: bool = Field(
+        False,
+        description="on a GPU, compile each decoder layer with torch.compile (fuses the "
+        "norms, LoRA scaling and activations; the first steps pay the compile)",
+    )
 
 
 class CheckpointSpec(_Section):

@@ -39,6 +39,12 @@ class LoraPolicy:
         self.adapter_version = 0
         use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
         self._autocast = (lambda: bf16_autocast(self.model)) if use_bf16 else contextlib.nullcontext
+        if t.compile and self.device.type == "cuda":
+            # Regional compilation: the layers share one forward, so one compiled graph
+            # serves all of them (parameters are its inputs), and the logprob head, which
+            # has its own fused kernels, stays as it is.
+            for layer in self._lm_parts()[0].layers:
+                layer.compile()
 
     # ---------------------------------------------------------------- forward passes
 
