@@ -133,3 +133,39 @@ def test_shared_prompt_forward_equals_the_plain_forward(make_spec):
     for n, p in policy.model.named_parameters():
         if p.requires_grad:
             torch.testing.assert_close(got[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)
+
+
+def test_the_training_forward_compiles_once_for_all_layers(make_spec, tmp_path):
+    """train.compile (GPU) compiles each decoder layer; the training forward must not give
+    dynamo a per-layer guard (a KV cache did: one recompile per layer, and past eight the
+    layers silently ran eager). Traced here with the aot_eager backend, which needs no
+    compiler."""
+    import torch._dynamo
+
+    from .gpu.small_qwen3 import build_small_qwen3
+
+    model_dir = build_small_qwen3(
+        tmp_path, vocab_size=256, hidden_size=64, num_hidden_layers=4,
+        num_attention_heads=4, intermediate_size=128,
+    )  # fmt: skip
+    spec = parse_spec(make_spec(**{"model": {"path": str(model_dir), "dtype": "float32"}}))
+    policy = LoraPolicy(spec, model_dir)
+    for layer in policy._lm_parts()[0].layers:
+        layer.compile(backend="aot_eager")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    g = torch.Generator().manual_seed(0)
+    batch = collate(
+        [
+            TrainSample(torch.randint(3, 30, (6,), generator=g).tolist(),
+                        torch.randint(3, 30, (9,), generator=g).tolist(), [-1.0] * 9, [0] * 9, 1.0)
+            for _ in range(4)
+        ],
+        0,
+    )  # fmt: skip
+    lp, _ = policy.token_logprobs(batch, share_prompts=False)
+    lp.sum().backward()
+    assert len(policy._lm_parts()[0].layers) == 4
+    # the first layer's input needs no grad, the others' do: two graphs, whatever the depth
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    assert all(p.grad is not None for p in policy.params)

@@ -109,8 +109,10 @@ class LoraPolicy:
             key = tuple(batch.input_ids[i, : int(batch.prompt_len[i])].tolist())
             owner.append(keys.setdefault(key, len(keys)))
         if not share_prompts or (len(keys) == len(batch) and not self.uniform_forward):
+            # use_cache=False: no KV cache to build in training; with one, each layer's
+            # cache slot was a guard that made train.compile recompile per layer
             hidden = body(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
             ).last_hidden_state  # [B, L, H]
             return hidden.gather(1, batch.resp_pos.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         prompts = list(keys)

@@ -188,5 +188,7 @@ def test_compiled_layers_match_the_eager_policy(model_dir):
         (lp * batch.mask * batch.advantages[:, None]).sum().backward()
         out.append((lp.detach(), torch.cat([p.grad.flatten() for p in policy.params])))
     assert token_mult_prob_error(out[1][0], out[0][0], batch.mask) < 1.01
+    # one graph for the first layer (its input needs no grad), one for all the others
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2
     cos = torch.nn.functional.cosine_similarity(out[0][1], out[1][1], dim=0)
     assert cos > 0.999, f"compiled and eager LoRA gradients differ: cos {cos:.5f}"
