@@ -587,7 +587,8 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
             asyncio.run(backend.close())
             del backend
             gc.collect()
-            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     if args.profile and torch.cuda.is_available():
         from torch.profiler import ProfilerActivity, profile
 

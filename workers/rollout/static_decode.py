@@ -65,7 +65,8 @@ def _is_lora(module: nn.Module) -> bool:
 
 class FusedLinear:
     """Linears reading one input, as one matmul (see the module docstring). Called on a
-    [tokens, in] matrix, returns one [tokens, out_i] view per linear."""
+    [tokens, in] matrix, returns their outputs side by side ([tokens, Σ out_i]); `split`
+    gives one view per linear."""
 
     def __init__(self, modules: list[nn.Module]):
         bases = [m.base_layer if _is_lora(m) else m for m in modules]
@@ -96,9 +97,13 @@ class FusedLinear:
             at += n
         # x·Aᵀ of every LoRA linear lands in the rows after the base outputs; one
         # block-diagonal B (× scaling; zero for a linear without LoRA) adds them all back
-        self.blocks = [
-            (self.slices[modules.index(m)], r) for m, r in zip(self.lora, ranks, strict=True)
-        ]
+        # each LoRA linear: (its output columns, its A rows in `weight`, its B columns)
+        self.blocks = []
+        at = 0
+        for m, r in zip(self.lora, ranks, strict=True):
+            a_rows = slice(self.width + at, self.width + at + r)
+            self.blocks.append((self.slices[modules.index(m)], a_rows, slice(at, at + r)))
+            at += r
         self.rank = sum(ranks)
         self.b = ref.new_zeros((self.width, self.rank)) if self.rank else None
         self.refresh()
@@ -106,11 +111,9 @@ class FusedLinear:
     @torch.no_grad()
     def refresh(self) -> None:
         """Copy the adapter's current A and B (× scaling) in, cast to the base dtype."""
-        at = 0
-        for m, (out, r) in zip(self.lora, self.blocks, strict=True):
-            self.weight[self.width + at : self.width + at + r].copy_(m.lora_A[ADAPTER_NAME].weight)
-            self.b[out, at : at + r].copy_(m.lora_B[ADAPTER_NAME].weight * m.scaling[ADAPTER_NAME])
-            at += r
+        for m, (out, a_rows, b_cols) in zip(self.lora, self.blocks, strict=True):
+            self.weight[a_rows].copy_(m.lora_A[ADAPTER_NAME].weight)
+            self.b[out, b_cols].copy_(m.lora_B[ADAPTER_NAME].weight * m.scaling[ADAPTER_NAME])
 
     def __call__(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
         """[tokens, in] → [tokens, Σ out] (+ residual): two matmuls whatever the count."""
@@ -196,7 +199,6 @@ class StaticDecoder:
             raise ValueError(f"static decode does not support this model: {why}")
         lm = _causal_lm(model)
         config = lm.config
-        self.model = lm
         self.embed = lm.model.embed_tokens
         self.norm = lm.model.norm
         self.rotary = lm.model.rotary_emb
@@ -246,13 +248,12 @@ class StaticDecoder:
         self._graphs.clear()
         self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        positions = torch.arange(self.length, device=self.device).unsqueeze(0)
+        self.arange = torch.arange(self.length, device=self.device)
         probe = torch.empty(0, dtype=self.dtype, device=self.device)
-        cos, sin = self.rotary(probe, positions)  # the model's own rotary tables
+        cos, sin = self.rotary(probe, self.arange.unsqueeze(0))  # the model's own tables
         sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
         sign[: self.head_dim // 2] = -1
         self.cos, self.sin = cos[0], sin[0] * sign  # [length, head_dim]; see _rope
-        self.arange = torch.arange(self.length, device=self.device)
 
     # ---------------------------------------------------------------- prefill
 

@@ -24,9 +24,8 @@ import torch
 
 from ..policy import lora as lora_io
 from ..spec import RunSpec
-from . import static_decode
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
-from .static_decode import StaticDecoder
+from .static_decode import StaticDecoder, supports
 
 
 class TorchBackend:
@@ -64,7 +63,7 @@ class TorchBackend:
     def _static_decoder(self, spec: RunSpec) -> StaticDecoder | None:
         mode = getattr(spec.rollout, "decode", "dynamic")
         if mode == "auto":
-            if self.device.type != "cuda" or static_decode.supports(self.model) is not None:
+            if self.device.type != "cuda" or supports(self.model) is not None:
                 return None
         elif mode != "static":
             return None
@@ -207,7 +206,7 @@ class TorchBackend:
                 row_prompts.append(req.prompt_ids + s.token_ids)
         if rows:
             decode = self._decode if self.decoder is None else self._decode_static
-            decode(requests, samples, rows, row_prompts, gens, params)
+            decode(samples, rows, row_prompts, gens, params)
         for group in samples:
             for s in group:
                 s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
@@ -233,7 +232,7 @@ class TorchBackend:
             attn[u, width - len(p) :] = 1
         return ids.to(self.device), attn.to(self.device)
 
-    def _decode(self, requests, samples, rows, row_prompts, gens, params) -> None:
+    def _decode(self, samples, rows, row_prompts, gens, params) -> None:
         ids, prompt_attn, own = self._prompts(row_prompts)
         pos = (prompt_attn.cumsum(-1) - 1).clamp(min=0)  # [U, P]
         attn = prompt_attn[own]  # [R, P]
@@ -277,7 +276,7 @@ class TorchBackend:
                 step_pos = step_pos[:, -1:] + 1
         state.abort_unfinished()
 
-    def _decode_static(self, requests, samples, rows, row_prompts, gens, params) -> None:
+    def _decode_static(self, samples, rows, row_prompts, gens, params) -> None:
         """As _decode, on the static cache (see static_decode.py): the same prefix sharing,
         sampling, compaction and recompute-on-adapter-change, without Python per layer."""
         dec = self.decoder
