@@ -195,6 +195,18 @@ class TorchRolloutSpec(_RolloutBase):
         "GPU; dynamic: the PEFT model's own forward; auto: static on a GPU for the models it "
         "supports (llama, mistral, qwen2, qwen3)",
     )
+    compile: bool = Field(
+        False,
+        description="static decode on a GPU: torch.compile the step's norms, RoPE, LoRA and "
+        "residual adds around attention into fused kernels before the CUDA graph captures "
+        "them (the first steps of a run compile)",
+    )
+    continuous: bool = Field(
+        True,
+        description="static decode: slots of finished rows take the next waiting groups "
+        "while the others decode on (continuous batching); false decodes the requests in "
+        "batches of max_batch_size, each to its end",
+    )
 
 
 class VllmRolloutSpec(_RolloutBase):

@@ -198,3 +198,61 @@ def test_static_and_dynamic_decode_sample_the_same_tokens(make_spec):
             assert s.token_ids == d.token_ids and s.finish_reason == d.finish_reason
             assert s.logprobs == pytest.approx(d.logprobs, abs=1e-4)
     assert len({tuple(s.token_ids) for r in static for s in r.samples}) > 4
+
+
+class DecoderLog:
+    """Delegates to the static decoder and records its steps and admissions."""
+
+    def __init__(self, decoder):
+        self._decoder, self.steps, self.admitted = decoder, 0, []
+
+    def step(self, tokens):
+        self.steps += 1
+        return self._decoder.step(tokens)
+
+    def prefill(self, *args, slots=None, **kwargs):
+        self.admitted.append(slots)
+        return self._decoder.prefill(*args, slots=slots, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._decoder, name)
+
+
+def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make_spec):
+    """Continuous batching on the static decoder: 16 rows through 8 slots. Two groups have
+    2 tokens left, two have 8: the short group's slots go to the next group while the long
+    one decodes on, so the whole takes 8 decode steps instead of two batches' 14, and each
+    group's tokens equal the PEFT forward's, which decodes the groups in two batches."""
+    spec = parse_spec(
+        make_spec("rollout.max_new_tokens=8", "rollout.temperature=2.0",
+                  "rollout.max_batch_size=8")
+    )  # fmt: skip
+    policy = LoraPolicy(spec, spec.model.path)
+
+    def group(rid, prompt, seed, held):
+        partial = [Sample([5] * held, [-1.0] * held, [7] * held) for _ in range(4)]
+        ids = policy.tokenizer.encode(prompt)
+        return GroupRequest(rid, ids, 4, seed, SamplingParams(2.0, 8), partial=partial)
+
+    reqs = [group("b", "4+5=", 5, 6), group("a", "12+3=", 11, 0),
+            group("c", "40+41=", 6, 0), group("d", "7+8=", 3, 6)]  # fmt: skip
+
+    async def run(decode: str):
+        over = spec.rollout.model_copy(update={"decode": decode})
+        backend = make_backend(spec.model_copy(update={"rollout": over}), spec.model.path)
+        if backend.decoder is not None:
+            backend.decoder = DecoderLog(backend.decoder)
+        await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
+        return await backend.generate(reqs), backend.decoder
+
+    (static, log), (dynamic, _) = asyncio.run(run("static")), asyncio.run(run("dynamic"))
+    for a, b in zip(static, dynamic, strict=True):
+        for s, d in zip(a.samples, b.samples, strict=True):
+            assert s.token_ids == d.token_ids and s.finish_reason == d.finish_reason
+            assert s.logprobs == pytest.approx(d.logprobs, abs=1e-4)
+            assert len(s.token_ids) == len(s.versions) == len(s.logprobs)
+    # b and a start; c takes b's four slots after b's two tokens; d takes a's after eight
+    assert log.admitted[:2] == [list(range(8)), [0, 1, 2, 3]]
+    assert log.admitted[2] == [4, 5, 6, 7] or 0 in log.admitted[2]
+    assert log.steps <= 8
+    assert len({tuple(s.token_ids) for r in static for s in r.samples}) > 8

@@ -13,9 +13,11 @@ once and replayed without Python:
   added to its slice in place. The adapter stays unmerged: the base bits are the trainer's.
 - LoRA runs in the base dtype (bf16 on a GPU), as it does in the trainer under autocast;
   `refresh()` copies the adapter's A and B in after every load.
-- every row of the batch writes its key/value at the same cache index t (prompts are left
-  padded), so a row's position is t − its padding, and one additive mask per step hides
-  the padding and the future.
+- each row of the batch (a slot) writes its key/value at its own cache index t_r; prompts
+  admitted together are left padded to one width, so a row's position is t_r − its padding
+  and one mask per step hides the padding and the future. A slot whose row has finished
+  takes a new prompt (`prefill(..., slots=...)`) while the others decode on: continuous
+  batching.
 - graphs are kept per (batch bucket, attention extent): after finished rows are compacted
   away a smaller graph runs, and attention reads only the cache written so far, rounded up.
 
@@ -115,18 +117,28 @@ class FusedLinear:
             self.weight[a_rows].copy_(m.lora_A[ADAPTER_NAME].weight)
             self.b[out, b_cols].copy_(m.lora_B[ADAPTER_NAME].weight * m.scaling[ADAPTER_NAME])
 
+    @property
+    def params(self) -> tuple:
+        """What `_fused` takes after the input: (weight, bias, B, width)."""
+        return self.weight, self.bias, self.b, self.width
+
     def __call__(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
-        """[tokens, in] → [tokens, Σ out] (+ residual): two matmuls whatever the count."""
-        y = F.linear(x, self.weight, self.bias)
-        if self.b is None:
-            return y if residual is None else residual + y
-        base, xa = y[:, : self.width], y[:, self.width :]
-        if residual is None:
-            return torch.addmm(base, xa, self.b.t())
-        return (residual + base).addmm_(xa, self.b.t())
+        return _fused(x, *self.params, residual)
 
     def split(self, y: Tensor) -> list[Tensor]:
         return [y[:, s] for s in self.slices]
+
+
+def _fused(x, weight, bias, b, width: int, residual: Tensor | None = None) -> Tensor:
+    """A FusedLinear's outputs ([tokens, in] → [tokens, width]) (+ residual): two matmuls
+    whatever the count of linears and adapters."""
+    y = F.linear(x, weight, bias)
+    if b is None:
+        return y if residual is None else residual + y
+    base, xa = y[:, :width], y[:, width:]
+    if residual is None:
+        return torch.addmm(base, xa, b.t())
+    return (residual + base).addmm_(xa, b.t())
 
 
 class _Layer:
@@ -145,9 +157,20 @@ class _Layer:
             q, k = attn.q_norm, attn.k_norm
             weight = torch.cat([q.weight.expand(n_heads, -1), k.weight.expand(n_kv, -1)])
             self.qk_norm = (weight.detach(), _eps(q))
+        self.eps1, self.eps2 = _eps(self.ln1), _eps(self.ln2)
+        self.inter = self.gate_up.slices[0].stop  # gate's width: the first output
 
     def linears(self) -> list[FusedLinear]:
         return [self.qkv, self.o, self.gate_up, self.down]
+
+    def attn_in(self) -> tuple:
+        """The tensors and constants `_attn_in` takes after its inputs."""
+        return self.ln1.weight, self.eps1, self.qkv.params, self.qk_norm
+
+    def attn_out_mlp(self) -> tuple:
+        """The tensors and constants `_attn_out_mlp` takes after its inputs."""
+        params = self.o.params, self.ln2.weight, self.eps2, self.gate_up.params
+        return (*params, self.down.params, self.inter)
 
 
 def _eps(norm: nn.Module) -> float:
@@ -177,6 +200,28 @@ def _scores(q: Tensor, keys_t: Tensor) -> Tensor:
     return torch.bmm(q, keys_t).float()
 
 
+def _attn_in(x, cos, sin, ln, eps, qkv, qk_norm, shape):
+    """[N, H] → q [N, heads, D], k and v [N, kv heads, D]: the input norm, q/k/v with
+    their adapters, q and k normed per head (qwen3) and rotated, together. A pure function
+    of its tensors, so that one compiled graph serves every layer."""
+    heads, n_kv, d = shape
+    y = _fused(_rms(x, ln, eps), *qkv)
+    qk = y[:, : (heads + n_kv) * d].unflatten(-1, (heads + n_kv, d))
+    v = y[:, (heads + n_kv) * d :].unflatten(-1, (n_kv, d))
+    if qk_norm is not None:  # a weight per head: normalise, then scale
+        weight, qk_eps = qk_norm
+        qk = F.rms_norm(qk, (d,), None, qk_eps) * weight
+    qk = _rope(qk, cos, sin)
+    return qk[:, :heads], qk[:, heads:], v
+
+
+def _attn_out_mlp(a, x, o, ln, eps, gate_up, down, inter: int):
+    """x + o(a), then + the MLP of that: the rest of a layer after attention."""
+    x = _fused(a, *o, x)
+    gu = _fused(_rms(x, ln, eps), *gate_up)
+    return _fused(F.silu(gu[:, :inter]) * gu[:, inter:], *down, x)
+
+
 def _bucket(n: int, cap: int) -> int:
     return min(cap, max(_MIN_BUCKET, 1 << (n - 1).bit_length()))
 
@@ -185,14 +230,20 @@ class StaticDecoder:
     """Prefill and decode steps of `model` over a KV cache of fixed shape.
 
     `prefill(ids, attn)` runs left-padded prompts (optionally fanning each out to several
-    rows), fills cache positions [0, width) and returns each row's last logits;
-    `step(tokens)` appends one token a row at cache index t and returns the next logits;
-    `compact(keep)` moves the kept rows to the front. On CUDA with `graphs`, steps are CUDA
-    graph replays. Not thread-safe: the backend calls it under its step lock.
+    rows), fills cache positions [0, width) of the batch's first rows, or of the given
+    `slots` while the other rows keep theirs, and returns each row's last logits;
+    `step(tokens)` appends one token a row, each at its own cache index, and returns the
+    next logits; `compact(keep)` moves the kept rows to the front. On CUDA with `graphs`,
+    steps are CUDA graph replays. Not thread-safe: the backend calls it under its step lock.
     """
 
     def __init__(
-        self, model: nn.Module, max_batch: int, graphs: bool = True, attention: str = "sdpa"
+        self,
+        model: nn.Module,
+        max_batch: int,
+        graphs: bool = True,
+        attention: str = "sdpa",
+        compile: str | None = None,
     ):
         why = supports(model)
         if why is not None:
@@ -207,6 +258,16 @@ class StaticDecoder:
         self.n_kv = config.num_key_value_heads
         self.layers = [_Layer(layer, self.n_heads, self.n_kv) for layer in lm.model.layers]
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
+        self.shape = (self.n_heads, self.n_kv, self.head_dim)
+        # compile: a torch.compile backend ("inductor" on a GPU) for the decode step's two
+        # halves around attention. They are pure functions of their tensors, so one graph
+        # serves all layers; the CUDA graph then replays the fused kernels. Prefill runs
+        # eager (its shapes change with every batch of prompts).
+        self._step_in, self._step_out = _attn_in, _attn_out_mlp
+        self.compiled = bool(compile)
+        if compile:
+            self._step_in = torch.compile(_attn_in, backend=compile, fullgraph=True)
+            self._step_out = torch.compile(_attn_out_mlp, backend=compile, fullgraph=True)
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.max_batch = max_batch
         self.device = self.embed.weight.device
@@ -219,13 +280,24 @@ class StaticDecoder:
         # float32 softmax written out here, the reference the tests hold sdpa to
         self.attention = attention
         self.length = 0  # cache positions allocated; grown by reserve()
-        self.rows = 0  # rows holding live sequences, at the front
-        self.width = 0  # the cache index the next step writes: every row's next position
+        self.rows = 0  # rows holding sequences, at the front
+        # each row's next cache index, on the host (the attention extent) and the device
+        self.ends = [0] * max_batch
+        self.retired: set[int] = set()
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self._pool = None
-        self.t = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.t = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.pad = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=self.device)
+        self.slot_ids = torch.arange(max_batch, device=self.device)
+        # 1 for a row that advances a step, 0 for a retired one (finished, its slot not yet
+        # taken): that row keeps writing at its index 0 instead of walking off the cache
+        self.advance = torch.ones(max_batch, dtype=torch.long, device=self.device)
+
+    @property
+    def width(self) -> int:
+        """The furthest cache index a live row writes next."""
+        return max(self.ends[: self.rows], default=0)
 
     # ---------------------------------------------------------------- adapter and memory
 
@@ -255,18 +327,51 @@ class StaticDecoder:
         sign[: self.head_dim // 2] = -1
         self.cos, self.sin = cos[0], sin[0] * sign  # [length, head_dim]; see _rope
 
+    def reset(self) -> None:
+        """Empty the batch (the cache keeps its size and graphs)."""
+        self.rows = 0
+        self.t.zero_()
+        self.pad.zero_()
+        self.advance.fill_(1)
+        self.ends = [0] * self.max_batch
+        self.retired = set()
+
+    def retire(self, slots: list[int]) -> None:
+        """Rows that have finished but keep their slots: they stop advancing (and stop
+        counting towards the attention extent) until a prefill gives the slot a new row."""
+        if not slots:
+            return
+        index = torch.tensor(slots, device=self.device)
+        for buf in (self.t, self.pad, self.advance):
+            buf[index] = 0
+        for s in slots:
+            self.ends[s] = 0
+        self.retired.update(slots)
+
     # ---------------------------------------------------------------- prefill
 
     @torch.no_grad()
-    def prefill(self, ids: Tensor, attn: Tensor, fan: Tensor | None = None) -> Tensor:
-        """ids, attn: [U, W] left-padded prompts and their mask. Rows of the cache become
-        `fan` (row r takes prompt fan[r]; default one row a prompt). Returns [R, vocab]."""
+    def prefill(
+        self, ids: Tensor, attn: Tensor, fan: Tensor | None = None, slots: list[int] | None = None
+    ) -> Tensor:
+        """ids, attn: [U, W] left-padded prompts and their mask. R rows of the cache take
+        them, row r prompt fan[r] (default one row a prompt): the first R rows, replacing
+        the batch, or the given `slots` (R batch positions, at most one past the last live
+        row), the other rows keeping their sequences. Returns [R, vocab]."""
         u, width = ids.shape
         fan = torch.arange(u, device=self.device) if fan is None else fan
         rows = fan.shape[0]
-        if rows > self.max_batch:
-            raise ValueError(f"{rows} rows exceed the decoder's batch of {self.max_batch}")
+        if slots is None:  # a new batch: no row keeps its sequence
+            self.reset()
+            slots = list(range(rows))
+        if len(slots) != rows:
+            raise ValueError(f"{rows} rows for {len(slots)} slots")
+        if rows and max(slots) >= self.max_batch:
+            raise ValueError(f"slot {max(slots)} is past the decoder's batch of {self.max_batch}")
+        if width >= self.length and self.rows:
+            raise RuntimeError("the cache must be reserved before rows are admitted into it")
         self.reserve(width + 1)
+        into = torch.tensor(slots, device=self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [U, W, 1, D]
         valid = attn.bool()
@@ -277,47 +382,34 @@ class StaticDecoder:
         x = self.embed(ids).flatten(0, 1)  # [U·W, H]
         cos, sin = cos.flatten(0, 1), sin.flatten(0, 1)
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
+            q, k, v = _attn_in(x, cos, sin, *layer.attn_in(), self.shape)
             q, k, v = (t.unflatten(0, (u, width)).transpose(1, 2) for t in (q, k, v))
-            self.k[i, :rows, :, :width] = k[fan]
-            self.v[i, :rows, :, :width] = v[fan]
+            self.k[i, :, :, :width].index_copy_(0, into, k[fan])
+            self.v[i, :, :, :width].index_copy_(0, into, v[fan])
             a = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=self.n_heads != self.n_kv
             )
-            x = layer.o(a.transpose(1, 2).flatten(2).flatten(0, 1), residual=x)
-            x = self._mlp(layer, x)
-        self.rows, self.width = rows, width
-        self.pad[:rows] = (attn.shape[1] - attn.sum(-1))[fan]
+            a = a.transpose(1, 2).flatten(2).flatten(0, 1)
+            x = _attn_out_mlp(a, x, *layer.attn_out_mlp())
+        self.pad[into] = (attn.shape[1] - attn.sum(-1))[fan]
+        self.t[into] = width
+        self.advance[into] = 1
+        for s in slots:
+            self.ends[s] = width
+        self.retired.difference_update(slots)
+        self.rows = max(self.rows, max(slots, default=-1) + 1)
         logits = self.head(_norm(x.view(u, width, -1)[:, -1], self.norm))
         return logits[fan]
-
-    def _qkv(self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor):
-        """[N, H] → q [N, heads, D], k and v [N, kv heads, D]; q and k normed per head
-        (qwen3) and rotated, together."""
-        y = layer.qkv(_norm(x, layer.ln1))
-        heads = self.n_heads + self.n_kv
-        qk = y[:, : heads * self.head_dim].unflatten(-1, (heads, self.head_dim))
-        v = y[:, heads * self.head_dim :].unflatten(-1, (self.n_kv, self.head_dim))
-        if layer.qk_norm is not None:  # a weight per head: normalise, then scale
-            weight, eps = layer.qk_norm
-            qk = F.rms_norm(qk, (self.head_dim,), None, eps) * weight
-        qk = _rope(qk, cos, sin)
-        return qk[:, : self.n_heads], qk[:, self.n_heads :], v
-
-    def _mlp(self, layer: _Layer, x: Tensor) -> Tensor:
-        """x + the MLP of x."""
-        gate, up = layer.gate_up.split(layer.gate_up(_norm(x, layer.ln2)))
-        return layer.down(F.silu(gate) * up, residual=x)
 
     # ---------------------------------------------------------------- decode
 
     def _step(self, n: int, extent: int) -> Tensor:
-        """One token for rows [0, n) at cache index t, attending to [0, extent)."""
-        t, pad = self.t, self.pad[:n]
+        """One token for rows [0, n), each at its cache index t, attending to [0, extent)."""
+        t, pad, slot = self.t[:n], self.pad[:n], self.slot_ids[:n]
         pos = t - pad  # [n]
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [n, 1, D]
         span = self.arange[:extent]
-        seen = (span >= pad[:, None]) & (span <= t)  # [n, extent]
+        seen = (span >= pad[:, None]) & (span <= t[:, None])  # [n, extent]
         if self.attention == "bmm":
             bias = torch.zeros(seen.shape, dtype=torch.float32, device=self.device)
             # [n·kv, 1, extent]: each (row, kv head) batch's mask
@@ -326,11 +418,11 @@ class StaticDecoder:
         group, d = self.n_heads // self.n_kv, self.head_dim
         x = self.embed(self.tokens[:n])  # [n, H]
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
-            keys, values = self.k[i, :n], self.v[i, :n]
-            keys.index_copy_(2, t, k.unsqueeze(2))
-            values.index_copy_(2, t, v.unsqueeze(2))
-            keys, values = keys[:, :, :extent], values[:, :, :extent]
+            q, k, v = self._step_in(x, cos, sin, *layer.attn_in(), self.shape)
+            keys, values = self.k[i], self.v[i]
+            keys[slot, :, t] = k  # each row's key and value at its own index
+            values[slot, :, t] = v
+            keys, values = keys[:n, :, :extent], values[:n, :, :extent]
             if self.attention == "sdpa":
                 a = F.scaled_dot_product_attention(
                     q.unsqueeze(2), keys, values, attn_mask=seen[:, None, None],
@@ -343,24 +435,29 @@ class StaticDecoder:
                 scores = torch.add(bias, _scores(q, keys.transpose(1, 2)), alpha=self.scale)
                 weights = torch.softmax(scores, dim=-1).to(self.dtype)
                 a = torch.bmm(weights, values)
-            x = layer.o(a.reshape(n, self.n_heads * d), residual=x)
-            x = self._mlp(layer, x)
+            x = self._step_out(a.reshape(n, self.n_heads * d), x, *layer.attn_out_mlp())
         return self.head(_norm(x, self.norm))
 
     @torch.no_grad()
     def step(self, tokens: Tensor) -> Tensor:
         """Append `tokens` ([rows]) and return the next logits ([rows, vocab])."""
         n = self.rows
-        if self.width >= self.length:
+        if tokens.shape[0] != n:
+            raise ValueError(f"{tokens.shape[0]} tokens for {n} rows")
+        width = self.width
+        if width >= self.length:
             raise RuntimeError(f"static cache full at {self.length} positions; reserve more")
         self.tokens[:n] = tokens
-        self.t.fill_(self.width)
-        extent = min(self.length, -(-(self.width + 1) // _EXTENT_STEP) * _EXTENT_STEP)
+        extent = min(self.length, -(-(width + 1) // _EXTENT_STEP) * _EXTENT_STEP)
         if self.graphs:
             logits = self._replay(_bucket(n, self.max_batch), extent)[:n]
         else:
             logits = self._step(n, extent)
-        self.width += 1
+        self.t[:n] += self.advance[:n]
+        if self.retired:
+            self.ends[:n] = [e + (p not in self.retired) for p, e in enumerate(self.ends[:n])]
+        else:
+            self.ends[:n] = [e + 1 for e in self.ends[:n]]
         return logits
 
     def _replay(self, n: int, extent: int) -> Tensor:
@@ -386,9 +483,16 @@ class StaticDecoder:
     @torch.no_grad()
     def compact(self, keep: Tensor) -> None:
         """Keep only rows `keep` (ascending batch positions), moved to the front."""
-        n, w = keep.shape[0], self.width
+        kept = keep.tolist()
+        n, w = len(kept), max((self.ends[p] for p in kept), default=0)
         self.k[:, :n, :, :w] = self.k[:, keep, :, :w]
         self.v[:, :n, :, :w] = self.v[:, keep, :, :w]
         self.pad[:n] = self.pad[keep].clone()
-        self.pad[n:] = 0  # rows past the live ones stay harmless (a valid mask)
+        self.t[:n] = self.t[keep].clone()
+        self.advance[:n] = self.advance[keep].clone()
+        self.ends[:n] = [self.ends[p] for p in kept]
+        self.retired = {i for i, p in enumerate(kept) if p in self.retired}
+        # rows past the live ones stay harmless: a valid mask, in-bounds writes
+        self.pad[n:], self.t[n:], self.advance[n:] = 0, 0, 1
+        self.ends[n:] = [0] * (self.max_batch - n)
         self.rows = n

@@ -45,6 +45,11 @@ class TorchBackend:
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.model.eval()
         self.decoder = self._static_decoder(spec)
+        # rollout.compile on a GPU: sampling's passes over [rows, vocab] fused into two
+        self._draw = draw
+        if self.decoder is not None and self.decoder.compiled:
+            self._draw = torch.compile(draw)
+        self.continuous = getattr(spec.rollout, "continuous", True)
         # The engine's own CUDA stream: in one process with the trainer (the embedded async
         # run on one GPU) its kernels can then run beside the trainer's instead of queueing
         # behind them on the default stream.
@@ -67,7 +72,11 @@ class TorchBackend:
                 return None
         elif mode != "static":
             return None
-        return StaticDecoder(self.model, self.max_batch_size)  # says why if it cannot
+        compile = "inductor" if getattr(spec.rollout, "compile", False) else None
+        if compile and self.device.type != "cuda":
+            compile = None  # a CPU run keeps the eager step (no C++ toolchain is assumed)
+        # says why if it cannot
+        return StaticDecoder(self.model, self.max_batch_size, compile=compile)
 
     @property
     def served_version(self) -> int:
@@ -165,17 +174,27 @@ class TorchBackend:
                 self._cond.notify_all()
 
     def _in_batches(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        """The requests in batches of at most max_batch_size rows, each batch decoded to its
+        end; on the static decoder, one batch whose freed slots take the next groups
+        (continuous batching), split only where the sampling params change."""
         results = []
         # Chunk by whole groups so a group's samples share one batch (and its RNG stream).
         chunk: list[GroupRequest] = []
         for req in requests:
-            if chunk and sum(r.n for r in chunk) + req.n > self.max_batch_size:
+            if chunk and self._full(chunk, req):
                 results += self._generate_batch(chunk)
                 chunk = []
             chunk.append(req)
         if chunk:
             results += self._generate_batch(chunk)
         return results
+
+    def _full(self, chunk: list[GroupRequest], req: GroupRequest) -> bool:
+        if req.params != chunk[0].params:
+            return True
+        if self.decoder is not None and self.continuous:
+            return False
+        return sum(r.n for r in chunk) + req.n > self.max_batch_size
 
     @torch.no_grad()
     def _generate_batch(self, requests: list[GroupRequest]) -> list[GroupResult]:
@@ -278,17 +297,22 @@ class TorchBackend:
 
     def _decode_static(self, samples, rows, row_prompts, gens, params) -> None:
         """As _decode, on the static cache (see static_decode.py): the same prefix sharing,
-        sampling, compaction and recompute-on-adapter-change, without Python per layer."""
+        sampling, compaction and recompute-on-adapter-change, without Python per layer. The
+        batch's slots are filled by whole groups; once enough rows have finished, their
+        slots take the next groups while the others decode on (continuous batching), so a
+        long response no longer holds a whole batch of short ones back."""
         dec = self.decoder
-        ids, prompt_attn, own = self._prompts(row_prompts)
-        state = _Rows(rows, samples, params, gens, self.device)
+        state = _Rows(rows, samples, params, gens, self.device, slots=dec.max_batch)
+        dec.reset()
+        dec.reserve(max(len(p) for p in row_prompts) + state.steps)
         tokens, cache_version = None, -1
         with closing(self._turns(state)) as turns:  # the lock goes with an error
             for version in turns:
                 if tokens is None:
-                    dec.reserve(ids.shape[1] + state.steps)
-                    logits = dec.prefill(ids, prompt_attn, fan=own)
-                elif version != cache_version:
+                    tokens = self._admit(state, row_prompts, version)
+                    cache_version = version
+                    continue
+                if version != cache_version:
                     # as in _decode: recompute the live rows' prefix under the new adapter
                     seqs = [row_prompts[k] + state.new_tokens(k) for k in state.live]
                     logits = dec.prefill(*self._left_pad(seqs))
@@ -301,40 +325,60 @@ class TorchBackend:
                     index = torch.tensor(keep, device=self.device)
                     dec.compact(index)
                     tokens = tokens[index]
+                else:  # finished rows that keep their slots stop walking the cache
+                    done = [p for p, k in enumerate(state.live) if not state.active[k]]
+                    dec.retire([p for p in done if p not in dec.retired])
+                if state.pending and state.room() >= state.admit_at():
+                    tokens = self._admit(state, row_prompts, version, tokens)
         state.abort_unfinished()
+
+    def _admit(self, state: _Rows, row_prompts, version: int, tokens=None) -> torch.Tensor:
+        """Prefill the next pending groups that fit into the batch's free slots (finished
+        rows' slots first, then past the last), sample their first tokens, and return the
+        tokens every slot decodes next."""
+        slots, new = state.admit()
+        ids, attn, own = self._prompts([row_prompts[k] for k in new])
+        logits = self.decoder.prefill(ids, attn, fan=own, slots=slots)
+        first = self._sample(logits, state, state.params, rows=new)
+        self._record(first, state, version, rows=new)
+        if tokens is None:
+            return first
+        grown = torch.zeros(len(state.live), dtype=tokens.dtype, device=self.device)
+        grown[: tokens.shape[0]] = tokens
+        grown[torch.tensor(slots, device=self.device)] = first
+        return grown
 
     def _turns(self, state: _Rows):
         """Each decode step's turn: waits while paused ("keep"), ends on an abort or once
         every row has finished, and yields the adapter version to decode under. The body
         of the caller's loop runs under the step lock (an adapter load waits for it to
         end; a static decoder's logits are a CUDA graph's buffer until sampled)."""
-        for _ in range(state.steps):
-            if not state.any_active():
-                return
+        while state.any_active():
             self._running.wait()
             with self._step_lock:
                 if self._abort.is_set():
                     return
                 yield self._version
 
-    def _sample(self, logits: torch.Tensor, state: _Rows, params) -> torch.Tensor:
-        """One token a live row: greedy, or argmax of logits/T + Gumbel noise (a draw from
-        the softmax at temperature T). The tokens' logprobs go to state.logprobs."""
-        logits = logits.float() / params.temperature  # [live, V]
-        logp = torch.log_softmax(logits, dim=-1)
-        if params.greedy:
-            tokens = logits.argmax(dim=-1)
-        else:
-            tokens = (logits + state.noise(logits.shape[1])).argmax(dim=-1)
-        state.logprobs = logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    def _sample(self, logits: torch.Tensor, state: _Rows, params, rows=None) -> torch.Tensor:
+        """One token a row of `rows` (default: the live ones): greedy, or argmax of
+        logits/T + Gumbel noise (a draw from the softmax at temperature T). The tokens'
+        logprobs go to state.logprobs."""
+        u = index = None
+        if not params.greedy:
+            u, index = state.uniform(logits.shape[1], state.live if rows is None else rows)
+        tokens, state.logprobs = self._draw(logits, params.temperature, u, index)
         return tokens
 
-    def _record(self, tokens: torch.Tensor, state: _Rows, version: int) -> list[int] | None:
-        """Append a step's tokens to the live rows' samples and end those that stop. Returns
-        the batch positions to keep when finished rows should leave the batch (once they
-        are a quarter of it: their KV cache then goes too), else None."""
+    def _record(
+        self, tokens: torch.Tensor, state: _Rows, version: int, rows=None
+    ) -> list[int] | None:
+        """Append a step's tokens to the samples of `rows` (default: the live ones) and end
+        those that stop. Returns the batch positions to keep when finished rows should
+        leave the batch (once they are a quarter of it, and no group waits for a slot:
+        their KV cache then goes too), else None."""
         step_tokens, step_lps = tokens.tolist(), state.logprobs.tolist()  # one copy each
-        for p, k in enumerate(state.live):
+        for p, k in enumerate(state.live if rows is None else rows):
             if not state.active[k]:
                 continue
             i, j = state.rows[k]
@@ -347,6 +391,8 @@ class TorchBackend:
                 s.finish_reason, state.active[k] = "stop", False
             elif len(s.token_ids) >= state.params.max_new_tokens:
                 s.finish_reason, state.active[k] = "length", False
+        if rows is not None or state.pending:
+            return None
         keep = [p for p, k in enumerate(state.live) if state.active[k]]
         if keep and len(keep) <= self.compact_below * len(state.live):
             state.live = [state.live[p] for p in keep]
@@ -360,12 +406,27 @@ class TorchBackend:
         return any(text.endswith(s) for s in stop)
 
 
+def draw(logits: torch.Tensor, temperature: float, u=None, index=None):
+    """Tokens and their logprobs at temperature T from [rows, vocab] logits: greedy
+    without `u`, else argmax(logits/T + Gumbel noise), the noise made from uniform draws
+    `u` (row r takes u[index[r]]). A pure function, compiled with rollout.compile."""
+    x = logits.float() / temperature
+    if u is None:
+        tokens = x.argmax(dim=-1)
+    else:
+        u = u.index_select(0, index).clamp(1e-20, 1.0 - 1e-7)
+        gumbel = -torch.log(-torch.log(u))
+        tokens = (x + gumbel).argmax(dim=-1)
+    logprobs = x.gather(1, tokens.unsqueeze(1)).squeeze(1) - torch.logsumexp(x, dim=-1)
+    return tokens, logprobs
+
+
 class _Rows:
     """The bookkeeping of one batch's decode: which (request, sample) each row is, which
-    rows are live (still in the batch, in batch order) and active (not finished), and each
-    request's random stream."""
+    rows are live (hold a slot of the batch, in batch order) and active (not finished),
+    which groups still wait for slots, and each request's random stream."""
 
-    def __init__(self, rows, samples, params, gens, device):
+    def __init__(self, rows, samples, params, gens, device, slots: int | None = None):
         self.rows, self.samples, self.params = rows, samples, params
         self.device = device
         budget = [params.max_new_tokens - len(samples[i][j].token_ids) for i, j in rows]
@@ -374,7 +435,6 @@ class _Rows:
         for k, (i, j) in enumerate(rows):
             if not self.active[k]:
                 samples[i][j].finish_reason = "length"
-        self.live = list(range(len(rows)))
         self.generated = [0] * len(rows)  # tokens appended by this decode, a row
         self.logprobs: torch.Tensor | None = None
         # Rows of each request, to draw that request's noise from its own generator: a
@@ -384,6 +444,45 @@ class _Rows:
             self.by_req.setdefault(i, []).append(k)
         self.gens = gens
         self._plan: tuple | None = None
+        # Without a slot count every row is live from the start; with one, groups take
+        # slots as admit() gives them (the static decoder's continuous batching).
+        self.slots = slots
+        self.live: list[int] = [] if slots else list(range(len(rows)))
+        self.pending: list[int] = [i for i, ks in self.by_req.items() if slots and ks]
+
+    def room(self) -> int:
+        """Slots a group could take now: finished rows' and those past the last live row."""
+        return sum(not self.active[k] for k in self.live) + self.slots - len(self.live)
+
+    def admit_at(self) -> int:
+        """Free slots worth a prefill: the next group's rows, and an eighth of the batch
+        (one prefill for several groups) unless fewer rows wait or no live row is active."""
+        need = len(self.by_req[self.pending[0]])
+        if not any(self.active[k] for k in self.live):
+            return need
+        waiting = sum(len(self.by_req[i]) for i in self.pending)
+        return max(need, min(self.slots // 8, waiting))
+
+    def admit(self) -> tuple[list[int], list[int]]:
+        """Give the next pending groups that fit (in order; at least one) slots: finished
+        rows' first, then past the last live row. Returns (slots, rows), aligned."""
+        free = [p for p, k in enumerate(self.live) if not self.active[k]]
+        free += range(len(self.live), self.slots)
+        slots, new = [], []
+        while self.pending:
+            group = self.by_req[self.pending[0]]
+            if new and len(new) + len(group) > len(free):
+                break
+            self.pending.pop(0)
+            for k in group:
+                p = free[len(new)] if len(new) < len(free) else len(self.live)
+                if p < len(self.live):
+                    self.live[p] = k
+                else:
+                    self.live.append(k)
+                slots.append(p)
+                new.append(k)
+        return slots, new
 
     def any_active(self) -> bool:
         return any(self.active)
@@ -398,26 +497,27 @@ class _Rows:
             if self.active[k]:  # cut short by an abort
                 self.samples[i][j].finish_reason = "abort"
 
-    def noise(self, vocab: int) -> torch.Tensor:
-        """Gumbel noise for the live rows. Each request draws for all its rows from its own
-        generator, whichever have left the batch, so a row's draws depend neither on the
-        other groups in the batch nor on when its group's other rows finished. All draws
-        land in one buffer and are transformed at once: one launch a request, not one an
-        operation and request."""
-        if self._plan is None or self._plan[0] != self.live:
-            position = {k: p for p, k in enumerate(self.live)}
-            drawing, index, at = [], [], 0
+    def uniform(self, vocab: int, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Uniform draws for `rows`, for draw()'s Gumbel noise: [total, vocab] and the draw
+        each row takes (in their order). Each request with a row among them draws for all
+        its rows from its own generator, whichever have finished, so a row's draws depend
+        neither on the other groups in the batch nor on when its group's other rows
+        finished or its group was admitted. All draws land in one buffer: one launch a
+        request."""
+        if self._plan is None or self._plan[0] != rows:
+            position = {k: p for p, k in enumerate(rows)}
+            drawing, index, at = [], [0] * len(rows), 0
             for i, ks in self.by_req.items():
-                mine = [n for n, k in enumerate(ks) if k in position]
-                if not mine:
-                    continue  # the whole group has finished: its stream is not needed again
+                if not any(k in position for k in ks):
+                    continue  # finished or not admitted: its stream is not needed now
                 drawing.append((i, at, len(ks)))
-                index += [at + n for n in mine]  # live rows keep request order
+                for n, k in enumerate(ks):
+                    if k in position:
+                        index[position[k]] = at + n
                 at += len(ks)
-            self._plan = (list(self.live), drawing, at, torch.tensor(index, device=self.device))
+            self._plan = (list(rows), drawing, at, torch.tensor(index, device=self.device))
         _, drawing, total, index = self._plan
         u = torch.empty((total, vocab), device=self.device)
         for i, at, n in drawing:
             u[at : at + n].uniform_(generator=self.gens[i])
-        gumbel = u.clamp_(1e-20, 1.0 - 1e-7).log_().neg_().log_().neg_()
-        return gumbel.index_select(0, index)
+        return u, index

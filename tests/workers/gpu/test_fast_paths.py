@@ -42,13 +42,13 @@ def model_dir(tmp_path_factory) -> Path:
     )  # fmt: skip
 
 
-def make_spec(model_dir: Path, dtype: str = "auto", decode: str = "auto", compile=False):
+def make_spec(model_dir: Path, dtype: str = "auto", decode: str = "auto", compile=False, **rollout):
     return parse_spec({
         "model": {"path": str(model_dir), "dtype": dtype},
         "lora": {"r": 16, "alpha": 32, "target_modules": TARGETS},
         "algorithm": {"num_generations": 4},
         "rollout": {"backend": "torch", "max_new_tokens": 24, "temperature": 0.9,
-                    "decode": decode},
+                    "decode": decode, **(rollout or {})},
         "train": {"micro_batch_size": 8, "logprob_chunk_size": 64, "compile": compile},
         "resources": {"trainer_gpus": 1, "rollout_gpus": 1},
     })  # fmt: skip
@@ -127,17 +127,28 @@ def test_bf16_policy_matches_float32_reference(model_dir):
         assert cos > 0.99, f"LoRA gradients of bf16 and fp32 policies differ: cos {cos:.4f}"
 
 
-@pytest.mark.parametrize("decode", ["auto", "auto:bmm", "dynamic"])
-def test_engine_logprobs_match_trainer_forward(model_dir, decode):
+VARIANTS = {
+    "auto": {},
+    "auto:bmm": {},
+    "auto+compile": {"compile": True},  # the step's halves and sampling compiled
+    "auto+8-slots": {"max_batch_size": 8},  # 24 rows through 8 slots: continuous batching
+    "dynamic": {},
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_engine_logprobs_match_trainer_forward(model_dir, variant):
     """auto = the static cache with CUDA graphs on a GPU (attention by SDPA, or by the
-    decoder's own bmm); dynamic = PEFT's own forward."""
-    decode, _, attention = decode.partition(":")
-    spec = make_spec(model_dir, decode=decode)
+    decoder's own bmm; compiled; with fewer slots than rows); dynamic = PEFT's own
+    forward."""
+    decode, _, attention = variant.partition("+")[0].partition(":")
+    spec = make_spec(model_dir, decode=decode, rollout=VARIANTS[variant])
     policy = LoraPolicy(spec, model_dir)
     backend = TorchBackend(spec, model_dir)
     assert (backend.decoder is not None) == (decode == "auto")
     if backend.decoder is not None:
         assert backend.decoder.graphs
+        assert backend.decoder.compiled == ("compile" in variant)
         backend.decoder.attention = attention or backend.decoder.attention
     adapter = random_adapter(policy)
     policy.load_adapter_tensors(adapter, 1)

@@ -33,9 +33,9 @@ def lora_model(arch: str, targets=TARGETS, **extra):
     cls, config_cls, kw = ARCHS[arch]
     torch.manual_seed(0)
     config = config_cls(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        tie_word_embeddings=True, **kw, **extra,
+        **{"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 128, "tie_word_embeddings": True, **kw, **extra},
     )  # fmt: skip
     model = get_peft_model(
         cls(config).eval(), LoraConfig(r=4, lora_alpha=8, target_modules=targets)
@@ -140,3 +140,98 @@ def test_a_full_cache_is_refused_not_overrun():
         logits = decoder.step(logits.argmax(-1))
     with pytest.raises(RuntimeError, match="static cache full"):
         decoder.step(logits.argmax(-1))
+
+
+def reference_rows(model, seqs: list[list[int]]) -> torch.Tensor:
+    """Each sequence's next logits, run on its own (no padding at all)."""
+    return torch.cat([reference(model, torch.tensor([s]), torch.ones(1, len(s))) for s in seqs])
+
+
+@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
+def test_new_prompts_take_freed_slots_while_the_other_rows_decode_on(attention):
+    """Continuous batching: a finished row's slot takes a new prompt, another is appended,
+    and every row, old or new, still gets the logits of its own sequence."""
+    model = lora_model("qwen3")
+    decoder = StaticDecoder(model, max_batch=8, graphs=False, attention=attention)
+    ids, attn = prompts()
+    decoder.reserve(ids.shape[1] + 12)
+    logits = decoder.prefill(ids, attn)
+    seqs = [ids[r][attn[r].bool()].tolist() for r in range(3)]
+    for _ in range(3):
+        tokens = logits.argmax(-1)
+        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
+        logits = decoder.step(tokens)
+    # row 1 has finished: slot 1 takes a short new prompt, slot 3 a longer one
+    new = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
+    new_ids = torch.tensor([[0, 0, 0, 5, 6, 7], new[1]])
+    new_attn = (torch.arange(6) >= torch.tensor([[3], [0]])).long()
+    first = decoder.prefill(new_ids, new_attn, slots=[1, 3])
+    torch.testing.assert_close(first, reference_rows(model, new), atol=1e-5, rtol=1e-5)
+    assert decoder.rows == 4 and decoder.ends[:4] == [13, 6, 13, 6]
+    tokens = torch.cat([logits.argmax(-1), first[1:].argmax(-1)])
+    tokens[1] = first[0].argmax()
+    seqs = [seqs[0], new[0], seqs[2], new[1]]
+    for _ in range(3):
+        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
+        logits = decoder.step(tokens)
+        torch.testing.assert_close(logits, reference_rows(model, seqs), atol=1e-5, rtol=1e-5)
+        tokens = logits.argmax(-1)
+    # then rows leave (compaction keeps each row's own cache index)
+    decoder.compact(torch.tensor([1, 3]))
+    seqs = [seqs[1] + [tokens[1].item()], seqs[3] + [tokens[3].item()]]
+    logits = decoder.step(tokens[[1, 3]])
+    torch.testing.assert_close(logits, reference_rows(model, seqs), atol=1e-5, rtol=1e-5)
+
+
+def test_admission_cannot_grow_the_cache_under_live_rows():
+    decoder = StaticDecoder(lora_model("llama"), max_batch=4, graphs=False)
+    ids, attn = prompts()
+    decoder.prefill(ids, attn)
+    wide = torch.ones((1, decoder.length + 5), dtype=torch.long)
+    with pytest.raises(RuntimeError, match="reserved before"):
+        decoder.prefill(wide, torch.ones_like(wide), slots=[3])
+
+
+def test_the_compiled_step_is_one_graph_a_half_for_all_layers_and_equals_eager():
+    """compile= (inductor on a GPU) compiles the step's two halves around attention; they
+    take each layer's tensors as inputs, so dynamo traces them once for every layer (a
+    per-layer guard would recompile each layer, and past eight run the rest eager). Traced
+    with aot_eager, which needs no compiler: the logits must equal the eager decoder's."""
+    import torch._dynamo
+
+    model = lora_model("qwen3", num_hidden_layers=4)
+    eager = StaticDecoder(model, max_batch=4, graphs=False)
+    compiled = StaticDecoder(model, max_batch=4, graphs=False, compile="aot_eager")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    ids, attn = prompts()
+    logits = [d.prefill(ids, attn) for d in (eager, compiled)]
+    for _ in range(3):
+        tokens = logits[0].argmax(-1)
+        logits = [d.step(tokens) for d in (eager, compiled)]
+        torch.testing.assert_close(logits[1], logits[0], atol=1e-6, rtol=1e-6)
+    assert len(compiled.layers) == 4
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+
+
+def test_a_retired_row_stops_walking_the_cache_until_its_slot_is_taken():
+    """A finished row that keeps its slot (waiting for a new group) must not advance: with
+    waves of prompts of different widths it would otherwise walk past the cache's end."""
+    model = lora_model("qwen2")
+    decoder = StaticDecoder(model, max_batch=4, graphs=False)
+    ids, attn = prompts()
+    decoder.reserve(ids.shape[1] + 6)
+    logits = decoder.prefill(ids, attn)
+    seqs = [ids[r][attn[r].bool()].tolist() for r in range(3)]
+    decoder.retire([0])
+    for _ in range(4):
+        tokens = logits.argmax(-1)
+        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
+        logits = decoder.step(tokens)
+        torch.testing.assert_close(
+            logits[1:], reference_rows(model, seqs[1:]), atol=1e-5, rtol=1e-5
+        )
+    assert decoder.ends[:3] == [0, 14, 14] and decoder.t[0] == 0
+    first = decoder.prefill(torch.tensor([[7, 8]]), torch.ones(1, 2, dtype=torch.long), slots=[0])
+    torch.testing.assert_close(first, reference_rows(model, [[7, 8]]), atol=1e-5, rtol=1e-5)
+    assert decoder.ends[:3] == [2, 14, 14] and not decoder.retired
