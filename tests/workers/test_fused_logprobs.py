@@ -10,14 +10,15 @@ from workers.policy import chunked_token_logprobs
 from workers.policy.fused_logprobs import fused_token_logprobs
 
 
-def test_fused_matches_reference_and_gradcheck():
+@pytest.mark.parametrize("mode", ["in_place", "pure"])  # "compiled" = pure, compiled (GPU)
+def test_fused_matches_reference_and_gradcheck(mode):
     torch.manual_seed(0)
     hidden = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(50, 16, dtype=torch.float64)
     targets = torch.randint(0, 50, (37,))
     g = torch.randn(37, dtype=torch.float64)
     # chunk 8 leaves a ragged last chunk of 5 rows
-    lp, ent = fused_token_logprobs(hidden, targets, weight, temperature=0.7, chunk_size=8)
+    lp, ent = fused_token_logprobs(hidden, targets, weight, 0.7, chunk_size=8, mode=mode)
     (lp * g).sum().backward()
     grad, hidden.grad = hidden.grad.clone(), None
     ref_lp, ref_ent = chunked_token_logprobs(hidden, targets, weight, 0.7, chunk_size=8)
@@ -28,7 +29,7 @@ def test_fused_matches_reference_and_gradcheck():
     assert not ent.requires_grad  # entropy is logged, never trained on
     x = hidden.detach().requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda h: fused_token_logprobs(h, targets, weight, 0.7, 8)[0], (x,)
+        lambda h: fused_token_logprobs(h, targets, weight, 0.7, 8, mode)[0], (x,)
     )
 
 

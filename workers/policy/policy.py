@@ -39,10 +39,11 @@ class LoraPolicy:
         self.adapter_version = 0
         use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
         self._autocast = (lambda: bf16_autocast(self.model)) if use_bf16 else contextlib.nullcontext
-        if t.compile and self.device.type == "cuda":
+        self._compiled = t.compile and self.device.type == "cuda"
+        if self._compiled:
             # Regional compilation: the layers share one forward, so one compiled graph
-            # serves all of them (parameters are its inputs), and the logprob head, which
-            # has its own fused kernels, stays as it is.
+            # serves all of them (parameters are its inputs); the logprob head compiles its
+            # per-chunk maths (fused_logprobs.py) and keeps its own matmuls.
             for layer in self._lm_parts()[0].layers:
                 layer.compile()
 
@@ -71,6 +72,7 @@ class LoraPolicy:
             head,
             temperature=self.spec.rollout.temperature,
             chunk_size=self.spec.train.logprob_chunk_size,
+            compiled=self._compiled,
         )
         lp = torch.zeros(batch.mask.shape, dtype=lp_flat.dtype, device=lp_flat.device)
         ent = torch.zeros(batch.mask.shape, dtype=ent_flat.dtype, device=ent_flat.device)
