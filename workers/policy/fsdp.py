@@ -5,7 +5,7 @@ Each decoder layer is one FSDP unit and the transformer body (embeddings, final 
 root unit: the frozen base is sharded. The LoRA matrices (the only trained weights, a few
 hundred MB with their Adam state even for an 8B base) are by default replicated on every
 rank, outside FSDP (`ignored_params`): the optimizer then steps plain tensors, as on one
-GPU, instead of paying DTensor's Python dispatch per tensor and per op (bench/gpu_multi.py:
+GPU, instead of paying DTensor's Python dispatch per tensor and per op (bench/gpu/multi.py:
 2 GPUs over 1 rose from ... to ...). `shard_lora=True` shards them with the base instead.
 The frozen LM head stays a plain tensor on every rank: `token_logprobs` multiplies by its
 weight directly (chunked, recomputed in backward), outside any module's forward hooks.

@@ -85,7 +85,7 @@ class LoraPolicy:
         whenever prompts repeat (bench/cpu_step.py: 27 % of the tokens saved, 12 % of the
         train time). On a GPU the second pass attends through an explicit mask over the
         reordered cache, which costs more than a plain causal forward saves unless the
-        shared prompts are at least half of the tokens (bench/gpu_multi.py, 128-token prompts
+        shared prompts are at least half of the tokens (bench/gpu/multi.py, 128-token prompts
         of 1024: 0.59 s a step shared against 0.40 s plain)."""
         lens = batch.prompt_len.tolist()
         distinct = {tuple(batch.input_ids[i, :n].tolist()) for i, n in enumerate(lens)}

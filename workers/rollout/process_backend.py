@@ -3,7 +3,7 @@
 Why: a torch-backend decode step and a LoRA train step are both launch-bound Python loops,
 and in one process they take turns on the GIL. On two GPUs (trainer on one, engine on the
 other) that cost the async driver all its overlap: each side ran about half as fast while
-the other was busy (bench/gpu_multi.py async). In a child process the engine has an
+the other was busy (bench/gpu/multi.py async). In a child process the engine has an
 interpreter of its own; the driver talks to it through this proxy, which keeps the backend
 protocol, so nothing else changes.
 

@@ -1,8 +1,8 @@
 """The engine on two GPUs of one host, against one GPU, measured in one run.
 
-    python3 bench/gpu_multi.py train   # FSDP2 trainer: tokens/s on 1 and 2 GPUs; equivalence
-    python3 bench/gpu_multi.py async   # sync vs async, engine on the trainer's GPU vs its own
-    python3 bench/gpu_multi.py run --gpus 4 --replicas 4 [--shape llama-3.1-8b]
+    python3 bench/gpu/multi.py train   # FSDP2 trainer: tokens/s on 1 and 2 GPUs; equivalence
+    python3 bench/gpu/multi.py async   # sync vs async, engine on the trainer's GPU vs its own
+    python3 bench/gpu/multi.py run --gpus 4 --replicas 4 [--shape llama-3.1-8b]
                                        # a whole run without Ray: sync, then async
 
 `--gpus N` sets the trainer's world size (train: 1 against N), so the same script scales to
@@ -10,9 +10,9 @@ a 4- or 8-GPU host by configuration alone.
 
 `train` launches the trainer without Ray (`torch.distributed.run` → workers/distributed/
 standalone.py: the ShardedLoraPolicy that Ray trainer actors hold, the plain LoraPolicy on
-one GPU) on the Qwen3-0.6B shape of bench/gpu.py, LoRA r=16 on every linear layer, at the
+one GPU) on the Qwen3-0.6B shape of common.py, LoRA r=16 on every linear layer, at the
 same tokens per GPU (16×1024 a rank), then once more at one global batch on both world sizes
-to compare losses and adapters. `async` runs bench/gpu.py's async part (the real drivers)
+to compare losses and adapters. `async` runs async_overlap.py (the real drivers)
 with one GPU visible (trainer and engine share it), with two (trainer on cuda:0, engine on
 cuda:1; workers/loop/setup.py `local_devices`), and with two and the engine in a child
 process (`resources.engine_process`). Results land in --out as JSON.
@@ -28,9 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from gpu import SHAPES, base_spec, build_model, long_prompt_task, small_shape, table  # noqa: E402
+from common import SHAPES, base_spec, build_model, long_prompt_task, small_shape, table
+
+HERE = Path(__file__).resolve().parent  # bench/gpu
+ROOT = HERE.parents[1]  # the repository, the subprocesses' working directory
 
 
 def torchrun(nproc: int, out: Path, model_dir: Path, extra: list[str]) -> dict:
@@ -40,7 +41,7 @@ def torchrun(nproc: int, out: Path, model_dir: Path, extra: list[str]) -> dict:
         "--model-dir", str(model_dir), "--out", str(out), *extra,
     ]  # fmt: skip
     print("$", " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, check=True, cwd=HERE.parent)
+    subprocess.run(cmd, check=True, cwd=ROOT)
     return json.loads((out / "result.json").read_text())
 
 
@@ -86,14 +87,14 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
     for label, visible, flags in placements:
         sub = Path(tempfile.mkdtemp())
         cmd = [
-            sys.executable, str(HERE / "gpu.py"), "async", "--model-dir", str(model_dir),
+            sys.executable, str(HERE / "async_overlap.py"), "--model-dir", str(model_dir),
             "--out", str(sub), "--batch", str(args.batch), "--new-tokens", str(args.new_tokens),
             "--steps", str(args.steps), "--prompt-chars", str(args.prompt_chars),
             "--micro-batch", str(args.micro_batch), *flags,
         ]  # fmt: skip
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
         print(f"$ CUDA_VISIBLE_DEVICES={visible}", " ".join(cmd[1:]), flush=True)
-        subprocess.run(cmd, check=True, env=env, cwd=HERE.parent)
+        subprocess.run(cmd, check=True, env=env, cwd=ROOT)
         res[label] = json.loads((sub / "async.json").read_text())
     print(f"\nasync over sync, {args.batch} rollouts × {args.new_tokens} new tokens a step")
     table([("placement", "sync step s", "async step s", "speedup", "ideal", "weight sync")])
@@ -134,7 +135,7 @@ def part_run(model_dir: Path, args, out: Path) -> dict:
             str(work / f"{mode}.json"), "--out", str(work / mode), "--no-progress",
         ]  # fmt: skip
         print("$", " ".join(cmd[1:]), flush=True)
-        subprocess.run(cmd, check=True, cwd=HERE.parent)
+        subprocess.run(cmd, check=True, cwd=ROOT)
         lines = (work / mode / "metrics.jsonl").read_text().splitlines()
         steps = [r for r in map(json.loads, lines) if r.get("step", 0) >= 2 and "time/step_s" in r]
         keys = ("time/step_s", "time/generate_s", "time/train_s", "time/weight_sync_s")

@@ -1,0 +1,277 @@
+"""Generation on one GPU: the engine's TorchBackend against HF generate + PEFT; adapter sync.
+
+    python3 bench/gpu/rollout.py        # static+compile, static, dynamic, HF generate + PEFT
+    python3 bench/gpu/rollout.py --decodes static+compile,static --profile
+
+Tokens a second at --batch rows (--batch / --group prompts of --prompt-len tokens, --group
+samples each, --new-tokens each; LoRA r=16 unmerged) of the engine with each decode path of
+--decodes after a warm-up (which captures the static path's CUDA graphs), the engine's model
+alone (forward + greedy) beside the dynamic path, and HF generate + PEFT (--no-baseline
+leaves it out), against that HF row and issue 10's figures (HF + PEFT 2.0k, static-cache
+generate 9.6k). `+compile` sets rollout.compile.
+Then the adapter publication: LocalExecutor.adapter_update, the engine's load and ack.
+Writes rollout.json (and generate_profile.txt with --profile) under --out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from pathlib import Path
+
+import torch
+from common import (
+    ISSUE,
+    LORA_TARGETS,
+    base_spec,
+    gen_requests,
+    parser,
+    peak_gb,
+    random_adapter,
+    reset_peak,
+    run,
+    sync,
+    table,
+    time_adapter_sync,
+)
+
+
+def forward_only_decode(model, batch: int, prompt_len: int, new: int, vocab: int) -> float:
+    """The model's share of decoding: prefill + `new` cached steps of the engine's own
+    model, greedy on the device, nothing else. Returns tokens/s."""
+    dev = next(model.parameters()).device
+    ids = torch.randint(3, vocab, (batch, prompt_len), device=dev)
+    with torch.no_grad():
+        sync()
+        t0 = time.perf_counter()
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        past = out.past_key_values
+        tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        for i in range(new - 1):
+            pos = torch.full((batch, 1), prompt_len + i, device=dev)
+            out = model(input_ids=tok, position_ids=pos, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        sync()
+    return batch * new / (time.perf_counter() - t0)
+
+
+def static_decode(model, batch: int, prompt_len: int, new: int, vocab: int, graph: bool) -> float:
+    """Headroom probe, not the engine: the same model with a static KV cache, each decode
+    step eager or replayed from one captured CUDA graph (greedy, forward only). tokens/s."""
+    from transformers import StaticCache
+
+    dev = next(model.parameters()).device
+    cache = StaticCache(config=model.config, max_cache_len=prompt_len + new)
+    ids = torch.randint(3, vocab, (batch, prompt_len), device=dev)
+    pos = torch.zeros(1, dtype=torch.long, device=dev)
+    with torch.no_grad():
+        out = model(
+            input_ids=ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            cache_position=torch.arange(prompt_len, device=dev),
+        )
+        tok = out.logits[:, -1].argmax(-1, keepdim=True)
+
+        def step() -> torch.Tensor:
+            return model(
+                input_ids=tok,
+                position_ids=pos.view(1, 1).expand(batch, 1),
+                cache_position=pos,
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
+
+        pos.fill_(prompt_len)
+        if not graph:
+            sync()
+            t0 = time.perf_counter()
+            for i in range(new - 1):
+                pos.fill_(prompt_len + i)
+                tok.copy_(step()[:, -1].argmax(-1, keepdim=True))
+            sync()
+            return batch * new / (time.perf_counter() - t0)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = step()
+        sync()
+        t0 = time.perf_counter()
+        for i in range(new - 1):
+            pos.fill_(prompt_len + i)
+            graph.replay()
+            tok.copy_(logits[:, -1].argmax(-1, keepdim=True))
+        sync()
+    return batch * new / (time.perf_counter() - t0)
+
+
+def part_rollout(model_dir: Path, args, out: Path) -> dict:
+    from workers.loop.executor import LocalExecutor
+    from workers.policy import LoraPolicy
+    from workers.rollout import AdapterUpdate
+    from workers.rollout.torch_backend import TorchBackend
+    from workers.spec import parse_spec
+
+    vocab, groups, n = args.vocab, args.batch // args.group, args.group
+    p_len, new = args.prompt_len, args.new_tokens
+    spec = parse_spec(
+        base_spec(
+            model_dir, **{"rollout.max_new_tokens": new, "rollout.max_batch_size": args.batch}
+        )
+    )
+    res: dict = {"batch": args.batch, "prompt_len": p_len, "new_tokens": new}
+    rows = []
+    adapter = None
+    # the engine with each decode path, side by side (static: the default on a GPU)
+    for variant in args.decodes.split(","):  # decode[:attention][+compile]: static:bmm+compile
+        decode, _, attention = variant.partition("+")[0].partition(":")
+        over = {"decode": decode, "compile": variant.endswith("+compile")}
+        spec = spec.model_copy(update={"rollout": spec.rollout.model_copy(update=over)})
+        backend = TorchBackend(spec, model_dir)
+        if attention:  # graphs are captured on first use: the choice holds from the start
+            backend.decoder.attention = attention
+        adapter = adapter or random_adapter(backend.model)
+        asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter)))
+        # warm-up: kernels, allocator, cache shapes, and (static) the CUDA graphs of every
+        # batch bucket and attention extent the timed run meets
+        asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab, seed=99)))
+        sync()
+        t0 = time.perf_counter()
+        results = asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab)))
+        sync()
+        dt = time.perf_counter() - t0
+        toks = sum(len(s.token_ids) for r in results for s in r.samples)
+        rows.append(
+            {
+                "name": f"engine TorchBackend, decode {variant}, LoRA r16, batch {args.batch}",
+                "tok_s": toks / dt,
+                "tokens": toks,
+                "s": dt,
+                "peak_gb": peak_gb(),
+            }
+        )
+        print(rows[-1], flush=True)
+        if decode == "dynamic":
+            rows.append(
+                {
+                    "name": "  engine's model, forward only (greedy)",
+                    "tok_s": forward_only_decode(backend.model, args.batch, p_len, new, vocab),
+                }
+            )
+            print(rows[-1], flush=True)
+        if variant != args.decodes.split(",")[-1]:
+            asyncio.run(backend.close())
+            del backend
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    if args.profile and torch.cuda.is_available():
+        from torch.profiler import ProfilerActivity, profile
+
+        reqs = gen_requests(groups, n, p_len, 16, vocab, seed=5)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            asyncio.run(backend.generate(reqs))
+            sync()
+        (out / "generate_profile.txt").write_text(
+            prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+            + "\n\n"
+            + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+        )
+
+    # adapter sync: the trainer publishes (LocalExecutor.adapter_update), the engine loads
+    policy = LoraPolicy(spec, model_dir)
+    policy.load_adapter_tensors(adapter, 1)
+    executor = LocalExecutor(policy)
+    res["sync"] = time_adapter_sync(executor, backend, args.reps)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        policy.adapter_tensors()
+    sync()
+    res["sync"]["tensors_only_s"] = (time.perf_counter() - t0) / 5
+    del policy, executor
+    asyncio.run(backend.close())
+    del backend
+    reset_peak()
+
+    if args.baseline:
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+        from transformers import AutoModelForCausalLM
+
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).to(dev)
+        model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS))
+        set_peft_model_state_dict(model, adapter)
+        model.eval()
+        ids = torch.randint(3, vocab, (args.batch, p_len), device=dev)
+        kw = dict(
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            max_new_tokens=new,
+            min_new_tokens=new,
+            pad_token_id=0,
+            top_k=None,
+            top_p=None,
+        )
+        with torch.no_grad():
+            model.generate(input_ids=ids, **dict(kw, max_new_tokens=4, min_new_tokens=4))
+            sync()
+            t0 = time.perf_counter()
+            model.generate(input_ids=ids, **kw)
+            sync()
+        rows.append(
+            {
+                "name": f"HF generate + PEFT bf16, batch {args.batch}",
+                "tok_s": args.batch * new / (time.perf_counter() - t0),
+            }
+        )
+        print(rows[-1], flush=True)
+    res["rows"] = rows
+    print(f"\ngeneration, batch {args.batch}, {p_len} prompt + {new} new tokens, LoRA unmerged")
+    hf = rows[-1]["tok_s"] if args.baseline else None  # measured above, in this run
+    table([("what", "tokens/s", "vs HF+PEFT, this run", "vs HF+PEFT 2.0k", "vs static 9.6k")])
+    for r in rows:
+        table(
+            [
+                (
+                    r["name"],
+                    f"{r['tok_s'] / 1e3:.2f}k",
+                    f"{r['tok_s'] / hf:.2f}x" if hf else "",
+                    f"{r['tok_s'] / ISSUE['gen_hf_peft']:.2f}x",
+                    f"{r['tok_s'] / ISSUE['gen_hf_static_lora']:.2f}x",
+                )
+            ]
+        )
+    s = res["sync"]
+    print(
+        f"\nadapter sync ({s['adapter_params'] / 1e6:.1f}M parameters): publish "
+        f"{s['publish_s'] * 1e3:.1f} ms (tensors alone {s['tensors_only_s'] * 1e3:.1f} ms), "
+        f"engine load + ack {s['load_s'] * 1e3:.1f} ms, total "
+        f"{(s['publish_s'] + s['load_s']) * 1e3:.1f} ms (goal ≤ 50)"
+    )
+    return res
+
+
+def main() -> None:
+    ap = parser(__doc__, "baseline", "profile", "reps")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument(
+        "--decodes",
+        default="static+compile,static,dynamic",
+        help="decode paths to run (static[:bmm|sdpa][+compile], dynamic)",
+    )
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    run(part_rollout, ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Train step on one GPU: the engine's LoraPolicy against plain transformers + PEFT.
+
+    python3 bench/gpu/train.py --profile     # 16×1024 and 32×1024 tokens a step
+    python3 bench/gpu/train.py --seqs 16 --micro-batches 16 --compile --no-cast-row --reps 3
+
+Tokens a second and peak memory of one step of --seqs sequences × --seq-len tokens
+(--prompt-len of them prompt): plain PEFT in bf16 (full-vocabulary logits, mean token NLL;
+--no-baseline leaves it out), then the engine at each of --micro-batches, each row against
+the plain step of the same size (or the largest that fitted); an out-of-memory is a row.
+On a GPU also the engine with PEFT's cast of LoRA inputs to fp32 (--no-cast-row leaves it
+out) and with train.compile (--compile). Model and shapes: common.py. Writes train.json
+(and train_profile.txt with --profile) under --out.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from common import ISSUE, LORA_TARGETS, base_spec, measure, parser, run, sync, table
+
+
+def plain_peft_step_fn(model_dir: Path, seqs: int, seq_len: int):
+    """The baseline: transformers + PEFT in bf16, full-vocabulary logits, mean token NLL."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).to(dev)
+    model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    vocab = base.config.vocab_size
+    ids = torch.randint(3, vocab, (seqs, seq_len), device=dev)
+
+    def step() -> None:
+        logits = model(input_ids=ids, use_cache=False).logits.float()  # [B, L, V]
+        lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])
+        (-lp.mean()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step, model
+
+
+def engine_policy(model_dir: Path, resp_len: int, micro_batch: int, compile: bool = False):
+    from workers.policy import LoraPolicy
+    from workers.spec import parse_spec
+
+    over = {"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch}
+    spec = parse_spec(base_spec(model_dir, **over, **{"train.compile": compile}))
+    return LoraPolicy(spec, model_dir)
+
+
+def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
+    from workers.policy import TrainSample, collate
+
+    g = torch.Generator().manual_seed(1)
+    samples = []
+    for i in range(seqs):  # distinct prompts: one plain forward, like the baseline
+        ids = torch.randint(3, vocab, (prompt_len + resp_len,), generator=g).tolist()
+        samples.append(
+            TrainSample(
+                prompt_ids=ids[:prompt_len],
+                response_ids=ids[prompt_len:],
+                lp_roll=[-11.0] * resp_len,
+                versions=[0] * resp_len,
+                advantage=1.0 if i % 2 else -1.0,
+            )
+        )
+    return collate(samples, policy.tokenizer.pad_token_id)
+
+
+def part_train(model_dir: Path, args, out: Path) -> dict:
+    vocab = args.vocab
+    seq_len, prompt_len = args.seq_len, args.prompt_len
+    resp_len = seq_len - prompt_len
+    rows, res = [], {"seq_len": seq_len, "prompt_len": prompt_len}
+    for seqs in args.seqs:
+        tokens = seqs * seq_len
+        if args.baseline:
+            rows.append(
+                measure(
+                    f"plain PEFT bf16 {seqs}x{seq_len}",
+                    lambda s=seqs: plain_peft_step_fn(model_dir, s, seq_len),
+                    tokens,
+                    args.warmup,
+                    args.reps,
+                )
+            )
+            print(
+                rows[-1]["name"],
+                {k: rows[-1].get(k) for k in ("tok_s", "peak_gb", "oom")},
+                flush=True,
+            )
+        for mb in sorted({min(m, seqs) for m in args.micro_batches}):
+
+            def make(seqs=seqs, mb=mb):
+                policy = engine_policy(model_dir, resp_len, mb)
+                batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
+                return (lambda: policy.train_step(batch)), policy
+
+            rows.append(
+                measure(
+                    f"engine {seqs}x{seq_len} micro-batch {mb}",
+                    make,
+                    tokens,
+                    args.warmup,
+                    args.reps,
+                )
+            )
+            print(
+                rows[-1]["name"],
+                {k: rows[-1].get(k) for k in ("tok_s", "peak_gb", "oom")},
+                flush=True,
+            )
+    if args.cast_row and torch.cuda.is_available():  # keeping LoRA inputs bf16, same run
+        seqs = args.seqs[0]
+
+        def make_cast(seqs=seqs):
+            policy = engine_policy(model_dir, resp_len, seqs)
+            policy._autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+            batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
+            return (lambda: policy.train_step(batch)), policy
+
+        name = f"engine {seqs}x{seq_len}, PEFT casts LoRA inputs to fp32"
+        rows.append(measure(name, make_cast, seqs * seq_len, args.warmup, args.reps))
+        print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
+    if args.compile and torch.cuda.is_available():  # train.compile, same run
+        seqs = args.seqs[0]
+
+        def make_compiled(seqs=seqs):
+            policy = engine_policy(model_dir, resp_len, seqs, compile=True)
+            batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
+            t0 = time.perf_counter()
+            policy.train_step(batch)  # the first step compiles
+            sync()
+            res["compile_s"] = time.perf_counter() - t0
+            return (lambda: policy.train_step(batch)), policy
+
+        name = f"engine {seqs}x{seq_len} micro-batch {seqs}, train.compile"
+        rows.append(measure(name, make_compiled, seqs * seq_len, args.warmup, args.reps))
+        print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
+        print(f"first step (compiling): {res['compile_s']:.1f} s", flush=True)
+    if args.profile and torch.cuda.is_available():
+        policy = engine_policy(model_dir, resp_len, args.seqs[0], compile=args.compile)
+        batch = train_batch(policy, args.seqs[0], prompt_len, resp_len, vocab)
+        policy.train_step(batch)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            policy.train_step(batch)
+            sync()
+        (out / "train_profile.txt").write_text(
+            prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
+        )
+        del policy
+    res["rows"] = rows
+    print("\ntrain step (tokens = sequences × seq_len; engine trains on the response tokens)")
+    plain = [r for r in rows if r["name"].startswith("plain") and "tok_s" in r]
+    table([("what", "tokens/s", "peak GB", "vs plain")])
+    for r in rows:
+        if r.get("oom"):
+            table([(r["name"], "OOM", f"{r['peak_gb']:.1f}", "")])
+            continue
+        # against the plain step of the same size, or the largest that fitted
+        same = [b for b in plain if b["tokens"] == r["tokens"]] or plain[-1:]
+        ratio = f"{r['tok_s'] / same[0]['tok_s']:.2f}x" if same else ""
+        table([(r["name"], f"{r['tok_s'] / 1e3:.1f}k", f"{r['peak_gb']:.1f}", ratio)])
+    print(
+        f"(issue 10's plain PEFT figure: {ISSUE['train_tok_s_16k'] / 1e3:.1f}k tokens/s at "
+        "16x1024, 88.7 GB; OOM at 32x1024)"
+    )
+    return res
+
+
+def main() -> None:
+    ap = parser(__doc__, "baseline", "profile", "warmup", "reps")
+    ap.add_argument("--compile", action="store_true", help="also with train.compile")
+    ap.add_argument("--no-cast-row", dest="cast_row", action="store_false")
+    ap.add_argument("--seqs", type=int, nargs="+", default=[16, 32])
+    ap.add_argument("--micro-batches", type=int, nargs="+", default=[16, 32])
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    run(part_train, ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()
