@@ -256,3 +256,48 @@ def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make
     assert log.admitted[2] == [4, 5, 6, 7] or 0 in log.admitted[2]
     assert log.steps <= 8
     assert len({tuple(s.token_ids) for r in static for s in r.samples}) > 8
+
+
+def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec):
+    """A kept request's rows are re-prefilled under a new adapter. With continuous batching
+    they were admitted at different times, so they have made different counts of tokens:
+    padded to the longest, each still needs room for its own budget. The budget is chosen so
+    the first reservation is exactly full (a 40-token prompt + 24 = 64 positions); the
+    version is bumped with the same weights, so the tokens must equal an uninterrupted
+    decode's."""
+    long = "12345678+87654321=1234567+7654321=123456"
+    spec = parse_spec(make_spec("rollout.temperature=2.0", "rollout.max_batch_size=4",
+                                "rollout.decode=static"))  # fmt: skip
+    policy = LoraPolicy(spec, spec.model.path)
+    budget = 64 - len(policy.tokenizer.encode(long))
+    assert budget > 12
+    params = SamplingParams(2.0, budget)
+
+    def group(rid, prompt, seed, held=0):
+        partial = [Sample([5] * held, [-1.0] * held, [7] * held) for _ in range(2)]
+        return GroupRequest(rid, policy.tokenizer.encode(prompt), 2, seed, params, partial)
+
+    # r0 ends after 4 tokens and r2 takes its slots, 4 tokens behind r1's long prompt
+    reqs = [group("r0", "1+1=", 0, held=budget - 4), group("r1", long, 1), group("r2", "4+5=", 2)]
+
+    class BumpAfter(DecoderLog):
+        def step(self, tokens):
+            if self.steps == 10:  # rows of two ages: r1 11 tokens made, r2 7
+                self.backend._version += 1
+            return super().step(tokens)
+
+    async def run(bump: bool):
+        backend = make_backend(spec, spec.model.path)
+        backend.eos_id = -1  # every row makes its whole budget
+        if bump:
+            backend.decoder = BumpAfter(backend.decoder)
+            backend.decoder.backend = backend
+        await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
+        return await backend.generate(reqs)
+
+    plain, bumped = asyncio.run(run(False)), asyncio.run(run(True))
+    for a, b in zip(plain, bumped, strict=True):
+        for s, d in zip(a.samples, b.samples, strict=True):
+            assert s.token_ids == d.token_ids and len(s.token_ids) == budget
+            assert s.logprobs == pytest.approx(d.logprobs, abs=1e-4)
+    assert {v for r in bumped for s in r.samples for v in s.versions} >= {7, 8}

@@ -315,6 +315,10 @@ class TorchBackend:
                 if version != cache_version:
                     # as in _decode: recompute the live rows' prefix under the new adapter
                     seqs = [row_prompts[k] + state.new_tokens(k) for k in state.live]
+                    # rows admitted at different times have made different counts of
+                    # tokens: padded to the longest, each still needs its own budget
+                    dec.reset()
+                    dec.reserve(max(map(len, seqs)) + max(map(state.left, state.live)))
                     logits = dec.prefill(*self._left_pad(seqs))
                 else:
                     logits = dec.step(tokens)
@@ -486,6 +490,11 @@ class _Rows:
 
     def any_active(self) -> bool:
         return any(self.active)
+
+    def left(self, k: int) -> int:
+        """Tokens row k may still make."""
+        i, j = self.rows[k]
+        return self.params.max_new_tokens - len(self.samples[i][j].token_ids)
 
     def new_tokens(self, k: int) -> list[int]:
         i, j = self.rows[k]
