@@ -7,9 +7,8 @@ LocalExecutor, the drivers behind `train()`), the ones the Ray actors hold:
 
     python3 bench/gpu/train.py          # train step tokens/s and peak memory vs plain PEFT
     python3 bench/gpu/rollout.py        # generation tokens/s vs HF generate; adapter sync time
-    python3 bench/gpu/longtail.py       # heavy-tailed lengths: finished rows leave the batch
+    python3 bench/gpu/longtail.py       # heavy-tailed lengths: continuous batching, compaction
     python3 bench/gpu/async_overlap.py  # async vs sync wall clock per step (real drivers)
-    python3 bench/gpu/probe.py [--graph]  # headroom: the engine's model, static KV cache
     python3 bench/gpu/sync.py           # adapter publication: same GPU, second GPU, process
     python3 bench/gpu/multi.py train|async|run  # two or more GPUs of one host
 

@@ -57,62 +57,6 @@ def forward_only_decode(model, batch: int, prompt_len: int, new: int, vocab: int
     return batch * new / (time.perf_counter() - t0)
 
 
-def static_decode(model, batch: int, prompt_len: int, new: int, vocab: int, graph: bool) -> float:
-    """Headroom probe, not the engine: the same model with a static KV cache, each decode
-    step eager or replayed from one captured CUDA graph (greedy, forward only). tokens/s."""
-    from transformers import StaticCache
-
-    dev = next(model.parameters()).device
-    cache = StaticCache(config=model.config, max_cache_len=prompt_len + new)
-    ids = torch.randint(3, vocab, (batch, prompt_len), device=dev)
-    pos = torch.zeros(1, dtype=torch.long, device=dev)
-    with torch.no_grad():
-        out = model(
-            input_ids=ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-            cache_position=torch.arange(prompt_len, device=dev),
-        )
-        tok = out.logits[:, -1].argmax(-1, keepdim=True)
-
-        def step() -> torch.Tensor:
-            return model(
-                input_ids=tok,
-                position_ids=pos.view(1, 1).expand(batch, 1),
-                cache_position=pos,
-                past_key_values=cache,
-                use_cache=True,
-            ).logits
-
-        pos.fill_(prompt_len)
-        if not graph:
-            sync()
-            t0 = time.perf_counter()
-            for i in range(new - 1):
-                pos.fill_(prompt_len + i)
-                tok.copy_(step()[:, -1].argmax(-1, keepdim=True))
-            sync()
-            return batch * new / (time.perf_counter() - t0)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = step()
-        sync()
-        t0 = time.perf_counter()
-        for i in range(new - 1):
-            pos.fill_(prompt_len + i)
-            graph.replay()
-            tok.copy_(logits[:, -1].argmax(-1, keepdim=True))
-        sync()
-    return batch * new / (time.perf_counter() - t0)
-
-
 def part_rollout(model_dir: Path, args, out: Path) -> dict:
     from workers.loop.executor import LocalExecutor
     from workers.policy import LoraPolicy
