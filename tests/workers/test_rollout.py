@@ -301,3 +301,19 @@ def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec):
             assert s.token_ids == d.token_ids and len(s.token_ids) == budget
             assert s.logprobs == pytest.approx(d.logprobs, abs=1e-4)
     assert {v for r in bumped for s in r.samples for v in s.versions} >= {7, 8}
+
+
+def test_a_group_wider_than_the_static_batch_is_refused_with_the_setting_to_change(make_spec):
+    spec = parse_spec(make_spec("rollout.decode=static", "rollout.max_batch_size=4"))
+    policy = LoraPolicy(spec, spec.model.path)
+    backend = make_backend(spec, spec.model.path)
+
+    async def go():
+        await backend.load_adapter(AdapterUpdate(1, policy.adapter_tensors()))
+        small, wide = _req(policy, "a", "1+1=", 0, n=2), _req(policy, "b", "2+2=", 1, n=6)
+        with pytest.raises(ValueError, match=r"group of 6 samples exceeds rollout.max_batch"):
+            await backend.generate([small, wide])
+        return await backend.generate([small])  # the engine is still usable
+
+    (result,) = asyncio.run(go())
+    assert len(result.samples) == 2 and all(s.token_ids for s in result.samples)

@@ -303,6 +303,12 @@ class TorchBackend:
         long response no longer holds a whole batch of short ones back."""
         dec = self.decoder
         state = _Rows(rows, samples, params, gens, self.device, slots=dec.max_batch)
+        widest = max(len(ks) for ks in state.by_req.values())
+        if widest > dec.max_batch:  # it could never take its slots
+            raise ValueError(
+                f"torch backend: a group of {widest} samples exceeds rollout.max_batch_size "
+                f"({dec.max_batch}); raise it or use rollout.decode: dynamic"
+            )
         dec.reset()
         dec.reserve(max(len(p) for p in row_prompts) + state.steps)
         tokens, cache_version = None, -1
