@@ -51,7 +51,11 @@ def test_fsdp_ranks_and_rollout_actors_match_the_in_process_run(make_spec, tmp_p
     got, v2 = read_adapter_dir(remote / "checkpoints" / "step-2" / "adapter")
     assert v1 == v2 == 2 and want.keys() == got.keys()
     for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6, msg=k)
+        # Adam's first steps move each element by about lr·sign(grad): where a gradient is
+        # near zero (|g| ~ eps), the ranks' summation order can move it by a fraction of lr.
+        # The losses, grad norms and entropies above hold the runs equal to 1e-5; here no
+        # element may be off by more than half a step (lr 2e-3), measured at most 4e-4.
+        torch.testing.assert_close(got[k], want[k], rtol=0, atol=1e-3, msg=k)
     assert any(v.abs().sum() > 0 for k, v in got.items() if "lora_B" in k)  # it trained
 
     # each rank holds half of the base weights, as DTensors, and the whole (small) adapter
