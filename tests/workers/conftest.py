@@ -16,7 +16,10 @@ from workers.spec import TinyModelSpec, apply_overrides
 REPO = Path(__file__).resolve().parents[2]
 
 # A second intra-op thread per process only adds contention on a shared 2-core machine.
-torch.set_num_threads(1)
+# PADDOCK_TEST_THREADS=2 with a fresh PADDOCK_HOME builds the tiny model with other float
+# reductions: a cheap stand-in for another machine, to catch tests that assert what one
+# build of the model happened to sample.
+torch.set_num_threads(int(os.environ.get("PADDOCK_TEST_THREADS", "1")))
 
 
 @pytest.fixture(scope="session")

@@ -197,7 +197,24 @@ def test_static_and_dynamic_decode_sample_the_same_tokens(make_spec):
         for s, d in zip(a.samples, b.samples, strict=True):
             assert s.token_ids == d.token_ids and s.finish_reason == d.finish_reason
             assert s.logprobs == pytest.approx(d.logprobs, abs=1e-4)
-    assert len({tuple(s.token_ids) for r in static for s in r.samples}) > 4
+    assert_rows_continue(reqs, static, 8, policy.tokenizer.eos_token_id)
+
+
+def assert_rows_continue(reqs, results, max_new: int, eos_id: int) -> None:
+    """What holds for any model: a resubmitted row keeps its partial tokens as its prefix,
+    no row outgrows its budget, a row ends by `length` exactly at the budget, and a row that
+    ends by `stop` ends with EOS. (Which tokens a locally built tiny model samples is not
+    asserted: that differs between machines.)"""
+    for req, res in zip(reqs, results, strict=True):
+        for i, s in enumerate(res.samples):
+            held = req.partial[i].token_ids if req.partial else []
+            assert s.token_ids[: len(held)] == held
+            assert len(held) < len(s.token_ids) <= max_new
+            assert len(s.token_ids) == len(s.versions) == len(s.logprobs)
+            if s.finish_reason == "length":
+                assert len(s.token_ids) == max_new
+            else:
+                assert s.finish_reason == "stop" and s.token_ids[-1] == eos_id
 
 
 class DecoderLog:
@@ -255,7 +272,7 @@ def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make
     assert log.admitted[:2] == [list(range(8)), [0, 1, 2, 3]]
     assert log.admitted[2] == [4, 5, 6, 7] or 0 in log.admitted[2]
     assert log.steps <= 8
-    assert len({tuple(s.token_ids) for r in static for s in r.samples}) > 8
+    assert_rows_continue(reqs, static, 8, policy.tokenizer.eos_token_id)
 
 
 def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec):
