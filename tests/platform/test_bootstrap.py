@@ -33,3 +33,33 @@ def test_without_a_ray_address_no_cluster_is_registered(settings, tmp_path):
     settings.RAY_ADDRESS = ""
     call_command("paddock_bootstrap", "--no-demo")
     assert not RayCluster.objects.exists() and not Team.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_embedded_head_advertises_the_engines_installed_here_and_the_demo_uses_them(
+    settings, tmp_path, monkeypatch
+):
+    from paddock.core.doctor import available_backends, engine_versions
+    from paddock.experiments.models import Experiment
+
+    settings.PADDOCK_HOME = tmp_path
+    settings.RAY_ADDRESS = "http://127.0.0.1:8265"
+    monkeypatch.setenv("PADDOCK_ADMIN_PASSWORD", "secret-pw")
+    call_command("paddock_bootstrap", "--embedded-ray")
+    here = available_backends(engine_versions())
+    cluster = RayCluster.objects.get(name="local")
+    assert set(cluster.backends) == {"torch", *here}
+    demo = Experiment.objects.get(team__slug="demo")
+    expected = {"torch", "vllm"} & set(cluster.backends)
+    assert {r.backend for r in demo.runs.all()} == expected
+
+
+@pytest.mark.django_db
+def test_a_demo_without_vllm_runs_on_torch_alone_and_says_why():
+    from paddock.core.bootstrap import demo_backends
+
+    cluster = RayCluster(name="x", address="http://127.0.0.1:1", backends=["torch"])
+    backends, why = demo_backends(cluster)
+    assert backends == ["torch"] and "vLLM" in why and "make vllm" in why
+    cluster.backends = ["torch", "vllm", "trtllm"]
+    assert demo_backends(cluster) == (["torch", "vllm"], None)

@@ -45,8 +45,13 @@ def local_cluster_ensure(
     runs the torch backend. Idempotent: a later start updates the address, and keeps the
     backends and labels an operator may have added. None when no address is set.
     `embedded`: the head runs on this machine (started by `paddock up`), so its jobs may
-    share PADDOCK_HOME (the tiny model's cache) with the platform."""
+    share PADDOCK_HOME (the tiny model's cache) with the platform, and it runs in this
+    environment, so it also advertises the engines installed here (vLLM's CPU build after
+    `make up`)."""
     from paddock.clusters.models import RayCluster
+    from paddock.core.doctor import available_backends, engine_versions
+
+    wanted = ["torch", *(available_backends(engine_versions()) if embedded else [])]
 
     if not address:
         return None, False
@@ -65,8 +70,9 @@ def local_cluster_ensure(
         if cluster.address != address:
             cluster.address = address
             changed.append("address")
-        if "torch" not in cluster.backends:
-            cluster.backends = [*cluster.backends, "torch"]
+        missing = [b for b in dict.fromkeys(wanted) if b not in cluster.backends]
+        if missing:
+            cluster.backends = [*cluster.backends, *missing]
             changed.append("backends")
         if changed:
             cluster.save(update_fields=changed)
@@ -76,9 +82,27 @@ def local_cluster_ensure(
 DEMO_SPEC_PATH = Path(__file__).resolve().parents[3] / "examples" / "tiny-async.yaml"
 
 
-def demo_experiment_ensure(*, owner, team) -> tuple[object | None, bool]:
-    """Launch the demo experiment (examples/tiny-async.yaml on the torch backend) once, so a
-    fresh platform shows a run training. None when the team already has experiments."""
+# The demo compares engines from the first minute: the same spec on each of these that the
+# local cluster runs (the side-by-side view is the product's headline).
+DEMO_BACKENDS = ("torch", "vllm")
+
+
+def demo_backends(cluster) -> tuple[list[str], str | None]:
+    """The demo's backends on `cluster`, and why one is left out (None when none is)."""
+    have = list(cluster.backends) if cluster is not None else ["torch"]
+    backends = [b for b in DEMO_BACKENDS if b in have] or ["torch"]
+    if "vllm" in backends:
+        return backends, None
+    return backends, (
+        "the demo runs on torch alone: vLLM's CPU build is not installed here "
+        "(`make vllm` installs it; `paddock doctor` shows what is missing)"
+    )
+
+
+def demo_experiment_ensure(*, owner, team, backends=("torch",)) -> tuple[object | None, bool]:
+    """Launch the demo experiment (examples/tiny-async.yaml on each of `backends`) once, so a
+    fresh platform shows runs training side by side. None when the team already has
+    experiments."""
     import yaml
 
     from paddock.experiments.launch import experiment_launch
@@ -90,7 +114,8 @@ def demo_experiment_ensure(*, owner, team) -> tuple[object | None, bool]:
     spec = yaml.safe_load(DEMO_SPEC_PATH.read_text())
     result = experiment_launch(
         actor=actor_for(user=owner), team=team, name="Demo: tiny arithmetic, async GRPO",
-        spec=spec, backends=["torch"], tags=["demo"],
-        description="The tiny local model learns 2-digit addition with asynchronous LoRA GRPO.",
+        spec=spec, backends=list(backends), tags=["demo"],
+        description="The tiny local model learns 2-digit addition with asynchronous LoRA GRPO, "
+        "on each rollout engine this machine runs.",
     )  # fmt: skip
     return result.experiment, True

@@ -3,6 +3,7 @@ from django.core.management.base import BaseCommand
 
 from paddock.core.bootstrap import (
     admin_ensure,
+    demo_backends,
     demo_experiment_ensure,
     demo_team_ensure,
     local_cluster_ensure,
@@ -34,6 +35,11 @@ class Command(BaseCommand):
             team, created = demo_team_ensure(owner=user)
             if created:
                 self.stdout.write(f"created the demo team '{team.slug}'")
-            experiment, created = demo_experiment_ensure(owner=user, team=team)
+            backends, why = demo_backends(cluster)
+            experiment, created = demo_experiment_ensure(owner=user, team=team, backends=backends)
             if created:
-                self.stdout.write(f"launched the demo experiment '{experiment.name}'")
+                self.stdout.write(
+                    f"launched the demo experiment '{experiment.name}' on {', '.join(backends)}"
+                )
+                if why:
+                    self.stdout.write(why)
