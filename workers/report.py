@@ -220,21 +220,3 @@ class Reporter:
 
 class _Retry(Exception):
     """A transient failure: keep the batch and try again after a backoff."""
-
-
-def reporter_from_env(on_desired_state: Callable[[str], None] | None = None) -> Reporter | None:
-    """The reporter of a job started by the platform (PADDOCK_* variables), or None when the
-    job runs on its own (`paddock train`, a test)."""
-    url, run_id = os.environ.get("PADDOCK_PUBLIC_URL"), os.environ.get("PADDOCK_RUN_ID")
-    token = os.environ.get("PADDOCK_RUN_TOKEN")
-    if not (url and run_id and token):
-        return None
-    spool = Path(os.environ.get("PADDOCK_SPOOL_DIR", f".paddock-spool/run-{run_id}"))
-    config = ReporterConfig(
-        url=url,
-        run_id=run_id,
-        token=token,
-        dispatch=int(os.environ.get("PADDOCK_DISPATCH", "1")),
-        spool_dir=spool,
-    )
-    return Reporter(config, on_desired_state=on_desired_state)
