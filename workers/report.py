@@ -1,4 +1,4 @@
-"""The reporter: a job's events travel to the platform's ingest endpoint (DESIGN.md).
+"""The reporter: a job's events travel to the platform's ingest endpoint (docs/ingest-protocol.md).
 
 Promises, and how they are kept:
 - **Never blocks training.** `emit` only appends to an in-memory queue; a background thread

@@ -7,7 +7,7 @@
 # Build context: the repository root. BuildKit reads platform.Dockerfile.dockerignore beside
 # this file, so node_modules, .venv and the like never enter the context.
 #
-# Why no torch: the control plane never imports it (DESIGN.md), but pyproject.toml lists torch
+# Why no torch: the control plane never imports it, but pyproject.toml lists torch
 # in its main dependencies today. deploy/docker/requirements.py prints the platform's
 # requirements: `paddock[platform]` once the proposed split of pyproject.toml into
 # `[platform]` and `[workers]` extras lands, and until then the main list less the data-plane

@@ -3,7 +3,7 @@
     python deploy/docker/requirements.py platform|workers [pyproject.toml] [--without NAME...]
 
 Used by the images so that the platform image never installs torch (the control plane never
-imports it: DESIGN.md) and the Ray image never installs Django.
+imports it: docs/architecture.md) and the Ray image never installs Django.
 
 Today pyproject.toml has one dependency list for both sides. The proposed split (see
 docs/deployment.md, "Images") moves them into extras: `paddock[platform]` and

@@ -1,5 +1,5 @@
 """Everything the run reports goes through one emitter: DIR/metrics.jsonl, the progress bar,
-and the callbacks through which the HTTP reporter receives the ingest events of DESIGN.md
+and the callbacks through which the HTTP reporter receives the ingest events
 (metric, log, status, checkpoint, samples)."""
 
 from __future__ import annotations

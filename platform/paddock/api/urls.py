@@ -1,4 +1,4 @@
-"""/api/v1/ routes: no trailing slashes (`/api/v1/runs/7/metrics`), as DESIGN.md spells them."""
+"""/api/v1/ routes: no trailing slashes (`/api/v1/runs/7/metrics`), as docs/api.md spells them."""
 
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView

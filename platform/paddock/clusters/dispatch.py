@@ -1,6 +1,6 @@
 """Dispatch: from a queued run to a Ray job, exactly once per dispatch number.
 
-Every start of a job is a dispatch N of its run (DESIGN.md). `dispatch_prepare` takes the
+Every start of a job is a dispatch N of its run (docs/architecture.md). `dispatch_prepare` takes the
 next number, picks a cluster and moves the run to `dispatching` in one transaction; only
 then is the job submitted, under the submission id `paddock-run-<id>-d<N>`. A task that dies
 between the two (a worker killed mid-task) is redelivered (acks_late) and finds the run

@@ -1,4 +1,4 @@
-"""The run state machine of DESIGN.md, in one place.
+"""The run state machine (docs/architecture.md), in one place.
 
     queued → dispatching → starting → running ⇄ (pausing → paused → resuming)
                                        running → succeeded

@@ -4,7 +4,7 @@ Dispatch calls `run_token_mint` when it starts dispatch N and hands the secret t
 the ingest view calls `run_token_verify` with the run id of the URL and the bearer secret.
 
 Once the run has ended its tokens only serve the retry of a batch already stored (the ingest
-checks duplicates first, DESIGN.md), and only for `PADDOCK_RUN_TOKEN_GRACE_S`: a job's reporter
+checks duplicates first), and only for `PADDOCK_RUN_TOKEN_GRACE_S`: a job's reporter
 retries within seconds, and a later reporter of a finished dispatch never starts. Past the
 grace the token is revoked: by `run_token_verify` itself on first use, and in bulk by the
 reconcile beat (`run_tokens_revoke_finished`), so the rows say so too."""

@@ -1,4 +1,4 @@
-"""Channels group names (DESIGN.md): `run.<id>` and `experiment.<id>`."""
+"""Channels group names (docs/live-protocol.md): `run.<id>` and `experiment.<id>`."""
 
 
 def run_group(run_id: int) -> str:

@@ -1,6 +1,6 @@
 """The ingest service: one batch of a job's events, stored atomically and idempotently.
 
-Order of checks (DESIGN.md): the token, then the body's shape, then *duplicate first*: a
+Order of checks: the token, then the body's shape, then *duplicate first*: a
 (dispatch, seq) already stored is acknowledged without storing again, even after the run
 finished, so the retry of a final batch whose reply was lost still gets its ack. Only then
 are new events for a finished run, or from a superseded dispatch, refused."""

@@ -1,4 +1,4 @@
-"""The ingest body of DESIGN.md, validated strictly: a bad event is a 400 naming its path
+"""The ingest body, validated strictly: a bad event is a 400 naming its path
 (`events.3.values`), never a 500 and never a half-stored batch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ingest endpoint, exactly as DESIGN.md describes it."""
+"""The ingest endpoint, exactly as docs/ingest-protocol.md describes it."""
 
 from __future__ import annotations
 
