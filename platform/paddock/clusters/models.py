@@ -8,8 +8,10 @@ from django.db import models
 class RayCluster(models.Model):
     """A Ray cluster reachable through its Jobs API. `team` null means shared by all teams.
     `backends` lists the rollout backends it can run (declared, or found by a probe job);
-    a launch is checked against it. `capacity` is free-form resources, e.g.
-    {"cpus": 16, "gpus": 8}."""
+    a launch is checked against it. `capacity` is what an operator declares the cluster can
+    grow to, e.g. {"cpus": 16, "gpus": 8} for one that autoscales: when set, it replaces the
+    observed totals in the launch's "can this ever be placed" check. `resources` is what the
+    health check last observed (placement.py: per node, total and free CPUs and GPUs)."""
 
     name = models.CharField(max_length=100, unique=True)
     team = models.ForeignKey(
@@ -19,6 +21,7 @@ class RayCluster(models.Model):
     dashboard_url = models.CharField(max_length=300, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     capacity = models.JSONField(default=dict, blank=True)
+    resources = models.JSONField(default=dict, blank=True)
     backends = models.JSONField(default=list, blank=True)
     healthy = models.BooleanField(default=True)
     health_error = models.TextField(blank=True)

@@ -11,6 +11,7 @@ from django.db.models import Q
 
 from paddock.api.errors import DomainError
 from paddock.clusters.models import RayCluster
+from paddock.clusters.placement import never_placeable, run_bundles
 from paddock.experiments import hooks
 from paddock.experiments.configs import (
     config_version_create,
@@ -62,9 +63,12 @@ def _visible_clusters(team: Team):
     return RayCluster.objects.filter(Q(team__isnull=True) | Q(team=team))
 
 
-def _check_backends(*, team: Team, backends: list[str], cluster_id: int | None) -> RayCluster:
+def _check_backends(
+    *, team: Team, backends: list[str], cluster_id: int | None
+) -> tuple[RayCluster | None, list[RayCluster]]:
     """The backends must be known, and advertised by the target cluster (or, with none
-    chosen, by at least one cluster the team may use)."""
+    chosen, by at least one cluster the team may use). Returns the chosen cluster (None:
+    dispatch picks) and the clusters a run may go to."""
     known = rollout_backends()
     for backend in backends:
         if backend not in known:
@@ -91,7 +95,36 @@ def _check_backends(*, team: Team, backends: list[str], cluster_id: int | None) 
             f"{', '.join(sorted(advertised)) or 'none'})",
             field="backends",
         )
-    return clusters[0] if cluster_id is not None else None
+    return (clusters[0] if cluster_id is not None else None), clusters
+
+
+def _check_placement(*, clusters: list[RayCluster], runs: list[PlannedRun]) -> None:
+    """Refuse a run that no cluster it may go to could ever place (more GPUs or CPUs than
+    the cluster has, or a bundle bigger than its largest node), naming the setting. A
+    cluster whose resources are not known yet (never probed) is given the benefit of the
+    doubt; what is short only now waits in `queued`, with the reason (dispatch)."""
+    for planned in runs:
+        bundles = run_bundles(planned.spec["resources"])
+        refusals = []
+        for cluster in clusters:
+            if planned.backend not in cluster.backends:
+                continue
+            refusal = never_placeable(
+                bundles=bundles, cluster_name=cluster.name, snapshot=cluster.resources or {},
+                capacity=cluster.capacity or {},
+            )  # fmt: skip
+            if refusal is None:
+                break
+            refusals.append(refusal)
+        else:
+            if refusals:
+                first = refusals[0]
+                others = (
+                    f" (nor can {len(refusals) - 1} other clusters)" if len(refusals) > 1 else ""
+                )
+                raise DomainError(
+                    "unplaceable", first.message + others, field=f"spec.{first.setting}"
+                )
 
 
 def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
@@ -126,13 +159,14 @@ def _plan(
     backends = list(dict.fromkeys(backends or [normalized["rollout"]["backend"]]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError("invalid", f"must be between 1 and {MAX_SEEDS}", field="seeds")
-    cluster = _check_backends(team=team, backends=backends, cluster_id=cluster_id)
+    cluster, clusters = _check_backends(team=team, backends=backends, cluster_id=cluster_id)
     runs = []
     for backend in backends:
         for i in range(seeds):
             seed = normalized["seed"] + i
             run_spec = spec_for_run(spec=normalized, backend=backend, seed=seed)
             runs.append(PlannedRun(backend, seed, run_spec, spec_gpus(run_spec)))
+    _check_placement(clusters=clusters, runs=runs)
     _check_quota(team=team, runs=runs)
     return LaunchPlan(spec=normalized, runs=runs, cluster=cluster)
 
@@ -152,9 +186,9 @@ def experiment_launch(
     parent: ConfigVersion | None = None,
     cloned_from: Experiment | None = None,
 ) -> LaunchResult:
-    """Check everything a launch needs (spec, backends against the clusters, quota); with
-    `validate_only`, return the errors and create nothing. Otherwise create the experiment,
-    its config versions and queued runs, audit it, and after commit call
+    """Check everything a launch needs (spec, backends and resources against the clusters,
+    quota); with `validate_only`, return the errors and create nothing. Otherwise create the
+    experiment, its config versions and queued runs, audit it, and after commit call
     `hooks.run_enqueued` per run. Raises DomainError when invalid (not validate_only)."""
     actor.require(team.pk, Role.MEMBER, what="team")
     with transaction.atomic():
