@@ -256,19 +256,155 @@ class AsyncSpec(_Section):
     )
 
 
+# Keyword arguments that apply_chat_template itself takes: passed through from the config
+# they would change how the template is applied (`chat_template` would even replace the
+# template with text from the config), so `data.chat_template_kwargs` may not use them.
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation", "messages", "tools", "documents", "chat_template",
+        "add_generation_prompt", "continue_final_message", "tokenize", "padding",
+        "truncation", "max_length", "return_tensors", "return_dict",
+        "return_assistant_tokens_mask", "tokenizer_kwargs", "sanitize_control_tokens",
+    }
+)  # fmt: skip
+_DATASET_REF = re.compile(r"dataset://(\d+)")
+_KEY_PATH = re.compile(r"[^.]+(\.[^.]+)*")  # column, then keys or list indices
+
+
+def dataset_ref(path: str | None) -> int | None:
+    """The id of an uploaded dataset named as `dataset://<id>`; None for anything else."""
+    m = _DATASET_REF.fullmatch(path or "")
+    return int(m.group(1)) if m else None
+
+
+def _check_data_path(v: str | None) -> str | None:
+    if v is None:
+        return v
+    scheme, sep, _ = v.partition("://")
+    if sep and scheme not in ("file", "dataset"):
+        raise ValueError(
+            f"scheme {scheme}:// is not read by jobs; give a path, a file:// URI or "
+            "dataset://<id> (an uploaded dataset)"
+        )
+    if scheme == "dataset" and sep and dataset_ref(v) is None:
+        raise ValueError("an uploaded dataset is named dataset://<id>, the id a number")
+    return v
+
+
+def _check_key_path(v: str | None) -> str | None:
+    if v is not None and not _KEY_PATH.fullmatch(v):
+        raise ValueError(
+            "must be a column name, optionally followed by .key or .index parts "
+            "(reward_model.ground_truth, messages.-1.content)"
+        )
+    return v
+
+
 class DataSpec(_Section):
-    task: Literal["arithmetic", "reverse", "jsonl"] = "arithmetic"
-    path: str | None = Field(None, description="JSONL of {prompt, answer} (task: jsonl)")
-    eval_path: str | None = Field(None, description="held-out JSONL (task: jsonl)")
+    task: Literal["arithmetic", "reverse", "dataset", "jsonl"] = Field(
+        "arithmetic",
+        description="arithmetic: `a+b=` → `a+b`; reverse: `rev abc=` → `cba` (built-in); "
+        "dataset: your file or directory at `path`; jsonl: dataset with format jsonl (older "
+        "configs)",
+    )
+    path: str | None = Field(
+        None,
+        description="task: dataset: a JSONL or Parquet file, a `datasets` save_to_disk "
+        "directory, a file:// URI, or dataset://<id> (an uploaded dataset)",
+    )
+    format: Literal["auto", "jsonl", "parquet", "save_to_disk"] = Field(
+        "auto",
+        description="auto: by the path (a directory is save_to_disk, *.parquet parquet, "
+        "*.jsonl / *.json JSONL)",
+    )
+    split: str = Field("train", description="split of a save_to_disk DatasetDict to train on")
+    prompt_key: str = Field(
+        "prompt",
+        description="column of the prompt: a string, or a list of chat messages {role, "
+        "content} (a trailing assistant message is the reference answer, not part of the "
+        "prompt)",
+    )
+    answer_key: str = Field(
+        "answer",
+        description="column of the answer given to rewards; dotted keys and list indices "
+        "reach inside (verl: reward_model.ground_truth; NeMo-RL messages: messages.-1.content)",
+    )
+    system_prompt: str | None = Field(
+        None,
+        description="a system message put before each prompt that has none (needs "
+        "message prompts or chat_template: true)",
+    )
+    chat_template: bool = Field(
+        False,
+        description="apply the tokenizer's own chat template to string prompts too (each as "
+        "one user message); message prompts always get it",
+    )
+    chat_template_kwargs: dict[str, str | bool | int | float] = Field(
+        default_factory=dict,
+        description="keyword arguments of the chat template, e.g. {enable_thinking: false} "
+        "for Qwen3",
+    )
+    max_prompt_tokens: int | None = Field(
+        None, gt=0, description="longest prompt in tokens (after the chat template); unset: "
+        "no limit",
+    )  # fmt: skip
+    overlong_prompts: Literal["drop", "error"] = Field(
+        "drop",
+        description="a prompt over max_prompt_tokens: drop it (the count is logged) or refuse "
+        "the dataset",
+    )
+    eval_path: str | None = Field(
+        None,
+        description="held-out data in the same forms as path (default: eval_split of path "
+        "when set, else the last 10% of path)",
+    )
+    eval_split: str | None = Field(
+        None, description="split of a save_to_disk DatasetDict to score eval/accuracy on"
+    )
+    eval_prompt_key: str | None = Field(None, description="default: prompt_key")
+    eval_answer_key: str | None = Field(None, description="default: answer_key")
     eval_size: int = Field(200, gt=0, description="held-out prompts scored by eval/accuracy")
 
+    @field_validator("path", "eval_path")
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return _check_data_path(v)
+
+    @field_validator("prompt_key", "answer_key", "eval_prompt_key", "eval_answer_key")
+    @classmethod
+    def _keys(cls, v: str | None) -> str | None:
+        return _check_key_path(v)
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if not key.isidentifier():
+                raise ValueError(f"{key!r} is not a keyword name")
+            if key in RESERVED_TEMPLATE_KWARGS:
+                raise ValueError(f"{key!r} is set by Paddock, not by the config")
+        return v
+
     @model_validator(mode="after")
-    def _jsonl_needs_path(self) -> DataSpec:
-        if self.task == "jsonl" and not self.path:
-            raise _field_error("path", "required when task is jsonl")
-        if self.task != "jsonl" and (self.path or self.eval_path):
-            raise _field_error("path", f"only used with task: jsonl (task is {self.task})")
+    def _file_needs_path(self) -> DataSpec:
+        from_file = self.task in ("dataset", "jsonl")
+        if from_file and not self.path:
+            raise _field_error("path", f"required when task is {self.task}")
+        if not from_file:
+            for name in ("path", "eval_path", "eval_split"):
+                if getattr(self, name):
+                    raise _field_error(name, f"only used with task: dataset (task is {self.task})")
+        if self.task == "jsonl" and self.format not in ("auto", "jsonl"):
+            raise _field_error("format", "task: jsonl reads JSONL; use task: dataset")
         return self
+
+
+# Reward terms: a discriminated union on `name`. Each verifier has its own keys, and a key of
+# another verifier is an error. Only these names exist: a spec cannot make a worker import or
+# evaluate code (a team's own verifier is reached over HTTP, through `service`).
+
+_LABEL = r"^[A-Za-z0-9_.-]{1,64}$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 
 class RewardTerm(_Section):

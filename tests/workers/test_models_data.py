@@ -62,7 +62,7 @@ def test_jsonl_task(tmp_path):
     assert len(task.train) == 18 and [e.prompt for e in task.eval] == ["q18", "q19"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "x"}\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1"):
+    with pytest.raises(ValueError, match="no column 'answer' in bad.jsonl"):
         read_jsonl(bad)
 
 

@@ -1,4 +1,4 @@
-"""Built-in tasks with verifiable answers, and JSONL datasets of {prompt, answer}.
+"""Built-in tasks with verifiable answers, and datasets read from files (see sources.py).
 
 A task is a fixed list of train examples and a disjoint held-out list; the driver picks
 prompts from the train list by (seed, step, group), so no RNG state lives here.
@@ -6,18 +6,24 @@ prompts from the train list by (seed, step, group), so no RNG state lives here.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..spec import DataSpec
+from . import sources
+from .prompts import Prompt, as_chat, prompt_ids
 
 
 @dataclass(frozen=True)
 class Example:
-    prompt: str
+    prompt: Prompt  # a string, or chat messages [{role, content}] (see prompts.py)
     answer: str
+    # what rewards get besides the answer: a dataset row's other columns (data_source,
+    # extra_info, ...), as JSON values
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,8 @@ class Task:
     name: str
     train: list[Example]
     eval: list[Example]
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # data.chat_template_kwargs
+    dropped: dict[str, int] = field(default_factory=dict)  # split -> prompts over the limit
 
     def is_correct(self, completion: str, answer: str) -> bool:
         """Accuracy is strict: the completion (up to EOS, stripped) *is* the answer."""
@@ -61,34 +69,124 @@ def reverse_examples(
     return examples[cut:], examples[:cut]
 
 
+def read_examples(
+    path: str,
+    *,
+    fmt: str = "auto",
+    split: str = "train",
+    prompt_key: str = "prompt",
+    answer_key: str = "answer",
+    field: str = "path",
+    key_fields: tuple[str, str] = ("prompt_key", "answer_key"),
+) -> list[Example]:
+    """The examples of one source. `field` and `key_fields` are the settings that named it
+    and its columns, for the errors."""
+    local = sources.local_path(path, field)
+    fmt = sources.detect_format(local, fmt, field)
+    table = sources.read_table(local, fmt, split, field)
+    where = local.name if fmt != "save_to_disk" else f"{local.name} ({split})"
+    columns = list(table.column_names)
+    rows = sources.map_rows(table, columns, where, prompt_key, answer_key, key_fields)
+    return [Example(p, a, m) for p, a, m in rows]
+
+
 def read_jsonl(path: str | Path) -> list[Example]:
-    out: list[Example] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
-                raise ValueError(
-                    f"{path}:{lineno}: each line must be an object with prompt and answer"
-                )
-            out.append(Example(str(row["prompt"]), str(row["answer"])))
-    if not out:
-        raise ValueError(f"{path}: no examples")
-    return out
+    """A JSONL file of {prompt, answer} rows (the layout of `task: jsonl`)."""
+    return read_examples(str(path), fmt="jsonl")
 
 
-def load_task(spec: DataSpec) -> Task:
+def _file_examples(spec: DataSpec) -> tuple[list[Example], list[Example]]:
+    assert spec.path is not None  # the spec validator guarantees it
+    fmt = "jsonl" if spec.task == "jsonl" else spec.format
+    train = read_examples(
+        spec.path, fmt=fmt, split=spec.split, prompt_key=spec.prompt_key,
+        answer_key=spec.answer_key,
+    )  # fmt: skip
+    if spec.eval_path or spec.eval_split:
+        held = read_examples(
+            spec.eval_path or spec.path, fmt=fmt, split=spec.eval_split or spec.split,
+            prompt_key=spec.eval_prompt_key or spec.prompt_key,
+            answer_key=spec.eval_answer_key or spec.answer_key, field="eval_path",
+            key_fields=(
+                "eval_prompt_key" if spec.eval_prompt_key else "prompt_key",
+                "eval_answer_key" if spec.eval_answer_key else "answer_key",
+            ),
+        )  # fmt: skip
+    else:  # no eval data: hold out the last 10%
+        cut = max(1, len(train) // 10)
+        if len(train) < 2:
+            raise ValueError(
+                f"data.path: {spec.path} has one row; holding out 10% for eval needs two "
+                "(or set data.eval_path)"
+            )
+        train, held = train[:-cut], train[-cut:]
+    return train, held
+
+
+def _within_limit(
+    examples: list[Example], spec: DataSpec, tokenizer: Any, split: str
+) -> tuple[list[Example], int]:
+    """The examples whose prompt fits in `max_prompt_tokens`, and how many did not."""
+    limit = spec.max_prompt_tokens
+    if limit is None:
+        return examples, 0
+    kept = []
+    for i, ex in enumerate(examples):
+        n = len(prompt_ids(tokenizer, ex.prompt, spec.chat_template_kwargs))
+        if n <= limit:
+            kept.append(ex)
+        elif spec.overlong_prompts == "error":
+            raise ValueError(
+                f"data.max_prompt_tokens: prompt {i} of the {split} split has {n} tokens, over "
+                f"{limit} (data.overlong_prompts: drop skips such prompts)"
+            )
+    if not kept:
+        raise ValueError(
+            f"data.max_prompt_tokens: every prompt of the {split} split has more than "
+            f"{limit} tokens"
+        )
+    return kept, len(examples) - len(kept)
+
+
+def load_task(spec: DataSpec, tokenizer: Any = None) -> Task:
+    """The task of the data section: its source read, prompts put in chat form as the spec
+    asks, and, with `tokenizer`, prompts over `max_prompt_tokens` dropped (or refused) and
+    message prompts checked against the tokenizer's chat template."""
+    task = _source_task(spec)
+    builtin = spec.task not in ("dataset", "jsonl")
+
+    def prepared(ex: Example) -> Example:
+        chat = as_chat(
+            ex.prompt, system_prompt=spec.system_prompt, chat_template=spec.chat_template
+        )
+        metadata = {"data_source": task.name} if builtin and not ex.metadata else ex.metadata
+        return dataclasses.replace(ex, prompt=chat, metadata=metadata)
+
+    train, held = [prepared(ex) for ex in task.train], [prepared(ex) for ex in task.eval]
+    dropped = {}
+    if tokenizer is not None:
+        # encoding one prompt of each split finds a missing chat template at load time
+        for split in (train, held):
+            if split:
+                prompt_ids(tokenizer, split[0].prompt, spec.chat_template_kwargs)
+        train, dropped["train"] = _within_limit(train, spec, tokenizer, "train")
+        held, dropped["eval"] = _within_limit(held, spec, tokenizer, "eval")
+    elif spec.max_prompt_tokens is not None:
+        raise ValueError("data.max_prompt_tokens: checking prompt lengths needs the tokenizer")
+    return dataclasses.replace(
+        task,
+        train=train,
+        eval=held[: spec.eval_size],
+        template_kwargs=dict(spec.chat_template_kwargs),
+        dropped=dropped,
+    )
+
+
+def _source_task(spec: DataSpec) -> Task:
     if spec.task == "arithmetic":
         train, held = arithmetic_examples()
     elif spec.task == "reverse":
         train, held = reverse_examples()
     else:
-        assert spec.path is not None  # the spec validator guarantees it
-        train = read_jsonl(spec.path)
-        if spec.eval_path:
-            held = read_jsonl(spec.eval_path)
-        else:  # no eval file: hold out the last 10%
-            cut = max(1, len(train) // 10)
-            train, held = train[:-cut], train[-cut:]
-    return Task(spec.task, train, held[: spec.eval_size])
+        train, held = _file_examples(spec)
+    return Task(spec.task, train, held)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..data import prompt_ids
 from ..rollout.base import GroupRequest
 from .producer import RolloutContext
 
@@ -14,7 +15,11 @@ async def evaluate(ctx: RolloutContext) -> float:
     examples = ctx.task.eval
     requests = [
         GroupRequest(
-            f"eval-{i}", ctx.tokenizer.encode(ex.prompt, add_special_tokens=False), 1, 0, params
+            f"eval-{i}",
+            prompt_ids(ctx.tokenizer, ex.prompt, ctx.task.template_kwargs),
+            1,
+            0,
+            params,
         )
         for i, ex in enumerate(examples)
     ]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..data import Task
+from ..data import Task, prompt_ids, prompt_text
 from ..rollout.base import GroupRequest, GroupResult, RolloutBackend, SamplingParams
 from .buffer import TrajectoryBuffer
 from .control import ControlSource
@@ -72,9 +72,13 @@ class Producer:
         out = []
         for g in range(ctx.prompts_per_step):
             idx, seed = draw(ctx.seed, step, g, len(ctx.task.train))
-            ids = ctx.tokenizer.encode(ctx.task.train[idx].prompt, add_special_tokens=False)
+            ids = prompt_ids(ctx.tokenizer, ctx.task.train[idx].prompt, ctx.task.template_kwargs)
             out.append(GroupRequest(f"s{step}-g{g}", ids, ctx.group_size, seed, ctx.params))
         return out
+
+    def display(self, ex) -> str:
+        """The prompt as the sample inspector shows it (the rendered chat template)."""
+        return prompt_text(self.ctx.tokenizer, ex.prompt, self.ctx.task.template_kwargs)
 
     def _example(self, step: int, g: int):
         idx, _ = draw(self.ctx.seed, step, g, len(self.ctx.task.train))
@@ -100,7 +104,7 @@ class Producer:
             rewards = [self.ctx.reward(s.text, ex.answer) for s in res.samples]
             correct = [self.ctx.task.is_correct(s.text, ex.answer) for s in res.samples]
             groups.append(
-                ScoredGroup(step, g, ex.prompt, ex.answer, res, rewards, correct, elapsed)
+                ScoredGroup(step, g, self.display(ex), ex.answer, res, rewards, correct, elapsed)
             )
         await self.buffer.put(step, groups)
         self.produced(step).set()

@@ -81,8 +81,8 @@ async def run_training(
         torch.set_num_threads(spec.train.threads)
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
-    task = load_task(spec.data)
     tokenizer = load_tokenizer(model_dir)
+    task = load_task(spec.data, tokenizer)
     trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
     executor = executor or LocalExecutor(LoraPolicy(spec, model_dir, trainer_device))
     if backend is None and spec.resources.engine_process:
@@ -107,6 +107,12 @@ async def run_training(
         group_size=spec.algorithm.num_generations,
     )
     emitter = Emitter(out, spec.train.steps, state.step, on_metrics, on_event, progress)
+    for split, n in task.dropped.items():
+        if n:
+            emitter.log(
+                f"data: dropped {n} {split} prompts longer than data.max_prompt_tokens="
+                f"{spec.data.max_prompt_tokens}"
+            )
     driver = Driver(
         spec,
         executor,
