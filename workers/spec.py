@@ -278,15 +278,9 @@ def dataset_ref(path: str | None) -> int | None:
 
 
 def _check_data_path(v: str | None) -> str | None:
-    if v is None:
-        return v
-    scheme, sep, _ = v.partition("://")
-    if sep and scheme not in ("file", "dataset"):
-        raise ValueError(
-            f"scheme {scheme}:// is not read by jobs; give a path, a file:// URI or "
-            "dataset://<id> (an uploaded dataset)"
-        )
-    if scheme == "dataset" and sep and dataset_ref(v) is None:
+    # Which paths a run may read is the platform's to decide (spec_paths); the job says
+    # which schemes it reads. Here only the form of an upload's name is checked.
+    if v is not None and v.startswith("dataset://") and dataset_ref(v) is None:
         raise ValueError("an uploaded dataset is named dataset://<id>, the id a number")
     return v
 

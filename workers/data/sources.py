@@ -30,6 +30,11 @@ def local_path(path: str, field: str) -> Path:
         )
     if path.startswith("file://"):
         path = path[len("file://") :]
+    elif "://" in path:
+        raise ValueError(
+            f"data.{field}: {path}: jobs read local paths and file:// URIs (and dataset://<id> "
+            "under the platform), not this scheme"
+        )
     local = Path(path)
     if not local.exists():
         raise FileNotFoundError(f"data.{field}: {local} does not exist")

@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 
 from paddock.api.errors import DomainError
 from paddock.experiments.models import Checkpoint, Run
+from paddock.experiments.spec_paths import spec_datasets_resolve
 from paddock.experiments.tokens import run_token_mint
 
 from .models import BootstrapUse
@@ -38,6 +39,7 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> dict:
     run = Run.objects.select_related("config").filter(pk=run_id).first()
     if run is None or run.dispatch_count != dispatch:
         raise DomainError("dispatch_superseded", "this dispatch is no longer current", status=409)
+    spec = spec_datasets_resolve(team_id=run.team_id, spec=run.config.spec)  # dataset://<id>
     try:
         with transaction.atomic():
             BootstrapUse.objects.create(run_id=run_id, dispatch=dispatch)
@@ -49,7 +51,7 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> dict:
     last = Checkpoint.objects.filter(run_id=run_id).order_by("-step").first()
     return {
         "token": token,
-        "spec": run.config.spec,
+        "spec": spec,
         "artifacts_uri": f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}",
         "resume_from": last.uri if last is not None and dispatch > 1 else None,
     }

@@ -120,9 +120,11 @@ def _check_jsonl(data: bytes) -> int:
             raise DomainError(
                 "invalid", f"line {number}: not JSON ({exc.msg})", field="file"
             ) from None
-        if not (isinstance(row, dict) and isinstance(row.get("prompt"), str) and "answer" in row):
+        # which columns hold the prompt and the answer is the run spec's to say
+        # (data.prompt_key, data.answer_key); here a row only has to be a row
+        if not isinstance(row, dict):
             raise DomainError(
-                "invalid", f"line {number}: needs a string 'prompt' and an 'answer'", field="file"
+                "invalid", f"line {number}: not a JSON object (one row of columns)", field="file"
             )
         rows += 1
     if rows == 0:
@@ -130,18 +132,41 @@ def _check_jsonl(data: bytes) -> int:
     return rows
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def _check_parquet(data: bytes) -> int:
+    """The row count from the file's footer: what pyarrow can read a job can too."""
+    import pyarrow as pa  # only uploads need it
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DomainError("invalid", f"not a readable Parquet file ({exc})", field="file") from None
+    if rows == 0:
+        raise DomainError("invalid", "the file has no rows", field="file")
+    return rows
+
+
 def dataset_upload(*, actor: Actor, team: Team, name: str, data: bytes) -> Dataset:
-    """Store a JSONL dataset of {prompt, answer} rows under the team in the artifact store,
-    named by its SHA-256 (the same bytes twice give the same dataset)."""
+    """Store a dataset (JSONL of JSON objects, or Parquet) under the team in the artifact
+    store, named by its SHA-256 (the same bytes twice give the same dataset). A run names it
+    `dataset://<id>`; its columns are mapped by the run spec's data section."""
     actor.require(team.pk, Role.MEMBER, what="team")
     if len(data) > MAX_DATASET_BYTES:
         raise DomainError("too_large", f"at most {MAX_DATASET_BYTES} bytes", field="file")
-    try:
-        rows = _check_jsonl(data)
-    except UnicodeDecodeError:
-        raise DomainError("invalid", "must be UTF-8 text", field="file") from None
+    if data[:4] == PARQUET_MAGIC and data[-4:] == PARQUET_MAGIC:
+        rows, ext = _check_parquet(data), "parquet"
+    else:
+        try:
+            rows, ext = _check_jsonl(data), "jsonl"
+        except UnicodeDecodeError:
+            raise DomainError(
+                "invalid", "must be UTF-8 JSONL text or a Parquet file", field="file"
+            ) from None
     digest = hashlib.sha256(data).hexdigest()
-    uri = f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/teams/{team.pk}/datasets/{digest}.jsonl"
+    uri = f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/teams/{team.pk}/datasets/{digest}.{ext}"
     fs, path = fsspec.core.url_to_fs(uri)
     if not fs.exists(path):
         fs.makedirs(posixpath.dirname(path), exist_ok=True)

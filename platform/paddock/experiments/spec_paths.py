@@ -7,6 +7,10 @@ be absolute, free of `..`, and inside one of `settings.PADDOCK_MODEL_ROOTS` (mod
 `settings.PADDOCK_DATA_ROOTS` or the team's own artifacts (datasets). The check is lexical:
 the platform cannot see the cluster's disk, so the roots must not hold links leading out.
 
+An uploaded dataset is named `dataset://<id>`: it must be one of the team's, and the job is
+handed its artifact URI at bootstrap (`spec_datasets_resolve`), so the stored spec names the
+dataset, not a place in one store, and a run on any cluster reads what was uploaded.
+
 `checkpoint.resume_from` matters most: a job unpickles a checkpoint's buffer and RNG
 state, so a path of the user's choosing would run code of the user's choosing. It may only
 name a checkpoint of one of the team's own runs in the artifact store, which only the
@@ -21,7 +25,8 @@ from urllib.parse import unquote, urlsplit
 from django.conf import settings
 
 from paddock.api.errors import DomainError
-from paddock.experiments.models import Run
+from paddock.experiments.models import Dataset, Run
+from workers.spec import dataset_ref
 
 
 def _local(path: str) -> str | None:
@@ -73,7 +78,14 @@ def spec_paths_check(*, team_id: int, spec: dict, field: str = "spec") -> None:
     data_roots = [*settings.PADDOCK_DATA_ROOTS, team_artifacts_root(team_id)]
     for key in ("path", "eval_path"):
         path = spec.get("data", {}).get(key)
-        if path and not _inside(path, data_roots):
+        ref = dataset_ref(path)
+        if ref is not None:
+            if not Dataset.objects.filter(pk=ref, team_id=team_id).exists():
+                errors.append(
+                    {"field": f"{field}.data.{key}",
+                     "message": f"no dataset {ref} among the team's uploads"}
+                )  # fmt: skip
+        elif path and not _inside(path, data_roots):
             errors.append(
                 {"field": f"{field}.data.{key}",
                  "message": f"must be one of the team's datasets or inside {data_roots[:-1]}"}
@@ -90,3 +102,22 @@ def spec_paths_check(*, team_id: int, spec: dict, field: str = "spec") -> None:
             "path_not_allowed", f"{first['field']}: {first['message']}", field=first["field"],
             errors=errors,
         )  # fmt: skip
+
+
+def spec_datasets_resolve(*, team_id: int, spec: dict) -> dict:
+    """`spec` with each `dataset://<id>` of the data section replaced by that upload's
+    artifact URI, for the job. The team is checked again: a spec stored before a dataset
+    was deleted must fail here, not read something else."""
+    data = dict(spec.get("data") or {})
+    for key in ("path", "eval_path"):
+        ref = dataset_ref(data.get(key))
+        if ref is None:
+            continue
+        dataset = Dataset.objects.filter(pk=ref, team_id=team_id).first()
+        if dataset is None:
+            raise DomainError(
+                "dataset_missing", f"data.{key}: dataset {ref} is not one of the team's uploads",
+                field=f"spec.data.{key}", status=409,
+            )  # fmt: skip
+        data[key] = dataset.uri
+    return {**spec, "data": data} if data else spec

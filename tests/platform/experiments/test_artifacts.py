@@ -81,7 +81,7 @@ def test_datasets_are_checked_hashed_and_stored_once(world, client_as, store):
             ).read_bytes() == data  # fmt: skip
     assert upload(data, name="again").json()["id"] == body["id"]
     assert Dataset.objects.count() == 1
-    bad = upload(b'{"prompt": 1}\n')
+    bad = upload(b'"just a string"\n')
     assert (bad.status_code, bad.json()["field"]) == (400, "file")
     assert "line 1" in bad.json()["message"]
     viewer = client_as(world.users_b[Role.OWNER])
