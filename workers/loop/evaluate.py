@@ -8,6 +8,7 @@ import dataclasses
 from ..data import prompt_ids
 from ..rollout.base import GroupRequest
 from .producer import RolloutContext
+from .scoring import accuracy, eval_correct
 
 
 async def evaluate(ctx: RolloutContext) -> float:
@@ -24,8 +25,7 @@ async def evaluate(ctx: RolloutContext) -> float:
         for i, ex in enumerate(examples)
     ]
     results = await ctx.backend.generate(requests)
-    correct = sum(
-        ctx.task.is_correct(r.samples[0].text, ex.answer)
-        for r, ex in zip(results, examples, strict=True)
-    )
-    return correct / max(len(examples), 1)
+    # strict equality on the answer-only built-in tasks, else the reward's verifier terms;
+    # NaN (left out of the metrics) when the reward has none
+    correct = await eval_correct(ctx, examples, [r.samples[0] for r in results])
+    return accuracy(correct) if examples else 0.0

@@ -10,9 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..data import Task, prompt_ids, prompt_text
+from ..rewards import Scorer
 from ..rollout.base import GroupRequest, GroupResult, RolloutBackend, SamplingParams
 from .buffer import TrajectoryBuffer
 from .control import ControlSource
+from .scoring import score_groups
 from .types import ScoredGroup, draw
 
 
@@ -43,11 +45,13 @@ class RolloutContext:
     task: Task
     tokenizer: object
     backend: RolloutBackend
-    reward: Callable[[str, str], float]
+    scorer: Scorer  # the reward spec's terms; scores a step's samples as one batch
     params: SamplingParams
     seed: int
     prompts_per_step: int
     group_size: int
+    # accuracy: the task's strict equality (True) or the reward's verifier terms (False)
+    strict_accuracy: bool = False
 
 
 class Producer:
@@ -98,13 +102,13 @@ class Producer:
         if results is None:
             return False
         elapsed = time.perf_counter() - t0
+        examples = [self._example(step, g) for g in range(len(results))]
+        scored = await score_groups(self.ctx, examples, results)  # the whole step at once
         groups = []
-        for g, res in enumerate(results):
-            ex = self._example(step, g)
-            rewards = [self.ctx.reward(s.text, ex.answer) for s in res.samples]
-            correct = [self.ctx.task.is_correct(s.text, ex.answer) for s in res.samples]
+        for g, (res, ex, sc) in enumerate(zip(results, examples, scored, strict=True)):
             groups.append(
-                ScoredGroup(step, g, self.display(ex), ex.answer, res, rewards, correct, elapsed)
+                ScoredGroup(step, g, self.display(ex), ex.answer, res, sc.rewards, sc.correct,
+                            elapsed, sc.terms, sc.details)  # fmt: skip
             )
         await self.buffer.put(step, groups)
         self.produced(step).set()

@@ -10,7 +10,7 @@ from ..data import load_task
 from ..models import tiny_model_dir
 from ..policy import LoraPolicy
 from ..policy.lora import load_tokenizer
-from ..rewards import make_reward
+from ..rewards import make_scorer
 from ..rollout import RolloutBackend, SamplingParams, make_backend
 from ..spec import RunSpec
 from .buffer import TrajectoryBuffer
@@ -20,6 +20,7 @@ from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
 from .executor import LocalExecutor, TrainerExecutor
 from .producer import RolloutContext
+from .scoring import STRICT_ACCURACY_TASKS
 from .types import RunState
 
 
@@ -100,11 +101,12 @@ async def run_training(
         task=task,
         tokenizer=tokenizer,
         backend=backend,
-        reward=make_reward(spec.reward),
+        scorer=make_scorer(spec.reward),
         params=SamplingParams(r.temperature, r.max_new_tokens, tuple(r.stop)),
         seed=spec.seed,
         prompts_per_step=spec.train.prompts_per_step,
         group_size=spec.algorithm.num_generations,
+        strict_accuracy=spec.data.task in STRICT_ACCURACY_TASKS,
     )
     emitter = Emitter(out, spec.train.steps, state.step, on_metrics, on_event, progress)
     for split, n in task.dropped.items():
@@ -134,4 +136,5 @@ async def run_training(
     finally:
         await driver.producer.stop()
         await backend.close()
+        await rollout.scorer.close()  # the math_verify process, if one started
         emitter.close()

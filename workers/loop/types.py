@@ -16,8 +16,12 @@ class ScoredGroup:
     answer: str
     result: GroupResult
     rewards: list[float]
-    correct: list[bool]
+    correct: list[bool | None]  # None: the reward has no verifier term to decide it
     generate_s: float = 0.0  # wall time of the rollout batch this group came from
+    # per sample: each reward term's unweighted score, and what the terms saw (for the
+    # inspector); tuples, so that groups pickled before these fields existed still load
+    terms: tuple[dict[str, float], ...] = ()
+    details: tuple[dict, ...] = ()
 
     @property
     def min_version(self) -> int:

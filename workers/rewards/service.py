@@ -1,0 +1,181 @@
+"""The service term: a team's own verifier (a code sandbox, an LLM judge) behind HTTP.
+
+Contract (docs/train-your-own-model.md#rewards): the job POSTs
+`{"items": [{"prompt", "completion", "answer", "metadata"}]}` as JSON, at most `batch_size`
+items a request, and reads `{"rewards": [float, one per item], "details": [object | null]?}`.
+A connection error, a timeout (`timeout_s` for one attempt), a 429 or a 5xx is retried up to
+`max_retries` times with exponential backoff; then, or at once on any other status or on a
+malformed reply, the step fails with an error naming the URL and the reason. A reward is
+never made up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+from typing import Any
+
+import aiohttp
+
+from ..spec import ServiceTerm
+from .base import RewardError, Role, ScoreItem, TermScore, run_all
+
+BACKOFF_S = 0.5  # first retry after 0.5 s, then 1, 2, 4 ... capped at BACKOFF_MAX_S
+BACKOFF_MAX_S = 8.0
+_DETAILS_MAX = 2000  # characters of one item's details kept for the inspector
+
+
+class RewardServiceError(RewardError):
+    pass
+
+
+class _Retryable(Exception):
+    pass
+
+
+def service_headers(term: ServiceTerm, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Request headers from the environment variable that `headers_secret` names: a JSON
+    object of headers, or a token sent as `Authorization: Bearer <token>`."""
+    if term.headers_secret is None:
+        return {}
+    env = os.environ if environ is None else environ
+    value = env.get(term.headers_secret)
+    if value is None or not value.strip():
+        raise RewardServiceError(
+            f"reward service {term.url}: headers_secret names the environment variable "
+            f"{term.headers_secret}, which is not set on this worker"
+        )
+    value = value.strip()
+    if not value.startswith("{"):
+        return {"Authorization": f"Bearer {value}"}
+    try:
+        headers = json.loads(value)
+    except ValueError:
+        headers = None
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        # never echo the value: it is a secret
+        raise RewardServiceError(
+            f"reward service {term.url}: {term.headers_secret} holds neither a JSON object of "
+            "string headers nor a token"
+        )
+    return headers
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def parse_reply(url: str, body: bytes, n: int) -> list[TermScore]:
+    """The rewards (and details) of one reply, or an error saying what is wrong with it."""
+    where = f"reward service {url}"
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise RewardServiceError(f"{where}: the reply is not JSON: {body[:200]!r}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rewards"), list):
+        raise RewardServiceError(f'{where}: the reply has no "rewards" list: {body[:200]!r}')
+    rewards = data["rewards"]
+    if len(rewards) != n:
+        raise RewardServiceError(f"{where}: {len(rewards)} rewards for a batch of {n} items")
+    for i, r in enumerate(rewards):
+        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
+            raise RewardServiceError(f"{where}: rewards[{i}] is {r!r}, not a finite number")
+    details = data.get("details")
+    if details is None:
+        details = [None] * n
+    elif not isinstance(details, list) or len(details) != n:
+        raise RewardServiceError(f'{where}: "details" must be a list of {n} objects or nulls')
+    out = []
+    for i, d in enumerate(details):
+        if d is not None and not isinstance(d, dict):
+            raise RewardServiceError(f"{where}: details[{i}] is not an object")
+        d = {k: _json_safe(v) for k, v in (d or {}).items()}
+        if len(json.dumps(d)) > _DETAILS_MAX:
+            d = {"truncated": json.dumps(d)[:_DETAILS_MAX]}
+        out.append(TermScore(float(rewards[i]), None, d))
+    return out
+
+
+class ServiceScorer:
+    def __init__(self, term: ServiceTerm):
+        self.term = term
+        self.role: Role = "shaping" if term.correct_threshold is None else "verifier"
+        # read now, so that a missing secret fails the run at its start, not at step 1
+        self.headers = {"Content-Type": "application/json", **service_headers(term)}
+        self.requests = 0  # attempts made, for tests and logs
+
+    async def score(self, items: list[ScoreItem]) -> list[TermScore]:
+        n = self.term.batch_size
+        batches = [items[i : i + n] for i in range(0, len(items), n)]
+        gate = asyncio.Semaphore(self.term.max_concurrency)
+        async with aiohttp.ClientSession(headers=self.headers) as session:
+
+            async def one(batch: list[ScoreItem]) -> list[TermScore]:
+                async with gate:
+                    return await self._batch(session, batch)
+
+            done = await run_all([one(b) for b in batches])  # one failure cancels the rest
+        scores = [s for batch in done for s in batch]
+        threshold = self.term.correct_threshold
+        if threshold is None:
+            return scores
+        return [TermScore(s.score, s.score >= threshold, s.details) for s in scores]
+
+    async def _batch(self, session: aiohttp.ClientSession, batch: list[ScoreItem]):
+        term = self.term
+        body = json.dumps(
+            {
+                "items": [
+                    {
+                        "prompt": it.prompt,
+                        "completion": it.completion,
+                        "answer": it.answer,
+                        "metadata": it.metadata,
+                    }
+                    for it in batch
+                ]
+            },
+            default=str,
+        ).encode()
+        last = ""
+        for attempt in range(term.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(BACKOFF_S * 2 ** (attempt - 1), BACKOFF_MAX_S))
+            self.requests += 1
+            try:
+                return await self._post(session, body, len(batch))
+            except _Retryable as exc:
+                last = str(exc)
+        raise RewardServiceError(
+            f"reward service {term.url} failed after {term.max_retries + 1} attempt(s): {last}"
+        )
+
+    async def _post(self, session: aiohttp.ClientSession, body: bytes, n: int):
+        term = self.term
+        timeout = aiohttp.ClientTimeout(total=term.timeout_s)
+        try:
+            async with session.post(term.url, data=body, timeout=timeout) as resp:
+                payload = await resp.read()
+                status, reason = resp.status, resp.reason or ""
+        except TimeoutError:
+            raise _Retryable(f"no reply within timeout_s={term.timeout_s:g} s") from None
+        except aiohttp.ClientError as exc:  # refused, reset, DNS, a broken reply
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+        if status == 429 or status >= 500:
+            raise _Retryable(f"HTTP {status} {reason}: {payload[:200]!r}")
+        if status != 200:
+            raise RewardServiceError(
+                f"reward service {term.url}: HTTP {status} {reason}: {payload[:200]!r}"
+            )
+        return parse_reply(term.url, payload, n)
+
+    async def close(self) -> None:
+        pass

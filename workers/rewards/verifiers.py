@@ -1,0 +1,123 @@
+"""The built-in per-sample verifiers, registered by name: pure functions of (item, term) →
+TermScore. math_verify (a child process) and service (HTTP) score whole batches elsewhere;
+`scorer.py` puts them all behind one interface."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..grpo.registry import Registry
+from ..spec import (
+    BoxedMatchTerm,
+    ExactMatchTerm,
+    FormatRegexTerm,
+    FormatTerm,
+    Gsm8kTerm,
+    NumericMatchTerm,
+    OverlongPenaltyTerm,
+)
+from .base import Role, ScoreItem, TermScore
+from .text import final_number, gsm8k_gold, last_boxed, math_number, normalize_math, numbers
+
+Verifier = Callable[[ScoreItem, Any], TermScore]
+VERIFIERS: Registry[Verifier] = Registry("reward")
+ROLES: dict[str, Role] = {}
+
+_SHOW = 200  # characters of extracted text kept in details
+
+
+def _short(s: str | None) -> str | None:
+    return s if s is None or len(s) <= _SHOW else s[:_SHOW] + "…"
+
+
+def verifier(name: str, role: Role) -> Callable[[Verifier], Verifier]:
+    def deco(fn: Verifier) -> Verifier:
+        ROLES[name] = role
+        return VERIFIERS.register(name)(fn)
+
+    return deco
+
+
+def _binary(ok: bool, role: Role, **details: Any) -> TermScore:
+    return TermScore(float(ok), ok if role == "verifier" else None, details)
+
+
+def _same_number(a: str | None, b: str | None, tol: float) -> bool:
+    x = None if a is None else math_number(a)
+    y = None if b is None else math_number(b)
+    return x is not None and y is not None and abs(x - y) <= tol
+
+
+@verifier("exact_match", "verifier")
+def exact_match(item: ScoreItem, term: ExactMatchTerm) -> TermScore:
+    return _binary(item.completion.strip() == item.answer.strip(), "verifier")
+
+
+@verifier("numeric_match", "verifier")
+def numeric_match(item: ScoreItem, term: NumericMatchTerm) -> TermScore:
+    found = numbers(item.completion)
+    picked = (found[-1] if term.position == "last" else found[0]) if found else None
+    ok = _same_number(picked, item.answer, term.tolerance)
+    return _binary(ok, "verifier", extracted=picked)
+
+
+@verifier("gsm8k", "verifier")
+def gsm8k(item: ScoreItem, term: Gsm8kTerm) -> TermScore:
+    gold = gsm8k_gold(item.answer)
+    picked = final_number(item.completion)
+    ok = _same_number(picked, gold.replace(",", ""), term.tolerance)
+    return _binary(ok, "verifier", extracted=picked, gold=_short(gold))
+
+
+@verifier("boxed_match", "verifier")
+def boxed_match(item: ScoreItem, term: BoxedMatchTerm) -> TermScore:
+    picked = last_boxed(item.completion)
+    gold = last_boxed(item.answer) or item.answer  # a gold answer may come boxed too
+    ok = picked is not None and (
+        normalize_math(picked) == normalize_math(gold) or _same_number(picked, gold, 1e-9)
+    )
+    return _binary(ok, "verifier", extracted=_short(picked), gold=_short(gold))
+
+
+@verifier("format_regex", "shaping")
+def format_regex(item: ScoreItem, term: FormatRegexTerm) -> TermScore:
+    return _binary(re.fullmatch(term.pattern, item.completion.strip()) is not None, "shaping")
+
+
+def think_structure(completion: str, tag: str = "think") -> bool:
+    """`<think>…</think>` first (once, closed), then a non-empty answer."""
+    open_, close = f"<{tag}>", f"</{tag}>"
+    text = completion.strip()
+    if not text.startswith(open_) or text.count(open_) != 1 or text.count(close) != 1:
+        return False
+    _, _, answer = text.partition(close)
+    return bool(answer.strip())
+
+
+@verifier("format", "shaping")
+def format_(item: ScoreItem, term: FormatTerm) -> TermScore:
+    if term.pattern is not None:
+        ok = re.fullmatch(term.pattern, item.completion.strip(), flags=re.DOTALL) is not None
+    else:
+        ok = think_structure(item.completion, term.think_tag)
+    return _binary(ok, "shaping")
+
+
+def overlong_penalty_value(length: int, max_len: int, buffer: int) -> float:
+    """DAPO's soft overlong punishment: 0 up to max_len − buffer tokens, then linear to −1
+    at max_len (and −1 beyond)."""
+    free = max_len - buffer
+    if length <= free:
+        return 0.0
+    return max(-1.0, (free - length) / buffer)
+
+
+@verifier("overlong_penalty", "shaping")
+def overlong_penalty(item: ScoreItem, term: OverlongPenaltyTerm) -> TermScore:
+    max_len = term.max_new_tokens or item.max_new_tokens
+    if max_len <= 0:
+        raise ValueError("overlong_penalty needs max_new_tokens (of the term or the rollout)")
+    value = overlong_penalty_value(item.completion_tokens, max_len, term.buffer)
+    return TermScore(value, None, {"tokens": item.completion_tokens, "max": max_len})
