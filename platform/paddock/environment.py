@@ -6,6 +6,7 @@ docs/configuration.md lists each variable; keep the two in step."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from dataclasses import dataclass
@@ -51,6 +52,20 @@ def celery_broker_url(redis: str) -> str:
     if redis.startswith("unix://"):
         return "redis+socket://" + redis[len("unix://") :]
     return redis
+
+
+def trusted_proxies_from(raw: str) -> list[str]:
+    """PADDOCK_TRUSTED_PROXIES: comma-separated addresses or CIDR blocks. A typo fails the
+    start, naming the entry, rather than trusting nobody (or everybody) in silence."""
+    entries = [e.strip() for e in raw.split(",") if e.strip()]
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"PADDOCK_TRUSTED_PROXIES: {entry!r} is not an IP address or a CIDR block"
+            ) from None
+    return entries
 
 
 def secret_key(home: Path) -> str:

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import dj_database_url
 
-from .environment import celery_broker_url, read_environment, redis_db, secret_key
+from .environment import (
+    celery_broker_url,
+    read_environment,
+    redis_db,
+    secret_key,
+    trusted_proxies_from,
+)
 
 ENV = read_environment()
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +26,8 @@ PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "mode
 PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies
 PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300"))
+# Peers whose X-Forwarded-For is believed (addresses or CIDRs; core/client_address.py)
+PADDOCK_TRUSTED_PROXIES = trusted_proxies_from(os.environ.get("PADDOCK_TRUSTED_PROXIES", ""))
 RAY_ADDRESS = ENV.ray_address
 REDIS_URL = ENV.redis_url
 
@@ -181,7 +189,8 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "EXCEPTION_HANDLER": "paddock.api.exceptions.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # core/jsonbody.py's limits (depth, surrogates, NUL, numbers) on every JSON body
+    "DEFAULT_PARSER_CLASSES": ["paddock.api.parsers.BoundedJSONParser"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Paddock API",

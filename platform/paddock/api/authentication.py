@@ -13,6 +13,7 @@ from rest_framework.authentication import (
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied, Throttled
 
 from paddock.api.errors import DomainError
+from paddock.core.client_address import request_client_address
 from paddock.core.csrf import CODE as CSRF_CODE
 from paddock.core.csrf import csrf_message
 from paddock.core.ratelimit import auth_failure_record
@@ -42,7 +43,7 @@ class BearerTokenAuthentication(BaseAuthentication):
 
 def _refusal(request, message: str, code: str) -> Exception:
     """401, or 429 once the client's address has failed too often (core/ratelimit.py)."""
-    wait = auth_failure_record(ip=request.META.get("REMOTE_ADDR"))
+    wait = auth_failure_record(ip=request_client_address(request))
     if wait:
         return Throttled(wait, "too many failed authentications")
     return AuthenticationFailed(message, code=code)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rest_framework import viewsets
 
-from paddock.api.errors import not_found
+from paddock.api.errors import DomainError, not_found
+from paddock.core.client_address import request_client_address
 from paddock.teams.access import Actor, actor_for
 from paddock.teams.models import ApiToken
 
@@ -19,7 +20,7 @@ def request_actor(request) -> Actor:
         actor = actor_for(
             user=request.user,
             token=token,
-            ip=request.META.get("REMOTE_ADDR") or None,
+            ip=request_client_address(request),
             user_agent=request.META.get("HTTP_USER_AGENT", ""),
         )
         request._paddock_actor = actor
@@ -45,7 +46,19 @@ def query(serializer_class, request) -> dict:
 
 
 def body(serializer_class, request) -> dict:
-    serializer = serializer_class(data=request.data)
+    """Validated body; a key the serializer does not know is refused, naming it (silently
+    dropping it would launch something other than what the client meant: a misspelt
+    `seed` or `validate_only`)."""
+    data = request.data
+    if not hasattr(data, "keys"):
+        raise DomainError("invalid", "the body must be a JSON object", field=None)
+    serializer = serializer_class(data=data)
+    unknown = [key for key in data if key not in serializer.fields]
+    if unknown:
+        raise DomainError(
+            "unknown_field", f"{unknown[0]}: unknown key; one of {sorted(serializer.fields)}",
+            field=str(unknown[0]),
+        )  # fmt: skip
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
 

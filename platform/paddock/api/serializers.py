@@ -6,6 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from paddock.clusters.models import RayCluster
+from paddock.core.text import text_problem
 from paddock.experiments.configs import rollout_backends
 from paddock.experiments.launch import MAX_SEEDS
 from paddock.experiments.metrics import LATEST_KEYS, MAX_POINTS_LIMIT, X_AXES, metric_latest_of
@@ -24,6 +25,25 @@ from paddock.teams.models import ApiToken, AuditEvent, Membership, Role, Team, T
 MAX_ID = 2**63 - 1
 MAX_COMPARED_RUNS = 50  # an experiment's runs: 3 backends × up to 16 seeds
 Id = lambda **kw: serializers.IntegerField(min_value=1, max_value=MAX_ID, **kw)  # noqa: E731
+
+
+def _plain_text(multiline: bool):
+    def check(value: str) -> None:
+        problem = text_problem(value, multiline=multiline)
+        if problem:
+            raise serializers.ValidationError(problem, code="control_character")
+
+    return check
+
+
+def Name(**kw) -> serializers.CharField:  # noqa: N802  (a field, spelled like one)
+    """A name or a tag: printable text on one line (core/text.py)."""
+    return serializers.CharField(validators=[_plain_text(False)], **kw)
+
+
+def Description(**kw) -> serializers.CharField:  # noqa: N802
+    """Multi-line text: line breaks and tabs, no other control characters."""
+    return serializers.CharField(validators=[_plain_text(True)], **kw)
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -53,12 +73,12 @@ class TeamSerializer(serializers.ModelSerializer):
 
 
 class TeamCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = Name(max_length=100)
     slug = serializers.SlugField(max_length=60, required=False, allow_blank=True)
 
 
 class TeamUpdateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = Name(max_length=100)
 
 
 class MemberSerializer(serializers.ModelSerializer):
@@ -88,7 +108,7 @@ class TokenSerializer(serializers.ModelSerializer):
 
 
 class TokenCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = Name(max_length=100)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
 
@@ -152,7 +172,7 @@ def _backends_field(**kw):
 
 
 class TagsField(serializers.ListField):
-    child = serializers.CharField(max_length=50)
+    child = Name(max_length=50)
 
     def __init__(self, **kw):
         super().__init__(max_length=20, **kw)
@@ -176,16 +196,15 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
 
 class ExperimentUpdateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200, required=False)
-    description = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    name = Name(max_length=200, required=False)
+    description = Description(max_length=10_000, required=False, allow_blank=True)
     tags = TagsField(required=False)
 
 
 class LaunchSerializer(serializers.Serializer):
     team = Id()
-    name = serializers.CharField(max_length=200)
-    description = serializers.CharField(max_length=10_000, required=False, default="",
-                                        allow_blank=True)  # fmt: skip
+    name = Name(max_length=200)
+    description = Description(max_length=10_000, required=False, default="", allow_blank=True)
     tags = TagsField(required=False, default=list)
     spec = serializers.JSONField(help_text="a RunSpec (GET /api/v1/spec/schema)")
     backends = _backends_field(required=False, help_text="default: the spec's rollout.backend")
@@ -200,8 +219,8 @@ class CloneSerializer(serializers.Serializer):
         help_text='dotted path → value, e.g. {"algorithm.kl_coef": 0.05}',
     )  # fmt: skip
     config = Id(required=False, help_text="clone this version (default: the launched one)")
-    name = serializers.CharField(max_length=200, required=False, default="")
-    description = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    name = Name(max_length=200, required=False, default="")
+    description = Description(max_length=10_000, required=False, allow_blank=True)
     tags = TagsField(required=False)
     backends = _backends_field(required=False)
     seeds = serializers.IntegerField(min_value=1, max_value=MAX_SEEDS, required=False)
@@ -454,5 +473,5 @@ class DatasetSerializer(serializers.ModelSerializer):
 
 class DatasetUploadSerializer(serializers.Serializer):
     team = Id()
-    name = serializers.CharField(max_length=200)
+    name = Name(max_length=200)
     file = serializers.FileField()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from paddock.api.errors import DomainError
+from paddock.core.client_address import request_client_address
+from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.core.ratelimit import auth_failure_record
 
 from .bootstrap_tokens import bootstrap_exchange
@@ -19,9 +19,9 @@ from .bootstrap_tokens import bootstrap_exchange
 def bootstrap(request: HttpRequest, run_id: int) -> JsonResponse:
     scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
     try:
-        body = json.loads(request.body or b"{}")
+        body = json_parse(request.body or b"{}")
         dispatch = int(body["dispatch"])
-    except (ValueError, KeyError, TypeError):
+    except (JsonBodyError, ValueError, KeyError, TypeError):
         return JsonResponse(
             {"code": "invalid", "message": "send {'dispatch': N}", "field": "dispatch"}, status=400
         )
@@ -33,7 +33,7 @@ def bootstrap(request: HttpRequest, run_id: int) -> JsonResponse:
     try:
         reply = bootstrap_exchange(run_id=run_id, dispatch=dispatch, raw=raw.strip())
     except DomainError as exc:
-        wait = auth_failure_record(ip=request.META.get("REMOTE_ADDR")) if exc.status == 401 else 0
+        wait = auth_failure_record(ip=request_client_address(request)) if exc.status == 401 else 0
         if wait:
             return JsonResponse(
                 {"code": "rate_limited", "message": "too many failed authentications",

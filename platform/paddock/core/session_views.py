@@ -7,13 +7,13 @@ anonymous user. Errors use the API's one shape, `{"code", "message", "field"}`."
 
 from __future__ import annotations
 
-import json
-
 from django.contrib.auth import authenticate, login, logout
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
+from paddock.core.client_address import request_client_address
+from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.core.ratelimit import login_blocked, login_failure_record
 from paddock.teams.access import actor_for
 from paddock.teams.selectors import team_list
@@ -59,9 +59,9 @@ def session_me(request: HttpRequest) -> JsonResponse:
 @require_POST
 def session_login(request: HttpRequest) -> JsonResponse:
     try:
-        body = json.loads(request.body or b"{}")
-    except json.JSONDecodeError:
-        return _error(400, "invalid_json", "the body is not JSON")
+        body = json_parse(request.body or b"{}")
+    except JsonBodyError as exc:
+        return _error(400, "invalid_json", exc.message, exc.field)
     if not isinstance(body, dict):
         return _error(400, "invalid_json", "the body must be a JSON object")
     username = body.get("username")
@@ -70,7 +70,7 @@ def session_login(request: HttpRequest) -> JsonResponse:
         return _error(400, "required", "enter your username", "username")
     if not isinstance(password, str) or not password:
         return _error(400, "required", "enter your password", "password")
-    ip = request.META.get("REMOTE_ADDR")
+    ip = request_client_address(request)
     wait = login_blocked(ip=ip, username=username)
     if wait:
         reply = _error(429, "rate_limited", f"too many failed logins; try again in {wait} s")

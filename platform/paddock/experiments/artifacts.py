@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import posixpath
 import tarfile
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from django.conf import settings
 from django.db import transaction
 
 from paddock.api.errors import DomainError
+from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.models import Checkpoint, Dataset
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team
@@ -115,10 +115,11 @@ def _check_jsonl(data: bytes) -> int:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
+            row = json_parse(line)  # the platform's one JSON reader: depth, NUL, numbers
+        except JsonBodyError as exc:
+            where = f" at {exc.field}" if exc.field else ""
             raise DomainError(
-                "invalid", f"line {number}: not JSON ({exc.msg})", field="file"
+                "invalid", f"line {number}{where}: {exc.message}", field="file"
             ) from None
         # which columns hold the prompt and the answer is the run spec's to say
         # (data.prompt_key, data.answer_key); here a row only has to be a row

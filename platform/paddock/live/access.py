@@ -9,6 +9,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 from paddock.api.errors import DomainError
+from paddock.core.client_address import scope_client_address
 from paddock.core.ratelimit import auth_failure_record
 from paddock.experiments.models import Experiment, Run
 from paddock.teams.access import Actor, actor_for
@@ -25,16 +26,16 @@ def scope_actor(scope) -> Actor:
     headers = dict(scope.get("headers") or [])
     bearer = headers.get(b"authorization", b"").decode("latin-1")
     raw = _query(scope).get("token") or bearer.partition(" ")[2].strip()
-    client = scope.get("client") or (None, None)
+    ip = scope_client_address(scope)
     agent = headers.get(b"user-agent", b"").decode("latin-1")
     if raw:
         try:
             token = api_token_authenticate(raw=raw)
         except DomainError:
-            auth_failure_record(ip=client[0])  # a websocket refusal is a close either way
+            auth_failure_record(ip=ip)  # a websocket refusal is a close either way
             return actor_for(user=None)
-        return actor_for(user=token.user, token=token, ip=client[0], user_agent=agent)
-    return actor_for(user=scope.get("user"), ip=client[0], user_agent=agent)
+        return actor_for(user=token.user, token=token, ip=ip, user_agent=agent)
+    return actor_for(user=scope.get("user"), ip=ip, user_agent=agent)
 
 
 def stream_run(actor: Actor, run_id: int) -> Run | None:
@@ -46,17 +47,30 @@ def stream_experiment(actor: Actor, experiment_id: int) -> Experiment | None:
     return Experiment.objects.filter(pk=experiment_id, team_id__in=actor.team_ids).first()
 
 
+# a cursor's numbers are refused past what their columns hold (a dispatch is 32-bit), so
+# a crafted `?after=` never reaches the database as a value it cannot compare
+_RUN, _DISPATCH, _SEQ = 2**63 - 1, 2**31 - 1, 2**63 - 1
+
+
+def _bounded(text: str, top: int) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > top:
+        raise ValueError(text)
+    return int(text)
+
+
 def parse_cursors(scope) -> dict[int, tuple[int, int]]:
     """`?after=1:43` (a run stream) or `?after=7:1:43,8:2:5` (run:dispatch:seq each)."""
     after = _query(scope).get("after", "")
     cursors: dict[int, tuple[int, int]] = {}
-    for part in filter(None, after.split(",")):
+    for part in filter(None, after.split(",")[:1000]):
         numbers = part.split(":")
         try:
             if len(numbers) == 2:
-                cursors[0] = (int(numbers[0]), int(numbers[1]))
+                cursors[0] = (_bounded(numbers[0], _DISPATCH), _bounded(numbers[1], _SEQ))
             elif len(numbers) == 3:
-                cursors[int(numbers[0])] = (int(numbers[1]), int(numbers[2]))
+                cursors[_bounded(numbers[0], _RUN)] = (
+                    _bounded(numbers[1], _DISPATCH), _bounded(numbers[2], _SEQ),
+                )  # fmt: skip
         except ValueError:
             continue  # a malformed cursor means "from the snapshot"
     return cursors

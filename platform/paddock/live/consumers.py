@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from paddock.api.errors import DomainError
+from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.control import RUN_CONTROLS
 from paddock.experiments.models import Run
 
@@ -36,6 +37,10 @@ MIN_INTERVAL_S = 0.2
 BURST = 3
 FORBIDDEN = 4403
 MAX_CLIENT_FRAME = 4096  # a control message is a few dozen bytes
+# An open stream re-checks its viewer's access this often: a member removed from the team
+# (their tokens revoked) or a token revoked stops receiving within this time, not when the
+# socket happens to close. One or two indexed queries per viewer per interval.
+ACCESS_RECHECK_S = 30.0
 
 
 def _key(cursor: dict[str, int]) -> tuple[int, int]:
@@ -51,6 +56,7 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         self.sends = float(BURST)  # the bucket: metric messages that may go out now
         self.refilled = time.monotonic()
         self.flush_task: asyncio.Task | None = None
+        self.access_task = asyncio.create_task(self._recheck_access())
         await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = [group]
         await self.accept()
@@ -69,9 +75,20 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code):
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
-        task = getattr(self, "flush_task", None)
-        if task is not None:
-            task.cancel()
+        for name in ("flush_task", "access_task"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
+
+    async def _recheck_access(self) -> None:
+        while True:
+            await asyncio.sleep(ACCESS_RECHECK_S)
+            if not await database_sync_to_async(self._still_allowed)():
+                await self.close(code=FORBIDDEN)
+                return
+
+    def _still_allowed(self) -> bool:
+        raise NotImplementedError
 
     # ---- group messages -------------------------------------------------------------------
 
@@ -141,9 +158,9 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
             await self._error("invalid_json", "send a JSON text frame {'action': …} under 4 KiB")
             return
         try:
-            content = json.loads(text_data)
-        except (ValueError, RecursionError):
-            await self._error("invalid_json", "the frame is not JSON")
+            content = json_parse(text_data)
+        except JsonBodyError as exc:
+            await self._error("invalid_json", f"the frame is refused: {exc.message}")
             return
         await self.receive_json(content)
 
@@ -192,10 +209,13 @@ class RunStreamConsumer(_StreamConsumer):
     def _control_target(self, content: dict) -> int | None:
         return self.run_id
 
+    def _still_allowed(self) -> bool:
+        return stream_run(scope_actor(self.scope), self.run_id) is not None
+
 
 class ExperimentStreamConsumer(_StreamConsumer):
     async def connect(self):
-        experiment_id = int(self.scope["url_route"]["kwargs"]["experiment_id"])
+        experiment_id = self.experiment_id = int(self.scope["url_route"]["kwargs"]["experiment_id"])
         actor = await database_sync_to_async(scope_actor)(self.scope)
         experiment = await database_sync_to_async(stream_experiment)(actor, experiment_id)
         if experiment is None:
@@ -208,3 +228,6 @@ class ExperimentStreamConsumer(_StreamConsumer):
     def _control_target(self, content: dict) -> int | None:
         run_id = content.get("run_id")
         return run_id if isinstance(run_id, int) and run_id in self.run_ids else None
+
+    def _still_allowed(self) -> bool:
+        return stream_experiment(scope_actor(self.scope), self.experiment_id) is not None

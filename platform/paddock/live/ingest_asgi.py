@@ -25,6 +25,8 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
+from paddock.core.client_address import scope_client_address
+
 from .broadcast import broadcast_batch_async
 from .ingest_schema import MAX_BODY_BYTES
 from .views import Answer, ingest_answer, too_large
@@ -98,12 +100,11 @@ async def _serve(run_id: int, scope, receive, send) -> None:
     if isinstance(body, int):
         answer = too_large(body)
     else:
-        client = scope.get("client")
         answer = await sync_to_async(_answer, thread_sensitive=False, executor=_executor)(
             run_id=run_id,
             authorization=headers.get(b"authorization", b"").decode("latin-1"),
             body=body,
-            client_ip=client[0] if client else None,
+            client_ip=scope_client_address(scope),
             published=published,
         )
     for batch in published:

@@ -7,7 +7,6 @@ skips Django's request cycle; both go through `ingest_answer`, so they answer al
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from paddock.api.errors import DomainError
+from paddock.core.client_address import request_client_address
+from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.core.ratelimit import auth_failure_record
 
 from .broadcast import broadcast_batch
@@ -54,9 +55,9 @@ def ingest_answer(
     if scheme.lower() != "bearer" or not raw:
         return _error("not_authenticated", "send the run token as 'Authorization: Bearer …'", 401)
     try:
-        parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return _error("invalid_json", "the body is not JSON", 400)
+        parsed = json_parse(body)
+    except JsonBodyError as exc:
+        return _error("invalid_json", exc.message, 400, exc.field)
     try:
         reply = ingest_receive(run_id=run_id, raw_token=raw.strip(), body=parsed, publish=publish)
     except DomainError as exc:
@@ -84,7 +85,7 @@ def ingest(request: HttpRequest, run_id: int) -> JsonResponse:
     else:
         answer = ingest_answer(
             run_id=run_id, authorization=request.headers.get("Authorization", ""),
-            body=request.body, client_ip=request.META.get("REMOTE_ADDR"),
+            body=request.body, client_ip=request_client_address(request),
         )  # fmt: skip
     response = JsonResponse(answer.body, status=answer.status)
     for name, value in answer.headers.items():

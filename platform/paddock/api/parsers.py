@@ -1,0 +1,26 @@
+"""The JSON parser of every API body: core/jsonbody.py's limits, refused as a 400 in the
+API's error shape (`{"code": "invalid_json", "message", "field"}`) instead of DRF's
+parse of plain `json.loads`, whose RecursionError on deep nesting was a 500."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework.parsers import JSONParser
+
+from paddock.api.errors import DomainError
+from paddock.core.jsonbody import JsonBodyError, json_parse
+
+
+class BoundedJSONParser(JSONParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        raw = stream.read() if stream is not None else b""
+        if len(raw) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            raise DomainError("body_too_large", "the body is larger than 8 MiB", status=413)
+        try:
+            return json_parse(raw)
+        except JsonBodyError as exc:
+            raise DomainError("invalid_json", _sentence(exc), field=exc.field) from None
+
+
+def _sentence(exc: JsonBodyError) -> str:
+    return f"{exc.field}: {exc.message}" if exc.field else exc.message
