@@ -105,6 +105,10 @@ export interface Sample {
   reward: number;
   advantage: number;
   adapter_version?: number;
+  /** each reward term's unweighted score, by its key (label or name) */
+  terms?: Record<string, number>;
+  /** what each term saw: extracted answer, parsed gold, token count... */
+  details?: Record<string, Record<string, unknown>>;
 }
 
 export interface Cluster {

@@ -2,6 +2,7 @@ import { useEffect, useMemo, useState } from "react";
 import type { Sample } from "../api/types";
 import { formatNumber } from "../lib/format";
 import { Empty } from "../ui/States";
+import { termDetails, termKeys } from "./sampleTerms";
 
 /** Some prompts of a step with their completions, rewards and advantages. */
 export function SampleInspector({ steps, older }: {
@@ -20,6 +21,7 @@ export function SampleInspector({ steps, older }: {
     [steps, chosen]);
   if (!current) return <Empty title="No samples yet">Each step sends <code>train.log_samples</code> of its samples.</Empty>;
   const rewards = current.items.map((i) => i.reward);
+  const terms = termKeys(current.items);
   const groupMean = rewards.reduce((s, r) => s + r, 0) / Math.max(1, rewards.length);
   const groupStd = Math.sqrt(rewards.reduce((s, r) => s + (r - groupMean) ** 2, 0) / Math.max(1, rewards.length));
   const needle = text.trim().toLowerCase();
@@ -54,13 +56,14 @@ export function SampleInspector({ steps, older }: {
       </div>
       <div className="table-scroll">
         <table className="compact samples-table">
-          <thead><tr><th>Prompt</th><th>Completion</th><th className="num">Reward</th><th className="num">Advantage</th><th className="num">Adapter</th></tr></thead>
+          <thead><tr><th>Prompt</th><th>Completion</th><th className="num">Reward</th>{terms.map((k) => <th key={k} className="num" title="reward term (unweighted)">{k}</th>)}<th className="num">Advantage</th><th className="num">Adapter</th></tr></thead>
           <tbody>
             {items.map((item, i) => (
               <tr key={i}>
                 <td><pre>{item.prompt}</pre></td>
                 <td><pre>{item.completion}</pre></td>
                 <td className={`num ${item.reward > 0 ? "good" : "bad"}`}>{formatNumber(item.reward)}</td>
+                {terms.map((k) => <td key={k} className="num" title={termDetails(item, k)}>{formatNumber(item.terms?.[k])}</td>)}
                 <td className={`num ${item.advantage >= 0 ? "good" : "bad"}`}>{formatNumber(item.advantage)}</td>
                 <td className="num muted">{item.adapter_version ?? "—"}</td>
               </tr>
