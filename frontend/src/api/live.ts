@@ -33,6 +33,7 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
   const key = paths.join("|");
 
   useEffect(() => {
+    const sockets = socketsRef.current; // one map for the hook's life, cleared on cleanup
     runsRef.current = new Map();
     setVersion((v) => v + 1);
     const list = key ? key.split("|") : [];
@@ -52,7 +53,7 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
       // reconnect from the cursors of the runs this socket has reported, so nothing is lost
       const mine = new Map([...runsRef.current].filter(([id]) => seen.has(id)));
       const ws = new WebSocket(socketUrl(path, afterParam(mine, single)));
-      socketsRef.current.set(path, ws);
+      sockets.set(path, ws);
       ws.onopen = () => {
         retry = 0;
         open.add(path);
@@ -66,7 +67,7 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
       };
       ws.onclose = (event) => {
         open.delete(path);
-        socketsRef.current.delete(path);
+        sockets.delete(path);
         if (closedByUs) return;
         if (event.code === 4403 || event.code === 4401 || event.code === 4404) {
           setStatus("forbidden");
@@ -84,8 +85,8 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
       closedByUs = true;
       timers.forEach((t) => clearTimeout(t));
       if (frame !== undefined) cancelAnimationFrame(frame);
-      socketsRef.current.forEach((ws) => ws.close());
-      socketsRef.current.clear();
+      sockets.forEach((ws) => ws.close());
+      sockets.clear();
       setStatus("closed");
     };
   }, [key, single]);

@@ -7,6 +7,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import type { ChartProps } from "./chartTypes";
 import { withAlpha } from "./palette";
+import { flatYRange, loneXRange, showMarkers } from "./ranges";
 import { formatDuration, formatNumber, formatTicks } from "../lib/format";
 
 function axisValues(kind: ChartProps["xKind"]) {
@@ -30,11 +31,16 @@ function options(props: ChartProps, width: number, yRange: { current: ChartProps
     },
     legend: { live: true },
     scales: {
-      x: { time: xKind === "time" },
-      // read through a ref: the range follows the data without rebuilding the chart
-      y: logY ? { distr: 3 } : {
+      // one point (or one x): a small window around it, not a zero-width axis
+      x: { time: xKind === "time", range: (_u, min, max) => loneXRange(min, max, xKind) ?? [min, max] },
+      // read through a ref: the range follows the data without rebuilding the chart; a flat
+      // series gets a padded range around its value (uPlot's would span only float noise)
+      y: logY ? {
+        distr: 3,
+        range: (_u, min, max) => flatYRange(min, max, true) ?? uPlot.rangeLog(min, max, 10, false),
+      } : {
         auto: true,
-        range: (_u, min, max) => yRange.current ?? uPlot.rangeNum(min, max, 0.1, true),
+        range: (_u, min, max) => yRange.current ?? flatYRange(min, max) ?? uPlot.rangeNum(min, max, 0.1, true),
       },
     },
     axes: [
@@ -55,8 +61,12 @@ function options(props: ChartProps, width: number, yRange: { current: ChartProps
         dash: s.dash,
         show: true,
         spanGaps: true,
-        // markers only where they help: uPlot shows them when the points are sparse
-        ...(s.faint || s.hidden ? { points: { show: false } } : {}),
+        // markers only where they help: where the values are sparse, and on a lone value
+        // (which has no line to draw)
+        points: s.faint || s.hidden ? { show: false } : {
+          show: (u: uPlot, si: number, i0: number, i1: number) =>
+            showMarkers(u.data[si], i0, i1, u.bbox.width / (window.devicePixelRatio || 1)),
+        },
         value: (_u: uPlot, v: number | null) => formatNumber(v, 4),
       } as uPlot.Series)),
     ],
@@ -120,9 +130,11 @@ export default function UPlotChart(props: ChartProps) {
     // eslint-disable-next-line react-hooks/exhaustive-deps -- rebuilt by shape only
   }, [shape]);
 
+  // a new fixed range (ignore outliers) is applied by a data update, which re-ranges y
+  const [yLo, yHi] = props.yRange ?? [null, null];
   useEffect(() => {
     chart.current?.setData(data as uPlot.AlignedData, !zoomed.current);
-  }, [data, props.yRange?.[0], props.yRange?.[1]]);
+  }, [data, yLo, yHi]);
 
   return <div ref={host} className="uplot-host" />;
 }

@@ -52,7 +52,12 @@ export function formatTicks(splits: readonly (number | null)[], increment: numbe
     const decimals = Math.max(0, Math.min(6, Math.ceil(-Math.log10(increment / div) - 1e-9)));
     return splits.map((v) => (v === null ? "" : v === 0 ? "0" : `${(v / div).toFixed(decimals)}${suffix}`));
   }
-  if (increment < 1e-4) return splits.map((v) => (v === null ? "" : v === 0 ? "0" : v.toExponential(2)));
-  const decimals = Math.max(0, Math.min(8, Math.ceil(-Math.log10(increment) - 1e-9)));
+  if (increment < 1e-4 && max < 1e-3) {
+    // small values: exponents, with the digits that tell neighbouring ticks apart
+    const digits = Math.max(2, Math.min(8, Math.ceil(Math.log10(max / increment) - 1e-9)));
+    return splits.map((v) => (v === null ? "" : v === 0 ? "0" : v.toExponential(digits)));
+  }
+  // fine ticks around a larger value (1.00001, 1.00002) as decimals, not 1.00e+0 twice
+  const decimals = Math.max(0, Math.min(12, Math.ceil(-Math.log10(increment) - 1e-9)));
   return splits.map((v) => (v === null ? "" : v.toFixed(decimals)));
 }
