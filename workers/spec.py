@@ -66,8 +66,10 @@ class _Section(BaseModel):
 class TinyModelSpec(_Section):
     """Recipe of the built-in tiny Qwen2 model (used when `model.path` is unset)."""
 
-    task: Literal["arithmetic", "reverse"] = Field(
-        "arithmetic", description="built-in task used for the supervised warm-up"
+    task: Literal["arithmetic", "reverse", "reasoning"] = Field(
+        "arithmetic",
+        description="built-in task used for the supervised warm-up; reasoning builds a chat "
+        "model (byte-level BPE tokenizer, Qwen-style chat template, two EOS ids)",
     )
     hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)
@@ -304,9 +306,10 @@ def _check_key_path(v: str | None) -> str | None:
 
 
 class DataSpec(_Section):
-    task: Literal["arithmetic", "reverse", "dataset", "jsonl"] = Field(
+    task: Literal["arithmetic", "reverse", "reasoning", "dataset", "jsonl"] = Field(
         "arithmetic",
-        description="arithmetic: `a+b=` → `a+b`; reverse: `rev abc=` → `cba` (built-in); "
+        description="arithmetic: `a+b=` → `a+b`; reverse: `rev abc=` → `cba`; reasoning: "
+        "chat prompts `Add 3+4+5.` → a worked chain ending in `\\boxed{12}` (built-in); "
         "dataset: your file or directory at `path`; jsonl: dataset with format jsonl (older "
         "configs)",
     )
@@ -410,29 +413,220 @@ _LABEL = r"^[A-Za-z0-9_.-]{1,64}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 
-class RewardTerm(_Section):
-    name: Literal["exact_match", "numeric_match", "format_regex"]
-    weight: float = 1.0
-    pattern: str | None = Field(None, description="regex the completion must match (format_regex)")
+class _RewardTermBase(_Section):
+    weight: float = Field(1.0, description="factor of this term in the reward, a weighted sum")
+    label: str | None = Field(
+        None,
+        pattern=_LABEL,
+        description="the term's key in metrics (reward/<label>/mean) and in the sample "
+        "inspector; default: its name. Two terms of one name need distinct labels",
+    )
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name  # type: ignore[attr-defined]
+
+
+def _check_regex(v: str) -> str:
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise ValueError(f"invalid regex: {exc}") from None
+    return v
+
+
+class ExactMatchTerm(_RewardTermBase):
+    """1 when the stripped completion equals the stripped answer (a verifier)."""
+
+    name: Literal["exact_match"]
+
+
+class NumericMatchTerm(_RewardTermBase):
+    """1 when a number of the completion equals the answer numerically (a verifier)."""
+
+    name: Literal["numeric_match"]
+    position: Literal["last", "first"] = Field(
+        "last",
+        description="which number of the completion is compared: last (a reasoning model "
+        "ends with its answer) or first (what numeric_match did before it had this key)",
+    )
+    tolerance: float = Field(1e-9, ge=0, description="absolute difference still counted equal")
+
+
+class FormatRegexTerm(_RewardTermBase):
+    """1 when the stripped completion fully matches `pattern` (shaping: not accuracy)."""
+
+    name: Literal["format_regex"]
+    pattern: str = Field(description="regex the stripped completion must fully match")
+
+    @field_validator("pattern")
+    @classmethod
+    def _valid(cls, v: str) -> str:
+        return _check_regex(v)
+
+
+class FormatTerm(_RewardTermBase):
+    """1 when the completion has the expected structure (shaping: not accuracy)."""
+
+    name: Literal["format"]
+    pattern: str | None = Field(
+        None,
+        description="regex the stripped completion must fully match, `.` matching newlines "
+        "too; unset: the think-tag structure <think>…</think> then a non-empty answer",
+    )
+    think_tag: str = Field(
+        "think",
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$",
+        description="tag name of the reasoning block (think: <think>…</think>)",
+    )
+
+    @field_validator("pattern")
+    @classmethod
+    def _valid(cls, v: str | None) -> str | None:
+        return None if v is None else _check_regex(v)
+
+
+class Gsm8kTerm(_RewardTermBase):
+    """GSM8K: the gold answer is the text after `####`; 1 when the completion's final number
+    (commas stripped) equals it (a verifier)."""
+
+    name: Literal["gsm8k"]
+    tolerance: float = Field(1e-9, ge=0, description="absolute difference still counted equal")
+
+
+class BoxedMatchTerm(_RewardTermBase):
+    """1 when the completion's last \\boxed{…} (nested braces kept) equals the gold answer,
+    as normalized text or as a number (a verifier)."""
+
+    name: Literal["boxed_match"]
+
+
+class MathVerifyTerm(_RewardTermBase):
+    """The math-verify library: parses the gold answer and the completion (\\boxed{},
+    LaTeX, fractions, plain numbers) and compares them symbolically (a verifier). Runs in a
+    child process, under its own timeouts."""
+
+    name: Literal["math_verify"]
+    timeout_s: int = Field(
+        5,
+        ge=1,
+        le=120,
+        description="seconds math-verify may spend parsing, and again comparing, one "
+        "sample; past it the sample scores 0 (details say timeout)",
+    )
+
+
+class OverlongPenaltyTerm(_RewardTermBase):
+    """DAPO's soft overlong penalty: 0 for a completion of up to max_new_tokens − buffer
+    tokens, then linear down to −1 at max_new_tokens (shaping: not accuracy)."""
+
+    name: Literal["overlong_penalty"]
+    buffer: int = Field(gt=0, description="tokens before max_new_tokens over which it ramps")
+    max_new_tokens: int | None = Field(
+        None, gt=0, description="L_max of the penalty; default rollout.max_new_tokens"
+    )
 
     @model_validator(mode="after")
-    def _pattern(self) -> RewardTerm:
-        if self.name == "format_regex":
-            if not self.pattern:
-                raise _field_error("pattern", "required for format_regex")
-            try:
-                re.compile(self.pattern)
-            except re.error as exc:
-                raise _field_error("pattern", f"invalid regex: {exc}") from None
-        elif self.pattern is not None:
-            raise _field_error("pattern", f"only used by format_regex (name is {self.name})")
+    def _buffer_fits(self) -> OverlongPenaltyTerm:
+        if self.max_new_tokens is not None and self.buffer > self.max_new_tokens:
+            raise _field_error("buffer", f"must be <= max_new_tokens ({self.max_new_tokens})")
         return self
+
+
+class ServiceTerm(_RewardTermBase):
+    """A reward service: the job POSTs batches {items: [{prompt, completion, answer,
+    metadata}]} to `url` and reads {rewards: [float], details?: [object]}. For code
+    execution, LLM judges, a team's own verifier (docs/train-your-own-model.md)."""
+
+    name: Literal["service"]
+    url: str = Field(description="http(s) endpoint that takes the POSTed batches")
+    timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="deadline of one attempt at one batch, in seconds"
+    )
+    batch_size: int = Field(64, gt=0, le=4096, description="samples per request")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="retries of a batch after a connection error, a timeout, a 429 or a 5xx, "
+        "with exponential backoff; then the step fails",
+    )
+    max_concurrency: int = Field(4, gt=0, le=64, description="batches in flight at once")
+    headers_secret: str | None = Field(
+        None,
+        pattern=_ENV_NAME,
+        description="name of an environment variable on the worker holding the request "
+        "headers as a JSON object, or a token sent as Authorization: Bearer <token>; the "
+        "secret itself never sits in the spec",
+    )
+    correct_threshold: float | None = Field(
+        1.0,
+        description="a sample counts as correct for accuracy when this term's reward is at "
+        "least this; null makes the service a shaping term that accuracy ignores",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not re.match(r"^https?://[^\s/?#]+[^\s]*$", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
+RewardTerm = Annotated[
+    ExactMatchTerm
+    | NumericMatchTerm
+    | FormatRegexTerm
+    | FormatTerm
+    | Gsm8kTerm
+    | BoxedMatchTerm
+    | MathVerifyTerm
+    | OverlongPenaltyTerm
+    | ServiceTerm,
+    Field(discriminator="name"),
+]
+_REWARD_TERM_NAMES = {
+    "exact_match", "numeric_match", "format_regex", "format", "gsm8k", "boxed_match",
+    "math_verify", "overlong_penalty", "service",
+}  # fmt: skip
+_PATTERN_TERMS = {"format_regex", "format"}
 
 
 class RewardSpec(_Section):
     functions: list[RewardTerm] = Field(
-        default_factory=lambda: [RewardTerm(name="exact_match")], min_length=1
+        default_factory=lambda: [ExactMatchTerm(name="exact_match")],
+        min_length=1,
+        description="the reward is the weighted sum of these terms; each is logged as "
+        "reward/<label or name>/mean",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_null_patterns(cls, data: Any) -> Any:
+        # Specs written before the union carry `pattern: null` on every term; keep them valid.
+        items = data.get("functions") if isinstance(data, dict) else None
+        if isinstance(items, list):
+            items = [
+                {k: v for k, v in t.items() if not (k == "pattern" and v is None)}
+                if isinstance(t, dict) and t.get("name") not in _PATTERN_TERMS
+                else t
+                for t in items
+            ]
+            data = {**data, "functions": items}
+        return data
+
+    @model_validator(mode="after")
+    def _distinct_keys(self) -> RewardSpec:
+        seen: dict[str, int] = {}
+        for i, term in enumerate(self.functions):
+            if term.key in seen:
+                raise _field_error(
+                    f"functions.{i}.label",
+                    f"term {seen[term.key]} is logged as {term.key!r} too: give one a "
+                    "distinct label",
+                )
+            seen[term.key] = i
+        return self
 
 
 class TrainSpec(_Section):
@@ -462,6 +656,13 @@ class TrainSpec(_Section):
         False,
         description="on a GPU, compile each decoder layer with torch.compile (fuses the "
         "norms, LoRA scaling and activations; the first steps pay the compile)",
+    )
+    activation_checkpointing: bool = Field(
+        False,
+        description="keep only each decoder layer's input for backward and recompute the "
+        "layer there: activation memory of one layer instead of all, for about a third more "
+        "compute (what lets an 8B model train 16x1024 tokens a micro-batch on one GPU); "
+        "training then runs the plain forward, never the prompt-sharing one",
     )
 
 
@@ -539,6 +740,18 @@ class RunSpec(_Section):
             data = {**data, "rollout": {"backend": "torch", **rollout}}
         return data
 
+    @model_validator(mode="after")
+    def _overlong_fits_the_budget(self) -> RunSpec:
+        for i, term in enumerate(self.reward.functions):
+            if isinstance(term, OverlongPenaltyTerm) and term.max_new_tokens is None:
+                limit = self.rollout.max_new_tokens
+                if term.buffer > limit:
+                    raise _field_error(
+                        f"reward.functions.{i}.buffer",
+                        f"must be <= rollout.max_new_tokens ({limit})",
+                    )
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict with the public key names (`async`, not `async_`)."""
         return self.model_dump(mode="json", by_alias=True)
@@ -586,6 +799,8 @@ def _message(err: dict[str, Any]) -> str:
         return f"must be one of {ctx.get('expected', '')}"
     if kind == "union_tag_invalid":
         return f"must be one of {ctx.get('expected_tags', '')}"
+    if kind == "union_tag_not_found":
+        return "required"
     if kind == _FIELD_ERROR:
         return str(ctx["message"])
     msg = str(err["msg"])
@@ -597,8 +812,11 @@ def _path(err: dict[str, Any]) -> str:
     # Discriminated unions put the chosen tag in the location: rollout.torch.top_p → rollout.top_p
     if len(loc) >= 2 and loc[0] == "rollout" and loc[1] in _UNION_MEMBERS:
         loc = [loc[0], *loc[2:]]
+    # reward.functions.0.format_regex.pattern → reward.functions.0.pattern
+    if len(loc) >= 4 and loc[:2] == ["reward", "functions"] and loc[3] in _REWARD_TERM_NAMES:
+        loc = [*loc[:3], *loc[4:]]
     if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
-        loc = [*loc, "backend"]
+        loc = [*loc, str((err.get("ctx") or {}).get("discriminator", "backend")).strip("'")]
     if err["type"] == _FIELD_ERROR:
         loc = [*loc, str(err["ctx"]["path"])]
     return ".".join(loc) or "(root)"
