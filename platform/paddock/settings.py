@@ -26,6 +26,10 @@ PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "mode
 PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies
 PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300"))
+# a run still `starting` this long after its dispatch fails (its Ray job is stopped)
+PADDOCK_START_TIMEOUT_S = float(os.environ.get("PADDOCK_START_TIMEOUT_S", "900"))
+# an aborted run's job has this long to stop on its own before the Jobs API stops it
+PADDOCK_ABORT_GRACE_S = float(os.environ.get("PADDOCK_ABORT_GRACE_S", "30"))
 # Peers whose X-Forwarded-For is believed (addresses or CIDRs; core/client_address.py)
 PADDOCK_TRUSTED_PROXIES = trusted_proxies_from(os.environ.get("PADDOCK_TRUSTED_PROXIES", ""))
 RAY_ADDRESS = ENV.ray_address

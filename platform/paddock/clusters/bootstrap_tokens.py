@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from paddock.api.errors import DomainError
 from paddock.experiments.models import Checkpoint, Run
 from paddock.experiments.spec_paths import spec_datasets_resolve
+from paddock.experiments.states import TERMINAL
 from paddock.experiments.tokens import run_token_mint
 
 from .models import BootstrapUse
@@ -39,6 +40,10 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> dict:
     run = Run.objects.select_related("config").filter(pk=run_id).first()
     if run is None or run.dispatch_count != dispatch:
         raise DomainError("dispatch_superseded", "this dispatch is no longer current", status=409)
+    if run.state in TERMINAL:
+        # a job placed only after its run ended (aborted or failed while it was pending, its
+        # stop still queued in Ray): it must not start training for nobody
+        raise DomainError("run_finished", f"run {run_id} has finished ({run.state})", status=409)
     spec = spec_datasets_resolve(team_id=run.team_id, spec=run.config.spec)  # dataset://<id>
     try:
         with transaction.atomic():

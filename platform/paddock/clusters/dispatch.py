@@ -9,7 +9,10 @@ duplicate, and exactly one job exists."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +29,15 @@ from paddock.teams.selectors import team_usage
 
 from .bootstrap_tokens import bootstrap_token_for
 from .models import RayCluster
-from .ray_jobs import job_submit
+from .placement import never_placeable, run_bundles, wait_reason
+from .ray_jobs import ClusterUnreachable, cluster_resources, job_submit
 
 log = logging.getLogger(__name__)
 WORKERS_DIR = Path(__file__).resolve().parents[3] / "workers"
 ENTRYPOINT = "python -m workers.job"
+# a dispatch re-reads a cluster's free resources older than this (the dashboard's own
+# figures lag by the autoscaler monitor's period, a few seconds)
+SNAPSHOT_FRESH_S = 10
 
 
 def submission_id_for(*, run_id: int, dispatch: int) -> str:
@@ -49,18 +56,72 @@ class DispatchOrder:
     env: dict[str, str]
 
 
-def cluster_pick(*, run: Run) -> RayCluster | None:
-    """A healthy cluster that the run's team may use and that advertises its backend: the
-    one chosen at launch, else the team's own before shared ones."""
+def platform_tag() -> str:
+    """Marks the Ray jobs of this platform (job metadata `paddock_platform`), so that the
+    sweep for jobs left behind never touches those of another platform sharing a cluster
+    (their run ids mean other runs). Derived from the secret key: stable across restarts."""
+    mac = hmac.new(settings.SECRET_KEY.encode(), b"paddock-platform", hashlib.sha256)
+    return mac.hexdigest()[:16]
+
+
+def _candidates(run: Run):
     clusters = RayCluster.objects.filter(healthy=True).filter(
         Q(team__isnull=True) | Q(team_id=run.team_id)
     )
     if run.cluster_id is not None:
         clusters = clusters.filter(pk=run.cluster_id)
-    for cluster in clusters.order_by("team_id", "id"):
-        if run.backend in cluster.backends:
-            return cluster
-    return None
+    return [c for c in clusters.order_by("team_id", "id") if run.backend in c.backends]
+
+
+def snapshots_refresh(*, run_id: int) -> None:
+    """Re-read the resources of the clusters the run may go to when their snapshot is older
+    than SNAPSHOT_FRESH_S. Outside any transaction: it waits on the clusters' dashboards."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.state != S.QUEUED:
+        return
+    for cluster in _candidates(run):
+        observed = (cluster.resources or {}).get("observed_at", 0)
+        if time.time() - observed > SNAPSHOT_FRESH_S:
+            cluster_resources_record(cluster)
+
+
+def cluster_resources_record(cluster: RayCluster) -> dict | None:
+    """Probe the cluster's resources and store the snapshot; None (kept as it was) when the
+    cluster does not answer."""
+    try:
+        snapshot = cluster_resources(address=cluster.address)
+    except ClusterUnreachable:
+        return None
+    RayCluster.objects.filter(pk=cluster.pk).update(resources=snapshot or {})
+    cluster.resources = snapshot or {}
+    return cluster.resources
+
+
+def cluster_pick(*, run: Run) -> tuple[RayCluster | None, str | None]:
+    """A healthy cluster that the run's team may use, that advertises its backend and that
+    can place its resources now: the one chosen at launch, else the team's own before
+    shared ones. Else None and the reason it waits (the first candidate's)."""
+    candidates = _candidates(run)
+    if not candidates:
+        return None, f"waiting for a healthy cluster that runs the {run.backend} backend"
+    bundles = run_bundles(run.config.spec.get("resources", {}))
+    reasons = []
+    for cluster in candidates:
+        snapshot = cluster.resources or {}
+        refusal = never_placeable(
+            bundles=bundles, cluster_name=cluster.name, snapshot=snapshot,
+            capacity=cluster.capacity or {},
+        )  # fmt: skip
+        if refusal is not None:
+            # the cluster shrank since the launch (or was not probed then): wait for it
+            reasons.append(f"cannot be placed now: {refusal.message}")
+            continue
+        wait = wait_reason(bundles=bundles, cluster_name=cluster.name, snapshot=snapshot)
+        if wait is not None:
+            reasons.append(wait)
+            continue
+        return cluster, None
+    return None, reasons[0]
 
 
 def quota_refusal(*, run: Run) -> str | None:
@@ -80,6 +141,7 @@ def quota_refusal(*, run: Run) -> str | None:
 
 
 def _queue_reason(run: Run, reason: str) -> None:
+    reason = reason[: Run._meta.get_field("queued_reason").max_length]
     if run.queued_reason != reason:
         Run.objects.filter(pk=run.pk).update(queued_reason=reason, updated_at=timezone.now())
         transaction.on_commit(lambda: _broadcast(run.pk))
@@ -144,9 +206,9 @@ def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
             _queue_reason(run, "paused before it started: resume to dispatch it")
             return None
         reason = quota_refusal(run=run)
-        cluster = cluster_pick(run=run) if reason is None else None
-        if reason is None and cluster is None:
-            reason = f"waiting for a healthy cluster that runs the {run.backend} backend"
+        cluster = None
+        if reason is None:
+            cluster, reason = cluster_pick(run=run)
         if reason is not None:
             _queue_reason(run, reason)
             return None
@@ -172,6 +234,7 @@ def dispatch_submit(order: DispatchOrder) -> bool:
         runtime_env=runtime_env,
         num_cpus=order.num_cpus,
         num_gpus=order.num_gpus,
+        metadata={"paddock_platform": platform_tag(), "paddock_run": str(order.run_id)},
     )
     log.info(
         "run %s dispatch %s: %s %s",

@@ -5,6 +5,7 @@ redelivered)."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from celery import shared_task
@@ -15,24 +16,53 @@ from django.utils import timezone
 from paddock.api.errors import DomainError
 from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
-from paddock.experiments.states import run_transition
+from paddock.experiments.states import TERMINAL, run_transition
 from paddock.experiments.tokens import run_tokens_revoke_finished
 
-from .dispatch import dispatch_prepare, dispatch_submit
+from .dispatch import (
+    SNAPSHOT_FRESH_S,
+    _broadcast,
+    cluster_resources_record,
+    dispatch_prepare,
+    dispatch_submit,
+    platform_tag,
+    snapshots_refresh,
+)
 from .models import RayCluster
-from .ray_jobs import ClusterUnreachable, cluster_version, job_info, job_logs_tail, job_stop
+from .placement import run_bundles, wait_reason
+from .ray_jobs import (
+    ClusterUnreachable,
+    cluster_version,
+    job_info,
+    job_logs_tail,
+    job_stop,
+    jobs_unfinished,
+)
 
 log = logging.getLogger(__name__)
 SUBMIT_RETRIES = 5
-ABORT_GRACE_S = getattr(settings, "PADDOCK_ABORT_GRACE_S", 30)
 FINAL_REPORT_GRACE_S = 20
+# after the hard stop of an aborted run's job, how long the job may take to end before the
+# run is aborted anyway (Ray's stop sends SIGTERM, then SIGKILL 3 s later)
+ABORT_STOP_GRACE_S = 30
 DISPATCH_STUCK_S = 10  # a job that ended may still be flushing its last batch
 # states in which a Ray job exists (or should) for the run
 WATCHED = [S.STARTING, S.RUNNING, S.PAUSING, S.PAUSED, S.RESUMING, S.ABORTING]
 
 
+def start_timeout_s() -> float:
+    """How long a run may stay in `starting` (read per call: tests shorten it)."""
+    return float(settings.PADDOCK_START_TIMEOUT_S)
+
+
+def abort_grace_s() -> float:
+    """How long an aborted run's running job has to stop on its own before it is stopped."""
+    return float(settings.PADDOCK_ABORT_GRACE_S)
+
+
 @shared_task(bind=True, acks_late=True, max_retries=SUBMIT_RETRIES)
 def run_dispatch(self, run_id: int) -> str:
+    snapshots_refresh(run_id=run_id)
     order = dispatch_prepare(run_id=run_id)
     if order is None:
         return "waiting"
@@ -82,16 +112,53 @@ def cluster_health() -> dict[str, bool]:
         RayCluster.objects.filter(pk=cluster.pk).update(
             healthy=True, health_error="", last_seen_at=timezone.now(), labels=labels
         )
+        cluster_resources_record(cluster)
+        try:
+            jobs_left_behind_stop(cluster)
+        except ClusterUnreachable:
+            pass  # the next check tries again
         states[cluster.name] = True
     return states
+
+
+def _submission(sid: str) -> tuple[int, int] | None:
+    match = re.fullmatch(r"paddock-run-(\d+)-d(\d+)", sid)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def jobs_left_behind_stop(cluster: RayCluster) -> list[str]:
+    """Stop this platform's unfinished Ray jobs that no run needs any more: a run that ended
+    (aborted or failed while its job was still pending in Ray, so the stop is queued there
+    until the job is placed), a dispatch superseded by a retry, a run deleted. A run that
+    just ended is left FINAL_REPORT_GRACE_S for its job to exit on its own."""
+    stopped = []
+    settled = timezone.now() - timezone.timedelta(seconds=FINAL_REPORT_GRACE_S)
+    for job in jobs_unfinished(
+        address=cluster.address, metadata={"paddock_platform": platform_tag()}
+    ):
+        ids = _submission(job.submission_id)
+        if ids is None:
+            continue
+        run = Run.objects.filter(pk=ids[0]).only("state", "dispatch_count", "finished_at").first()
+        needed = run is not None and (
+            run.dispatch_count == ids[1]
+            and (run.state not in TERMINAL or (run.finished_at or timezone.now()) > settled)
+        )
+        if not needed:
+            job_stop(address=cluster.address, submission_id=job.submission_id)
+            log.info("stopped %s, a %s job no run needs", job.submission_id, job.status)
+            stopped.append(job.submission_id)
+    return stopped
 
 
 @shared_task
 def run_reconcile() -> dict[str, int]:
     """Compare each run that should have a job with its Ray job, and start what waits."""
     counts = {"checked": 0, "failed": 0, "retried": 0, "stopped": 0, "queued": 0}
-    for run in Run.objects.filter(state__in=WATCHED).select_related("cluster"):
+    for run in Run.objects.filter(state__in=WATCHED).select_related("cluster", "config"):
         if run.cluster is None or not run.ray_submission_id:
+            if run.state == S.ABORTING:  # its cluster was removed: there is nothing to stop
+                run_transition(run=run, to_state=S.ABORTED, reason="no job to stop")
             continue
         counts["checked"] += 1
         try:
@@ -117,14 +184,21 @@ def run_reconcile() -> dict[str, int]:
     return counts
 
 
+def _in_state_s(run: Run) -> float:
+    """Seconds since the run entered its state (rows from before `state_since`: since the
+    last save)."""
+    return (timezone.now() - (run.state_since or run.updated_at)).total_seconds()
+
+
 def _reconcile_one(run: Run, counts: dict[str, int]) -> None:
     address, sid = run.cluster.address, run.ray_submission_id
     info = job_info(address=address, submission_id=sid)
+    if run.state == S.ABORTING:
+        _reconcile_abort(run, info, counts)
+        return
     if info is not None and info.status in ("PENDING", "RUNNING"):
-        age = (timezone.now() - run.updated_at).total_seconds()
-        if run.state == S.ABORTING and age > ABORT_GRACE_S:
-            job_stop(address=address, submission_id=sid)  # it ignored the abort
-            counts["stopped"] += 1
+        if run.state == S.STARTING:
+            _reconcile_start(run, info, counts)
         return
     if (
         info is not None
@@ -133,9 +207,6 @@ def _reconcile_one(run: Run, counts: dict[str, int]) -> None:
     ):
         return  # let the job's last batch arrive before judging
     # the job is gone: stopped, failed, finished without a final status, or vanished
-    if run.state == S.ABORTING:
-        run_transition(run=run, to_state=S.ABORTED, reason="the job stopped")
-        return
     if run.state == S.PAUSED:
         return  # released on pause; a resume starts the next dispatch
     if run.state == S.RESUMING:
@@ -147,13 +218,88 @@ def _reconcile_one(run: Run, counts: dict[str, int]) -> None:
     detail = f"the Ray job {sid} {what} without a final report" + (
         f": {info.message}" if info is not None and info.message else ""
     )
+    _fail(run, f"{detail}\n--- job log tail ---\n{tail}", what, counts)
+
+
+def _fail(run: Run, error: str, what: str, counts: dict[str, int]) -> None:
     # failed and, with attempts left, queued again in one transaction: no reader (a viewer,
     # the API, a test polling for a final state) may see a retried run as finally failed
     with transaction.atomic():
-        run_transition(run=run, to_state=S.FAILED, error=f"{detail}\n--- job log tail ---\n{tail}")
+        run_transition(run=run, to_state=S.FAILED, error=error)
         counts["failed"] += 1
         run.refresh_from_db()
         if run.attempts < run.max_attempts:
             run_transition(run=run, to_state=S.QUEUED, reason=f"retrying after: {what}")
             transaction.on_commit(lambda: run_dispatch.delay(run.pk))
             counts["retried"] += 1
+
+
+def _reconcile_start(run: Run, info, counts: dict[str, int]) -> None:
+    """A run in `starting` whose job is pending or running: say why a pending job waits,
+    and past the start deadline stop the job and fail the run (a retry, while attempts
+    remain, waits in `queued` until the cluster can place it)."""
+    address, sid = run.cluster.address, run.ray_submission_id
+    waited, deadline = _in_state_s(run), start_timeout_s()
+    if waited > deadline:
+        job_stop(address=address, submission_id=sid)
+        counts["stopped"] += 1
+        where = run.queued_reason or f"its Ray job {sid} was still {info.status}" + (
+            f" ({info.message})" if info.message else ""
+        )
+        error = (
+            f"the run did not start within {deadline:g} s (PADDOCK_START_TIMEOUT_S): {where}; "
+            "the job was stopped"
+        )
+        counts["timed_out"] = counts.get("timed_out", 0) + 1
+        _fail(run, error, f"no start within {deadline:g} s", counts)
+        return
+    if info.status != "PENDING":
+        return  # the driver runs: it bootstraps, builds its model, then reports `running`
+    bundles = run_bundles(run.config.spec.get("resources", {}))
+    snapshot = run.cluster.resources or {}
+    if time.time() - snapshot.get("observed_at", 0) > SNAPSHOT_FRESH_S:
+        snapshot = cluster_resources_record(run.cluster) or snapshot
+    why = wait_reason(bundles=bundles, cluster_name=run.cluster.name, snapshot=snapshot)
+    detail = f"the Ray job is pending: {why or info.message or 'not placed yet'}"
+    detail = detail[: Run._meta.get_field("queued_reason").max_length]
+    if run.queued_reason != detail:
+        # `queued_reason` is the run's "why it waits" in `starting` too; run_transition
+        # clears it when the run moves on. The state's clock (state_since) does not move.
+        Run.objects.filter(pk=run.pk, state=S.STARTING).update(queued_reason=detail)
+        transaction.on_commit(lambda: _broadcast(run.pk))
+
+
+def _reconcile_abort(run: Run, info, counts: dict[str, int]) -> None:
+    """An abort reaches `aborted` whatever the job does: a job that never started (Ray
+    keeps a stopped PENDING job until it is placed) is stopped and the run aborted at once;
+    a running job has ABORT_GRACE_S to finish on its own, is then stopped, and the run is
+    aborted at the latest ABORT_STOP_GRACE_S later, whether the job has ended or not."""
+    address, sid = run.cluster.address, run.ray_submission_id
+    if info is not None and info.status == "PENDING":
+        job_stop(address=address, submission_id=sid)
+        counts["stopped"] += 1
+        run_transition(
+            run=run, to_state=S.ABORTED,
+            reason="its Ray job had not started (still pending); the job was stopped",
+        )  # fmt: skip
+        return
+    if info is not None and info.status == "RUNNING":
+        waited, grace = _in_state_s(run), abort_grace_s()
+        if waited <= grace:
+            return  # the driver stops between steps and reports `aborted`
+        job_stop(address=address, submission_id=sid)  # it ignored the abort
+        counts["stopped"] += 1
+        if waited > grace + ABORT_STOP_GRACE_S:
+            run_transition(
+                run=run, to_state=S.ABORTED,
+                reason=f"its Ray job did not end within {ABORT_STOP_GRACE_S} s of the stop",
+            )  # fmt: skip
+        return
+    if (
+        info is not None
+        and info.end_time_s
+        and time.time() - info.end_time_s < FINAL_REPORT_GRACE_S
+        and _in_state_s(run) < abort_grace_s() + ABORT_STOP_GRACE_S
+    ):
+        return  # let the job's last batch (its own `aborted`) arrive
+    run_transition(run=run, to_state=S.ABORTED, reason="the job stopped")

@@ -106,6 +106,9 @@ class Run(models.Model):
     )
     # lifecycle: `state` is what is true, `desired_state` what a user asked for
     state = models.CharField(max_length=12, choices=RunState.choices, default=RunState.QUEUED)
+    # when `state` last changed (run_transition): the clock of the start deadline and of the
+    # abort grace, which `updated_at` is not (any save moves it)
+    state_since = models.DateTimeField(null=True, blank=True)
     desired_state = models.CharField(
         max_length=8, choices=DesiredState.choices, default=DesiredState.RUNNING
     )

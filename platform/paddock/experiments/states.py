@@ -63,7 +63,8 @@ def run_transition(
     writers (a Celery task and an ingest request) cannot both move it from the same state.
     Records a status RunEvent, stamps started/finished times, and after commit tells
     `hooks.run_state_changed`. `reason` goes into `queued_reason` on → queued; `error`
-    into `error` on → failed. A failed run goes back to queued only while attempts remain.
+    into `error` on → failed; `state_since` is stamped (the clock of the start deadline and
+    of the abort grace). A failed run goes back to queued only while attempts remain.
     Updates `run` in place and returns it."""
     target = S(to_state)
     with transaction.atomic():
@@ -82,7 +83,7 @@ def run_transition(
                 status=409,
             )
         now = timezone.now()
-        changes: dict = {"state": target, "updated_at": now}
+        changes: dict = {"state": target, "updated_at": now, "state_since": now}
         if target == S.QUEUED:
             changes["queued_reason"] = reason
         else:
