@@ -7,11 +7,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from peft.helpers import disable_input_dtype_casting
 
 from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
 from ..spec import RunSpec
 from . import lora as lora_io
 from .batch import TrainBatch
+from .checkpointing import checkpoint_layers
 from .fused_logprobs import token_logprobs as token_logprobs_fn
 from .mixed_precision import bf16_autocast
 
@@ -39,6 +41,16 @@ class LoraPolicy:
         self.adapter_version = 0
         use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
         self._autocast = (lambda: bf16_autocast(self.model)) if use_bf16 else contextlib.nullcontext
+        self._checkpointed = t.activation_checkpointing
+        # A checkpointed layer's recompute runs in backward, outside the forward's context:
+        # LoRA inputs must stay uncast there too, or the recomputed tensors' dtypes differ
+        # from the saved ones (checkpoint refuses that). Autocast the checkpoint restores.
+        uncast = use_bf16 and self._checkpointed
+        self._backward_context = (
+            (lambda: disable_input_dtype_casting(self.model)) if uncast else contextlib.nullcontext
+        )
+        if self._checkpointed:
+            checkpoint_layers(self._lm_parts()[0].layers)
         self._compiled = t.compile and self.device.type == "cuda"
         if self._compiled:
             # Regional compilation: the layers share one forward, so one compiled graph
@@ -86,7 +98,11 @@ class LoraPolicy:
         train time). On a GPU the second pass attends through an explicit mask over the
         reordered cache, which costs more than a plain causal forward saves unless the
         shared prompts are at least half of the tokens (bench/gpu/multi.py, 128-token prompts
-        of 1024: 0.59 s a step shared against 0.40 s plain)."""
+        of 1024: 0.59 s a step shared against 0.40 s plain). Never with activation
+        checkpointing: the shared forward writes a KV cache that a recompute would write
+        again."""
+        if self._checkpointed:
+            return False
         lens = batch.prompt_len.tolist()
         distinct = {tuple(batch.input_ids[i, :n].tolist()) for i, n in enumerate(lens)}
         saved = sum(lens) - sum(len(p) for p in distinct)
@@ -182,6 +198,21 @@ class LoraPolicy:
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
         part, n_micro = self._rank_part(batch, t.micro_batch_size)
+        with self._backward_context():
+            self._accumulate(batch, part, n_micro, share, norm, separate_old, sums, weights)
+        sums, weights = self._reduce_metrics(sums, weights)
+        self._sync_grads()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
+        self.optimizer.step()
+        self.adapter_version += 1
+        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out["grad_norm"] = float(grad_norm)
+        return out
+
+    def _accumulate(self, batch, part, n_micro, share, norm, separate_old, sums, weights) -> None:
+        """The micro-batches' forwards and backwards: gradients accumulate in the adapter,
+        metrics in `sums` and `weights`."""
+        algo, t = self.spec.algorithm, self.spec.train
         for i in range(n_micro):
             start = i * t.micro_batch_size
             mb = part.slice(start, start + t.micro_batch_size)
@@ -213,14 +244,6 @@ class LoraPolicy:
                     w = n_same if k in ("token_mult_prob_error", "gen_kl_error") else n_tok
                     sums[k] += v * w
                     weights[k] += w
-        sums, weights = self._reduce_metrics(sums, weights)
-        self._sync_grads()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
-        self.optimizer.step()
-        self.adapter_version += 1
-        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
-        out["grad_norm"] = float(grad_norm)
-        return out
 
     # Data-parallel hooks. One process trains on the whole batch; ShardedLoraPolicy's ranks
     # each take a share, scale their loss and add their metrics up across the group.
