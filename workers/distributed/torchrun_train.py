@@ -8,8 +8,9 @@ its own GPU. Rank 0 runs the driver, the same `run_training` as `paddock train`,
 `CollectiveExecutor`: each executor call (train_step, adapter_update, save, load) is first
 broadcast with its arguments, and the other ranks, waiting in `follow`, make the same call,
 so the collectives inside meet. The engines are `resources.rollout_replicas` child
-processes (`ProcessBackend`) on the GPUs after the trainer's, behind one `ReplicaSet`
-(on a host without GPUs, on the CPU: how the tests run it).
+processes (`ProcessBackend`) on the GPUs after the trainer's, or on the trainer's own where
+none is left over (`engine_devices`), behind one `ReplicaSet` (on a host without GPUs, on
+the CPU: how the tests run it).
 """
 
 from __future__ import annotations
@@ -80,12 +81,18 @@ async def follow(executor: LocalExecutor) -> None:
         await getattr(executor, method)(arg)
 
 
-def engine_devices(spec: RunSpec, world: int, gpus: int) -> list[torch.device | None]:
-    """One device per rollout replica: the GPUs after the trainer's `world`, else the CPU."""
+def engine_devices(spec: RunSpec, world: int, gpus: int) -> list[torch.device]:
+    """Where each of the `resources.rollout_replicas` engines goes on a host of `gpus` GPUs
+    whose first `world` hold the trainer's ranks (none if the trainer is on the CPU): the
+    GPUs after the trainer's, one a replica in turn; with none left over, the trainer's own
+    (on one GPU, trainer and engine share it, as `local_devices` in workers/loop/setup.py
+    puts them); the CPU without GPUs or where the spec asks for none."""
     n = spec.resources.rollout_replicas
-    if spec.resources.rollout_gpus > 0 and gpus >= world + n:
-        return [torch.device("cuda", world + i) for i in range(n)]
-    return [torch.device("cpu")] * n
+    if spec.resources.rollout_gpus <= 0 or gpus <= 0:
+        return [torch.device("cpu")] * n
+    taken = min(world, gpus) if spec.resources.trainer_gpus > 0 else 0
+    pool = list(range(taken, gpus)) or list(range(gpus))
+    return [torch.device("cuda", pool[i % len(pool)]) for i in range(n)]
 
 
 def make_engines(spec: RunSpec, model_dir: Path, world: int) -> RolloutBackend:
