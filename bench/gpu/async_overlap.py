@@ -9,7 +9,8 @@ the sync driver and once async (max_staleness 1); median step, generate, train a
 weight-sync times from step 2 on, the speedup, and the ideal (G+T)/max(G,T). With one GPU
 visible trainer and engine share it; with two the engine gets cuda:1 (--engine-process: in
 a child process). --prompt-chars > 0 makes long JSONL prompts, so that training time can
-match generation time. multi.py runs it under each placement. Writes async.json under --out.
+match generation time; --checkpointing sets train.activation_checkpointing (the 8B shapes
+at large micro-batches). multi.py runs it under each placement. Writes async.json under --out.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
                 "async.enabled": mode == "async",
                 "async.max_staleness": 1,
                 "resources.engine_process": args.engine_process,
+                "train.activation_checkpointing": args.checkpointing,
             },
         )
         with tempfile.TemporaryDirectory() as tmp:
@@ -90,6 +92,7 @@ def main() -> None:
     ap.add_argument("--prompt-chars", type=int, default=0, help="long JSONL prompts")
     ap.add_argument("--micro-batch", type=int, default=0, help="0 = the whole batch")
     ap.add_argument("--engine-process", action="store_true", help="engine in a child process")
+    ap.add_argument("--checkpointing", action="store_true", help="train.activation_checkpointing")
     run(part_async, ap.parse_args())
 
 

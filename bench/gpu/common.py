@@ -1,8 +1,8 @@
 """What the GPU benchmarks in bench/gpu/ share: shapes, the model on disk, the spec, timing.
 
-A Qwen3-0.6B-shaped model (hidden 1024, 28 layers, 16 heads, 8 KV heads, head_dim 128,
-intermediate 3072, vocabulary 151936, tied embeddings) at random init in bf16, LoRA r=16 on
-every linear layer. Each script runs the engine's own classes (LoraPolicy, TorchBackend,
+A model of one of four real shapes (--shape: qwen3-0.6b, the default, llama-3.2-3b,
+llama-3.1-8b, qwen3-8b; SHAPES below) at random init in bf16, LoRA r=16 on every linear
+layer. Each script runs the engine's own classes (LoraPolicy, TorchBackend,
 LocalExecutor, the drivers behind `train()`), the ones the Ray actors hold:
 
     python3 bench/gpu/train.py          # train step tokens/s and peak memory vs plain PEFT
@@ -14,7 +14,7 @@ LocalExecutor, the drivers behind `train()`), the ones the Ray actors hold:
 
 Each script prints a table and writes PART.json under --out. They run in separate processes
 so that one's memory (or an out-of-memory) cannot skew the next. Baseline figures quoted by
-issue 10 for this shape: train 37.1k tokens/s and 88.7 GB at 16×1024, OOM at 32×1024;
+issue 10 for the Qwen3-0.6B shape: train 37.1k tokens/s and 88.7 GB at 16×1024, OOM at 32×1024;
 generation at batch 256, 128 prompt + 256 new tokens: HF generate + PEFT 2.0k tokens/s,
 static-cache generate with LoRA 9.6k tokens/s.
 
@@ -40,7 +40,10 @@ from pathlib import Path
 import torch
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-SHAPE = dict(
+# The real models' sizes (their config.json: hidden, layers, heads, KV heads, head_dim,
+# intermediate, vocabulary, tied head); RoPE settings are left at the defaults, which change
+# no shape. max_position_embeddings is cut to 4096: nothing here runs longer sequences.
+SHAPE = dict(  # Qwen3-0.6B
     vocab_size=151936,
     hidden_size=1024,
     num_hidden_layers=28,
@@ -51,8 +54,19 @@ SHAPE = dict(
     max_position_embeddings=4096,
     tie_word_embeddings=True,
 )
-# Llama-3.1-8B's shape (issue 14): untied head, GQA 32/8, vocabulary 128256
-LLAMA_8B = dict(
+LLAMA_3B = dict(  # Llama-3.2-3B: GQA 24/8, tied head, vocabulary 128256
+    vocab_size=128256,
+    hidden_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=24,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=8192,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+    arch="llama",
+)
+LLAMA_8B = dict(  # Llama-3.1-8B: untied head, GQA 32/8, vocabulary 128256
     vocab_size=128256,
     hidden_size=4096,
     num_hidden_layers=32,
@@ -64,14 +78,31 @@ LLAMA_8B = dict(
     tie_word_embeddings=False,
     arch="llama",
 )
-SHAPES = {"qwen3-0.6b": SHAPE, "llama-3.1-8b": LLAMA_8B}
+QWEN3_8B = dict(  # Qwen3-8B: untied head, GQA 32/8, q/k norms, vocabulary 151936
+    vocab_size=151936,
+    hidden_size=4096,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=12288,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
+SHAPES = {
+    "qwen3-0.6b": SHAPE,
+    "llama-3.2-3b": LLAMA_3B,
+    "llama-3.1-8b": LLAMA_8B,
+    "qwen3-8b": QWEN3_8B,
+}
 ISSUE = {"train_tok_s_16k": 37.1e3, "gen_hf_peft": 2.0e3, "gen_hf_static_lora": 9.6e3}
 
 
-def small_shape() -> dict:
-    """A tiny model with the same structure, for checking this script on a CPU."""
+def small_shape(shape: dict = SHAPE) -> dict:
+    """A tiny model with the structure of `shape` (architecture, tied head), for checking a
+    script on a CPU."""
     return dict(
-        SHAPE,
+        shape,
         hidden_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
@@ -105,6 +136,10 @@ def build_model(out: Path, shape: dict) -> Path:
     """Random-init bf16 weights and the char tokenizer (the vocabulary sizes differ on
     purpose: token ids above the tokenizer's are valid model inputs and decode to '')."""
     if (out / "config.json").is_file():
+        held = json.loads((out / "config.json").read_text())
+        sizes = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+        if any(held.get(k) != shape[k] for k in sizes):
+            raise SystemExit(f"{out} holds a model of another shape: pass another --model-dir")
         return out
     from transformers import AutoModelForCausalLM
 
@@ -180,7 +215,8 @@ def time_steps(step, warmup: int, reps: int) -> list[float]:
 
 
 def measure(name: str, make, tokens: int, warmup: int, reps: int) -> dict:
-    """Build with `make()` → (step, keepalive), time it; an OOM is a result, not a crash."""
+    """Build with `make()` → (step, keepalive), time it; an OOM (or another failure, with
+    its traceback printed) is a result, not a crash."""
     reset_peak()
     held = None
     try:
@@ -203,6 +239,10 @@ def measure(name: str, make, tokens: int, warmup: int, reps: int) -> dict:
             "peak_gb": peak_gb(),
             "error": str(exc).splitlines()[0],
         }
+    except Exception as exc:  # a variant that fails is a row too: the others still run
+        traceback.print_exc()
+        row = {"name": name, "tokens": tokens, "failed": True, "peak_gb": peak_gb()}
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     del held
     reset_peak()
     return row
@@ -283,13 +323,15 @@ def long_prompt_task(root: Path, chars: int) -> dict:
 
 
 def parser(doc: str, *optional: str) -> argparse.ArgumentParser:
-    """The flags of every script (--out, --model-dir, --small), and those of `optional` that
-    the script's part uses: "baseline" (--no-baseline), "profile", "warmup", "reps"."""
+    """The flags of every script (--out, --shape, --model-dir, --small), and those of
+    `optional` that the script's part uses: "baseline" (--no-baseline), "profile", "warmup",
+    "reps"."""
     unknown = set(optional) - {"baseline", "profile", "warmup", "reps"}
     assert not unknown, unknown
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-gpu-out")))
-    ap.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "qwen3-06b")
+    ap.add_argument("--shape", choices=list(SHAPES), default="qwen3-0.6b")
+    ap.add_argument("--model-dir", type=Path, help="default: the shape's name in the temp dir")
     ap.add_argument("--small", action="store_true", help="tiny shapes: check the script on CPU")
     if "baseline" in optional:
         ap.add_argument("--no-baseline", dest="baseline", action="store_false")
@@ -302,6 +344,16 @@ def parser(doc: str, *optional: str) -> argparse.ArgumentParser:
     return ap
 
 
+def model_shape(args: argparse.Namespace) -> dict:
+    """The shape of --shape (tiny with --small); fills in the default --model-dir, the
+    shape's name in the temp dir (with --small, that name and "-small")."""
+    shape = small_shape(SHAPES[args.shape]) if args.small else SHAPES[args.shape]
+    if args.model_dir is None:
+        name = args.shape + ("-small" if args.small else "")
+        args.model_dir = Path(tempfile.gettempdir()) / name
+    return shape
+
+
 def run(
     part: Callable[[Path, argparse.Namespace, Path], dict],
     args: argparse.Namespace,
@@ -310,7 +362,7 @@ def run(
     """A script's main after parsing: build (or reuse) the model at --model-dir, run the
     part, print its traceback if it fails, write NAME.json under --out (NAME: the part's
     function name without `part_`, unless given)."""
-    shape = small_shape() if args.small else SHAPE
+    shape = model_shape(args)
     args.vocab = shape["vocab_size"]
     torch.manual_seed(0)
     model_dir = build_model(args.model_dir, shape)

@@ -10,7 +10,7 @@ a 4- or 8-GPU host by configuration alone.
 
 `train` launches the trainer without Ray (`torch.distributed.run` → workers/distributed/
 standalone.py: the ShardedLoraPolicy that Ray trainer actors hold, the plain LoraPolicy on
-one GPU) on the Qwen3-0.6B shape of common.py, LoRA r=16 on every linear layer, at the
+one GPU) on the model of --shape (common.py), LoRA r=16 on every linear layer, at the
 same tokens per GPU (16×1024 a rank), then once more at one global batch on both world sizes
 to compare losses and adapters. `async` runs async_overlap.py (the real drivers)
 with one GPU visible (trainer and engine share it), with two (trainer on cuda:0, engine on
@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import SHAPES, base_spec, build_model, long_prompt_task, small_shape, table
+from common import SHAPES, base_spec, build_model, long_prompt_task, model_shape, table
 
 HERE = Path(__file__).resolve().parent  # bench/gpu
 ROOT = HERE.parents[1]  # the repository, the subprocesses' working directory
@@ -90,7 +90,8 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
             sys.executable, str(HERE / "async_overlap.py"), "--model-dir", str(model_dir),
             "--out", str(sub), "--batch", str(args.batch), "--new-tokens", str(args.new_tokens),
             "--steps", str(args.steps), "--prompt-chars", str(args.prompt_chars),
-            "--micro-batch", str(args.micro_batch), *flags,
+            "--micro-batch", str(args.micro_batch), "--shape", args.shape, *flags,
+            *(["--small"] if args.small else []),
         ]  # fmt: skip
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
         print(f"$ CUDA_VISIBLE_DEVICES={visible}", " ".join(cmd[1:]), flush=True)
@@ -170,8 +171,7 @@ def main() -> None:
     ap.add_argument("--prompt-chars", type=int, default=0)
     ap.add_argument("--micro-batch", type=int, default=0, help="async: 0 = the whole batch")
     args = ap.parse_args()
-    args.model_dir = args.model_dir or Path(tempfile.gettempdir()) / args.shape
-    model_dir = build_model(args.model_dir, small_shape() if args.small else SHAPES[args.shape])
+    model_dir = build_model(args.model_dir, model_shape(args))
     args.out.mkdir(parents=True, exist_ok=True)
     part = {"train": part_train, "async": part_async, "run": part_run}[args.part]
     result = part(model_dir, args, args.out)

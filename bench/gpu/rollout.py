@@ -7,8 +7,9 @@ Tokens a second at --batch rows (--batch / --group prompts of --prompt-len token
 samples each, --new-tokens each; LoRA r=16 unmerged) of the engine with each decode path of
 --decodes after a warm-up (which captures the static path's CUDA graphs), the engine's model
 alone (forward + greedy) beside the dynamic path, and HF generate + PEFT (--no-baseline
-leaves it out), against that HF row and issue 10's figures (HF + PEFT 2.0k, static-cache
-generate 9.6k). `+compile` sets rollout.compile.
+leaves it out), against that HF row and, on the Qwen3-0.6B shape, issue 10's figures
+(HF + PEFT 2.0k, static-cache generate 9.6k). --shape picks the model (common.py);
+`+compile` sets rollout.compile.
 Then the adapter publication: LocalExecutor.adapter_update, the engine's load and ack.
 Writes rollout.json (and generate_profile.txt with --profile) under --out.
 """
@@ -180,19 +181,17 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     res["rows"] = rows
     print(f"\ngeneration, batch {args.batch}, {p_len} prompt + {new} new tokens, LoRA unmerged")
     hf = rows[-1]["tok_s"] if args.baseline else None  # measured above, in this run
-    table([("what", "tokens/s", "vs HF+PEFT, this run", "vs HF+PEFT 2.0k", "vs static 9.6k")])
+    issue = args.shape == "qwen3-0.6b"  # issue 10's figures are of that shape
+    head = ("what", "tokens/s", "vs HF+PEFT, this run")
+    table([head + (("vs HF+PEFT 2.0k", "vs static 9.6k") if issue else ())])
     for r in rows:
-        table(
-            [
-                (
-                    r["name"],
-                    f"{r['tok_s'] / 1e3:.2f}k",
-                    f"{r['tok_s'] / hf:.2f}x" if hf else "",
-                    f"{r['tok_s'] / ISSUE['gen_hf_peft']:.2f}x",
-                    f"{r['tok_s'] / ISSUE['gen_hf_static_lora']:.2f}x",
-                )
-            ]
-        )
+        row = (r["name"], f"{r['tok_s'] / 1e3:.2f}k", f"{r['tok_s'] / hf:.2f}x" if hf else "")
+        if issue:
+            row += (
+                f"{r['tok_s'] / ISSUE['gen_hf_peft']:.2f}x",
+                f"{r['tok_s'] / ISSUE['gen_hf_static_lora']:.2f}x",
+            )
+        table([row])
     s = res["sync"]
     print(
         f"\nadapter sync ({s['adapter_params'] / 1e6:.1f}M parameters): publish "

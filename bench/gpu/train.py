@@ -2,14 +2,18 @@
 
     python3 bench/gpu/train.py --profile     # 16×1024 and 32×1024 tokens a step
     python3 bench/gpu/train.py --seqs 16 --micro-batches 16 --compile --no-cast-row --reps 3
+    python3 bench/gpu/train.py --shape llama-3.1-8b --seqs 16 --micro-batches 16 \
+        --checkpointing --compile --no-cast-row
 
 Tokens a second and peak memory of one step of --seqs sequences × --seq-len tokens
 (--prompt-len of them prompt): plain PEFT in bf16 (full-vocabulary logits, mean token NLL;
 --no-baseline leaves it out), then the engine at each of --micro-batches, each row against
 the plain step of the same size (or the largest that fitted); an out-of-memory is a row.
 On a GPU also the engine with PEFT's cast of LoRA inputs to fp32 (--no-cast-row leaves it
-out) and with train.compile (--compile). Model and shapes: common.py. Writes train.json
-(and train_profile.txt with --profile) under --out.
+out) and with train.compile (--compile). --checkpointing adds each micro-batch size with
+train.activation_checkpointing (and checkpoints the --compile row), and plain PEFT with
+transformers' gradient checkpointing, the baseline of the checkpointed rows. Model and shapes
+(--shape): common.py. Writes train.json (and train_profile.txt with --profile) under --out.
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ import torch
 from common import ISSUE, LORA_TARGETS, base_spec, measure, parser, run, sync, table
 
 
-def plain_peft_step_fn(model_dir: Path, seqs: int, seq_len: int):
-    """The baseline: transformers + PEFT in bf16, full-vocabulary logits, mean token NLL."""
+def plain_peft_step_fn(model_dir: Path, seqs: int, seq_len: int, ckpt: bool = False):
+    """The baseline: transformers + PEFT in bf16, full-vocabulary logits, mean token NLL;
+    `ckpt`: with transformers' own gradient checkpointing (non-reentrant)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).to(dev)
     model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS))
+    if ckpt:  # transformers checkpoints a layer only in training mode
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     vocab = base.config.vocab_size
     ids = torch.randint(3, vocab, (seqs, seq_len), device=dev)
@@ -43,12 +51,15 @@ def plain_peft_step_fn(model_dir: Path, seqs: int, seq_len: int):
     return step, model
 
 
-def engine_policy(model_dir: Path, resp_len: int, micro_batch: int, compile: bool = False):
+def engine_policy(
+    model_dir: Path, resp_len: int, micro_batch: int, compile: bool = False, ckpt: bool = False
+):
     from workers.policy import LoraPolicy
     from workers.spec import parse_spec
 
     over = {"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch}
-    spec = parse_spec(base_spec(model_dir, **over, **{"train.compile": compile}))
+    over |= {"train.compile": compile, "train.activation_checkpointing": ckpt}
+    spec = parse_spec(base_spec(model_dir, **over))
     return LoraPolicy(spec, model_dir)
 
 
@@ -78,37 +89,31 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
     rows, res = [], {"seq_len": seq_len, "prompt_len": prompt_len}
     for seqs in args.seqs:
         tokens = seqs * seq_len
-        if args.baseline:
+        for ckpt in [False, True][: 1 + args.checkpointing] if args.baseline else []:
+            name = f"plain PEFT bf16 {seqs}x{seq_len}" + (", checkpointed" if ckpt else "")
             rows.append(
                 measure(
-                    f"plain PEFT bf16 {seqs}x{seq_len}",
-                    lambda s=seqs: plain_peft_step_fn(model_dir, s, seq_len),
+                    name,
+                    lambda s=seqs, c=ckpt: plain_peft_step_fn(model_dir, s, seq_len, c),
                     tokens,
                     args.warmup,
                     args.reps,
                 )
             )
-            print(
-                rows[-1]["name"],
-                {k: rows[-1].get(k) for k in ("tok_s", "peak_gb", "oom")},
-                flush=True,
-            )
-        for mb in sorted({min(m, seqs) for m in args.micro_batches}):
+            rows[-1]["ckpt"] = ckpt
+            print(name, {k: rows[-1].get(k) for k in ("tok_s", "peak_gb", "oom")}, flush=True)
+        variants = [(mb, False) for mb in sorted({min(m, seqs) for m in args.micro_batches})]
+        if args.checkpointing:
+            variants += [(mb, True) for mb, _ in variants]
+        for mb, ckpt in variants:
 
-            def make(seqs=seqs, mb=mb):
-                policy = engine_policy(model_dir, resp_len, mb)
+            def make(seqs=seqs, mb=mb, ckpt=ckpt):
+                policy = engine_policy(model_dir, resp_len, mb, ckpt=ckpt)
                 batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
                 return (lambda: policy.train_step(batch)), policy
 
-            rows.append(
-                measure(
-                    f"engine {seqs}x{seq_len} micro-batch {mb}",
-                    make,
-                    tokens,
-                    args.warmup,
-                    args.reps,
-                )
-            )
+            name = f"engine {seqs}x{seq_len} micro-batch {mb}" + (", checkpointed" if ckpt else "")
+            rows.append(dict(measure(name, make, tokens, args.warmup, args.reps), ckpt=ckpt))
             print(
                 rows[-1]["name"],
                 {k: rows[-1].get(k) for k in ("tok_s", "peak_gb", "oom")},
@@ -130,7 +135,7 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         seqs = args.seqs[0]
 
         def make_compiled(seqs=seqs):
-            policy = engine_policy(model_dir, resp_len, seqs, compile=True)
+            policy = engine_policy(model_dir, resp_len, seqs, True, args.checkpointing)
             batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
             t0 = time.perf_counter()
             policy.train_step(batch)  # the first step compiles
@@ -139,11 +144,14 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
             return (lambda: policy.train_step(batch)), policy
 
         name = f"engine {seqs}x{seq_len} micro-batch {seqs}, train.compile"
+        name += ", checkpointed" if args.checkpointing else ""
         rows.append(measure(name, make_compiled, seqs * seq_len, args.warmup, args.reps))
+        rows[-1]["ckpt"] = args.checkpointing
         print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
-        print(f"first step (compiling): {res['compile_s']:.1f} s", flush=True)
+        if "compile_s" in res:
+            print(f"first step (compiling): {res['compile_s']:.1f} s", flush=True)
     if args.profile and torch.cuda.is_available():
-        policy = engine_policy(model_dir, resp_len, args.seqs[0], compile=args.compile)
+        policy = engine_policy(model_dir, resp_len, args.seqs[0], args.compile, args.checkpointing)
         batch = train_batch(policy, args.seqs[0], prompt_len, resp_len, vocab)
         policy.train_step(batch)
         from torch.profiler import ProfilerActivity, profile
@@ -160,17 +168,20 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
     plain = [r for r in rows if r["name"].startswith("plain") and "tok_s" in r]
     table([("what", "tokens/s", "peak GB", "vs plain")])
     for r in rows:
-        if r.get("oom"):
-            table([(r["name"], "OOM", f"{r['peak_gb']:.1f}", "")])
+        if r.get("oom") or r.get("failed"):
+            table([(r["name"], "OOM" if r.get("oom") else "failed", f"{r['peak_gb']:.1f}", "")])
             continue
-        # against the plain step of the same size, or the largest that fitted
-        same = [b for b in plain if b["tokens"] == r["tokens"]] or plain[-1:]
+        # against the plain step of the same size and checkpointing, else of the same size,
+        # else the largest that fitted
+        same = [b for b in plain if b["tokens"] == r["tokens"]]
+        same = [b for b in same if b["ckpt"] == r.get("ckpt", False)] or same or plain[-1:]
         ratio = f"{r['tok_s'] / same[0]['tok_s']:.2f}x" if same else ""
         table([(r["name"], f"{r['tok_s'] / 1e3:.1f}k", f"{r['peak_gb']:.1f}", ratio)])
-    print(
-        f"(issue 10's plain PEFT figure: {ISSUE['train_tok_s_16k'] / 1e3:.1f}k tokens/s at "
-        "16x1024, 88.7 GB; OOM at 32x1024)"
-    )
+    if args.shape == "qwen3-0.6b":
+        print(
+            f"(issue 10's plain PEFT figure: {ISSUE['train_tok_s_16k'] / 1e3:.1f}k tokens/s at "
+            "16x1024, 88.7 GB; OOM at 32x1024)"
+        )
     return res
 
 
@@ -178,6 +189,11 @@ def main() -> None:
     ap = parser(__doc__, "baseline", "profile", "warmup", "reps")
     ap.add_argument("--compile", action="store_true", help="also with train.compile")
     ap.add_argument("--no-cast-row", dest="cast_row", action="store_false")
+    ap.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="also with train.activation_checkpointing (and plain PEFT with its own)",
+    )
     ap.add_argument("--seqs", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--micro-batches", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--seq-len", type=int, default=1024)
