@@ -15,6 +15,7 @@ up: $(STAMPS)/runtime $(STAMPS)/engines $(STAMPS)/frontend
 test: $(STAMPS)/dev $(STAMPS)/vllm $(STAMPS)/frontend
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	bash frontend/scripts/api-types.sh --check
 	cd frontend && npm run lint && npx vitest run
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -87,9 +87,9 @@ describe("older log lines", () => {
     const held = [{ id: 40, time: 50, level: "info", message: "c" }, { time: 51, level: "state", message: "x → y" }];
     expect(oldestLogId(held)).toBe(40);
     const lines = prependOlderLogs(held, [
-      { id: 40, kind: "log", level: "info", message: "c", time: "1970-01-01T00:00:50Z" },
-      { id: 39, kind: "status", level: "info", message: "queued → running", time: "1970-01-01T00:00:49Z" },
-      { id: 38, kind: "log", level: "warning", message: "a", time: "1970-01-01T00:00:48.500Z" },
+      { id: 40, dispatch: 1, kind: "log", level: "info", message: "c", time: "1970-01-01T00:00:50Z" },
+      { id: 39, dispatch: 1, kind: "status", level: "info", message: "queued → running", time: "1970-01-01T00:00:49Z" },
+      { id: 38, dispatch: 1, kind: "log", level: "warning", message: "a", time: "1970-01-01T00:00:48.500Z" },
     ]);
     expect(lines.map((l) => [l.id, l.level, l.message, l.time])).toEqual([
       [38, "warning", "a", 48.5], [39, "state", "queued → running", 49], [40, "info", "c", 50],

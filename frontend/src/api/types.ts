@@ -1,68 +1,34 @@
-// Shapes of the REST API (platform/paddock/api) and the live stream (docs/live-protocol.md).
-// Optional fields are ones the UI can do without.
+// Friendly names for the shapes of the REST API (platform/paddock/api) and the live stream
+// (docs/live-protocol.md). The REST shapes come from the OpenAPI schema, generated into
+// schema.gen.ts (scripts/api-types.sh; make test fails when it drifts from the serializers);
+// what is written by hand here is what the schema cannot say: the session endpoints (not
+// DRF), the websocket messages, and the inside of JSON fields (a spec, sample items).
+import type { components, operations } from "./schema.gen";
 
-export type Role = "viewer" | "member" | "admin" | "owner";
-export type Backend = "torch" | "vllm" | "trtllm";
+type Schemas = components["schemas"];
+/** A response body: DRF writes every field of a model serializer, those with defaults too,
+ * so the fields the schema marks optional (for requests) are always in an answer. */
+type Sent<T> = Required<T>;
+
+export type Role = Schemas["RoleEnum"];
+export type Backend = Schemas["BackendEnum"];
 export const BACKENDS: Backend[] = ["torch", "vllm", "trtllm"];
 
-export type RunState =
-  | "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming"
-  | "succeeded" | "aborting" | "aborted" | "failed";
-export type DesiredState = "running" | "paused" | "aborted";
+export type RunState = Schemas["StateEnum"];
+export type DesiredState = Schemas["DesiredStateEnum"];
 export type RunAction = "pause" | "resume" | "abort";
 
 export interface User { id: number; username: string; email?: string; is_staff?: boolean }
 export interface TeamRef { id: number; name: string; slug: string; role: Role }
+/** /api/v1/session/me (core/session_views.py, outside the OpenAPI schema) */
 export interface Session { user: User; teams: TeamRef[] }
 
-export interface UserBrief { id: number; username: string }
+export type UserBrief = Schemas["UserBrief"];
+export type Cursor = Schemas["Cursor"];
 
-export interface Experiment {
-  id: number;
-  team: number;
-  team_slug?: string;
-  name: string;
-  description?: string;
-  tags: string[];
-  config: number;
-  cloned_from?: number | null;
-  created_by?: UserBrief | null;
-  created_at: string;
-  run_count?: number;
-  active_run_count?: number;
-}
+export type Experiment = Sent<Schemas["Experiment"]>;
 
-export interface Run {
-  id: number;
-  experiment: number;
-  experiment_name?: string;
-  team: number;
-  backend: Backend;
-  seed: number;
-  state: RunState;
-  desired_state: DesiredState;
-  step: number;
-  total_steps: number;
-  tags?: string[];
-  config?: number;
-  cluster?: number | null;
-  cluster_name?: string | null;
-  gpus?: number;
-  attempts?: number;
-  max_attempts?: number;
-  dispatch_count?: number;
-  cursor?: Cursor;
-  created_by?: UserBrief | null;
-  created_at: string;
-  started_at?: string | null;
-  finished_at?: string | null;
-  updated_at?: string;
-  queued_reason?: string;
-  error?: string;
-  /** the last value of a few headline metrics, e.g. {"reward/mean": 0.41} (from the
-   * stream; the REST row does not carry them yet) */
-  latest?: Record<string, number>;
-}
+export type Run = Sent<Schemas["Run"]>;
 
 export interface RunFilters {
   state?: string;
@@ -73,31 +39,19 @@ export interface RunFilters {
   search?: string;
 }
 
-export type XAxis = "step" | "time" | "tokens";
+/** The query of GET /runs/{id}/metrics and of GET /metrics. */
+export type RunMetricsQuery = NonNullable<operations["runs_metrics_retrieve"]["parameters"]["query"]>;
+export type MultiMetricsQuery = operations["metrics_retrieve"]["parameters"]["query"];
+export type XAxis = NonNullable<RunMetricsQuery["x"]>;
+export type MetricsSample = NonNullable<RunMetricsQuery["sample"]>;
 
 /** GET /runs/{id}/metrics: per key, x (step, time or tokens as asked), y and the step of
  * each kept point; downsampled on the server (min/max per bucket). */
-export interface MetricSeriesBody {
-  key: string;
-  x: number[];
-  y: (number | null)[];
-  step: number[];
-  count: number;
-  downsampled: boolean;
-}
-export interface RunMetricsBody { run: number; x: XAxis; series: MetricSeriesBody[] }
-export interface MultiMetricsBody { x: XAxis; runs: RunMetricsBody[] }
+export type MetricSeriesBody = Schemas["Series"];
+export type RunMetricsBody = Schemas["RunMetrics"];
+export type MultiMetricsBody = Schemas["MultiMetrics"];
 
-export interface Checkpoint {
-  id: number;
-  run?: number;
-  step: number;
-  adapter_version: number;
-  uri: string;
-  size_bytes: number | null;
-  dispatch?: number;
-  created_at: string;
-}
+export type Checkpoint = Sent<Schemas["Checkpoint"]>;
 
 export interface Sample {
   prompt: string;
@@ -111,101 +65,49 @@ export interface Sample {
   details?: Record<string, Record<string, unknown>>;
 }
 
-export interface Cluster {
-  id: number;
-  name: string;
+/** JSON fields the schema sees as `unknown`: their shapes are the model's. */
+export type Cluster = Omit<Sent<Schemas["Cluster"]>, "backends" | "capacity" | "labels"> & {
   backends: Backend[];
-  healthy: boolean;
-  capacity?: Record<string, number>;
-  labels?: Record<string, string>;
-  team?: number | null;
-  dashboard_url?: string;
-  last_seen_at?: string | null;
-}
+  capacity: Record<string, number>;
+  labels: Record<string, string>;
+};
 
-export interface ConfigVersion {
-  id: number;
-  team?: number;
-  spec: Record<string, unknown>;
-  hash: string;
-  parent?: number | null;
-  created_at?: string;
-}
-
-interface LaunchCommon {
-  name: string;
-  description?: string;
-  tags?: string[];
-  backends: Backend[];
-  seeds: number;
-  cluster?: number | null;
-  validate_only?: boolean;
-}
+export type ConfigVersion = Omit<Sent<Schemas["ConfigVersion"]>, "spec"> & { spec: Record<string, unknown> };
 
 /** POST /experiments */
-export interface LaunchRequest extends LaunchCommon {
-  team: number;
-  spec: Record<string, unknown>;
-}
+export type LaunchRequest = Schemas["LaunchRequest"];
 
 /** POST /experiments/{id}/clone: the source's config with dotted-path edits */
-export interface CloneRequest extends LaunchCommon {
-  edits: Record<string, unknown>;
-  config?: number;
-}
+export type CloneRequest = Schemas["CloneRequest"];
 
 export interface SpecError { field: string; message: string; code?: string }
 
-/** validate_only answers 200 with a report; a real launch 201 with what it created. */
+/** validate_only answers 200 with a report; a real launch 201 with what it created (the
+ * schema describes that body only as an object). */
 export type LaunchResponse =
-  | { valid: boolean; errors: SpecError[]; runs: { backend: Backend; seed: number; gpus: number }[] }
+  | (Omit<Schemas["ValidationReport"], "errors"> & { errors: SpecError[] })
   | { experiment: Experiment; runs: Run[] };
 
-export interface Member {
-  user: UserBrief;
-  role: Role;
-  created_at?: string;
-}
+export type Member = Sent<Schemas["Member"]>;
 
-export interface ApiTokenRow {
-  id: number;
-  name: string;
-  prefix: string;
-  user?: UserBrief;
-  created_at: string;
-  expires_at?: string | null;
-  revoked_at?: string | null;
-  last_used_at?: string | null;
-}
+export type ApiTokenRow = Sent<Schemas["Token"]>;
 
 /** the secret is in `token`, in this one answer only */
-export interface CreatedToken extends ApiTokenRow { token: string }
+export type CreatedToken = Sent<Schemas["TokenCreated"]>;
 
-export interface Quota {
-  max_concurrent_runs: number;
-  max_gpus: number;
-  max_queued_runs: number;
-  active_runs?: number;
-  running_runs?: number;
-  gpus_in_use?: number;
-  updated_at?: string;
-}
+export type Quota = Sent<Schemas["Quota"]>;
 
-export interface AuditEvent {
-  id: number;
-  actor?: UserBrief | null;
-  action: string;
-  target_type: string;
-  target_id: string;
-  data?: Record<string, unknown>;
-  ip?: string | null;
-  user_agent?: string;
-  created_at: string;
-}
+export type AuditEvent = Omit<Sent<Schemas["AuditEvent"]>, "data"> & { data: Record<string, unknown> };
+
+/** GET /runs/{id}/events: `time` is ISO 8601 here (Unix seconds on the websocket) */
+export type RunEventRow = Sent<Schemas["RunEvent"]>;
+export type RunEventPage = Omit<Schemas["RunEventPage"], "results"> & { results: RunEventRow[] };
+
+/** GET /runs/{id}/samples: one set per step, newest step first */
+export type SampleSetRow = Omit<Sent<Schemas["SampleSet"]>, "items"> & { items: Sample[] };
+export type SampleSetPage = Omit<Schemas["SampleSetPage"], "results"> & { results: SampleSetRow[] };
 
 // ---- live stream -------------------------------------------------------------------------
-
-export interface Cursor { dispatch: number; seq: number }
 
 export interface LiveRun {
   state: RunState; desired_state: DesiredState; step: number; total_steps: number;
@@ -213,14 +115,6 @@ export interface LiveRun {
 }
 
 export interface LogRow { id?: number; time: number; level: string; message: string; kind?: "log" | "status" }
-
-/** GET /runs/{id}/events: `time` is ISO 8601 here (Unix seconds on the websocket) */
-export interface RunEventRow { id: number; dispatch?: number; kind: "log" | "status"; level: string; message: string; time: string }
-export interface RunEventPage { results: RunEventRow[]; last_id: number; next_before: number | null }
-
-/** GET /runs/{id}/samples: one set per step, newest step first */
-export interface SampleSetRow { id?: number; step: number; dispatch?: number; created_at?: string; items: Sample[] }
-export interface SampleSetPage { results: SampleSetRow[]; next_before_step: number | null }
 
 export type LiveMessage =
   | { type: "snapshot"; run_id: number; cursor: Cursor; run: LiveRun; latest: Record<string, number>;

@@ -19,7 +19,7 @@ const MAX_STREAMS = 8;
 function matches(run: Run, experiment: Experiment | undefined, text: string): boolean {
   if (!text) return true;
   const hay = [`#${run.id}`, String(run.id), run.backend, run.state, experiment?.name ?? "",
-    ...(run.tags ?? []), ...(experiment?.tags ?? []), run.created_by?.username ?? ""].join(" ").toLowerCase();
+    ...(experiment?.tags ?? []), run.created_by?.username ?? ""].join(" ").toLowerCase();
   return text.toLowerCase().split(/\s+/).every((word) => hay.includes(word));
 }
 

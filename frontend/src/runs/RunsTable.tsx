@@ -94,7 +94,7 @@ export function RunsTable({ runs, experiments, rewards, selected, onSelect }: {
                 <td className="num" data-testid="last-reward">{formatNumber(last)}</td>
                 <td className="col-spark"><Sparkline values={reward?.value ?? []}
                   color={BACKEND_COLOR[run.backend] ?? undefined} /></td>
-                <td>{(experiment?.tags ?? run.tags ?? []).map((t) => <span key={t} className="tag">{t}</span>)}</td>
+                <td>{(experiment?.tags ?? []).map((t) => <span key={t} className="tag">{t}</span>)}</td>
                 <td className="muted">{run.created_by?.username ?? "—"}</td>
                 <td className="muted nowrap" title={run.created_at}>{timeAgo(run.created_at)}</td>
               </tr>
