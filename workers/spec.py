@@ -596,8 +596,11 @@ class RewardSpec(_Section):
     functions: list[RewardTerm] = Field(
         default_factory=lambda: [ExactMatchTerm(name="exact_match")],
         min_length=1,
-        description="the reward is the weighted sum of these terms; each is logged as "
-        "reward/<label or name>/mean",
+        description="the reward is the weighted sum of these terms, each {name, weight, "
+        "label, ...its own keys}, e.g. [{name: math_verify}, {name: format, weight: 0.1}]; "
+        "names: exact_match, numeric_match, gsm8k, boxed_match, math_verify, service "
+        "(verifiers: they decide accuracy), format, format_regex, overlong_penalty (shaping); "
+        "each is logged as reward/<label or name>/mean",
     )
 
     @model_validator(mode="before")
