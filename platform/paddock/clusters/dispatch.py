@@ -5,7 +5,11 @@ next number, picks a cluster and moves the run to `dispatching` in one transacti
 then is the job submitted, under the submission id `paddock-run-<id>-d<N>`. A task that dies
 between the two (a worker killed mid-task) is redelivered (acks_late) and finds the run
 still `dispatching` with the same N: it submits the same id again, Ray refuses the
-duplicate, and exactly one job exists."""
+duplicate, and exactly one job exists.
+
+A run is dispatched only to a cluster that can place it now (placement.py, against the
+cluster's resources as its health check or this dispatch last read them); else it waits in
+`queued` with the reason."""
 
 from __future__ import annotations
 
