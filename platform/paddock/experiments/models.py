@@ -235,9 +235,9 @@ class RunToken(models.Model):
 
 
 class Dataset(models.Model):
-    """An uploaded JSONL file of {prompt, answer} rows, kept in the artifact store under the
-    team, named by its SHA-256 (the same upload twice is one object). Specs reference it by
-    `uri` (`data.path`)."""
+    """An uploaded JSONL or Parquet file, kept in the artifact store under the team, named by
+    its SHA-256 (the same upload twice is one object). Specs name it `dataset://<id>` in
+    `data.path` (the job is handed `uri` at bootstrap); the spec maps its columns."""
 
     team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=200)
