@@ -1,12 +1,11 @@
 import { useCallback, useState } from "react";
 import { ApiError, listOf, request, type ListBody } from "./client";
 import { invalidate, useQuery } from "./useQuery";
-import type { Series } from "../charts/series";
 import type {
-  Checkpoint, MultiMetricsBody, Run, RunAction, RunEventPage, RunFilters, RunMetricsBody, SampleSetPage,
+  Checkpoint, Run, RunAction, RunEventPage, RunFilters, SampleSetPage,
 } from "./types";
 
-// /api/v1/runs/… and /api/v1/metrics.
+// /api/v1/runs/… (the metrics endpoints: metrics.ts).
 
 export function useRuns(teamId: number | null, filters: RunFilters = {}) {
   return useQuery<Run[], ListBody<Run>>(
@@ -60,99 +59,6 @@ export function useRunPages(teamId: number | null, filters: RunFilters = {}) {
 
 export function useRun(id: number | null) {
   return useQuery<Run>(id ? `/api/v1/runs/${id}` : null);
-}
-
-/** Series from a metrics answer asked with x=time: x is the wall time and `step` the step of
- * every kept point, which is all the UI needs to draw any axis itself. */
-export function seriesFromBody(body: RunMetricsBody): Map<string, Series> {
-  const out = new Map<string, Series>();
-  for (const s of body.series) {
-    const value: number[] = [];
-    const step: number[] = [];
-    const time: number[] = [];
-    s.y.forEach((y, i) => {
-      if (y === null) return;
-      value.push(y); step.push(s.step[i]); time.push(s.x[i]);
-    });
-    // downsampled by time, so sort by step (equal for a monotonic clock; safe otherwise)
-    const order = step.map((_, i) => i).sort((a, b) => step[a] - step[b]);
-    out.set(s.key, { step: order.map((i) => step[i]), value: order.map((i) => value[i]),
-      time: order.map((i) => time[i]) });
-  }
-  return out;
-}
-
-/** History of some metrics, downsampled by the server to about `maxPoints` per key: min/max
- * per bucket, so spikes survive, or (`stride`) evenly spaced steps, a fast first look. */
-export async function fetchRunMetrics(id: number, keys: readonly string[], maxPoints = 2000,
-  signal?: AbortSignal, sample: MetricsSample = "minmax"): Promise<Map<string, Series>> {
-  const body = await request<RunMetricsBody>(`/api/v1/runs/${id}/metrics`, {
-    query: { keys: [...keys], max_points: maxPoints, x: "time", sample }, signal });
-  return seriesFromBody(body);
-}
-
-export type MetricsSample = "minmax" | "stride";
-
-/** What a comparison reads: every run of an experiment (one request, no need to list the
- * runs first), or runs named one by one. */
-export type CompareSource = { experiment: number } | { runs: readonly number[] };
-
-/** The same keys for the runs of a comparison, in one request. `stride` is the fast,
- * coarse read of a first frame (evenly spaced steps found by index probes); `minmax` keeps
- * every spike but reads every stored point. */
-export async function fetchCompareMetrics(source: CompareSource, keys: readonly string[],
-  options: { maxPoints?: number; sample?: MetricsSample; signal?: AbortSignal } = {},
-): Promise<Map<number, Map<string, Series>>> {
-  const which = "experiment" in source ? { experiment: source.experiment } : { runs: source.runs.map(String) };
-  const body = await request<MultiMetricsBody>("/api/v1/metrics", {
-    query: { ...which, keys: [...keys], max_points: options.maxPoints ?? 1000, x: "time",
-      sample: options.sample ?? "minmax" }, signal: options.signal });
-  const out = new Map<number, Map<string, Series>>();
-  for (const run of body.runs) out.set(run.run, seriesFromBody(run));
-  return out;
-}
-
-/** A window of steps [from, to] of some metrics of every run of a comparison, min/max per
- * bucket (a zoom on the step axis). Asked with x=step, so each series' `time` is NaN here:
- * `spliceStepWindows` fills it from the history it lands in. */
-export async function fetchCompareStepWindow(source: CompareSource, keys: readonly string[],
-  from: number, to: number, signal?: AbortSignal): Promise<Map<number, Map<string, Series>>> {
-  const which = "experiment" in source ? { experiment: source.experiment } : { runs: source.runs.map(String) };
-  const body = await request<MultiMetricsBody>("/api/v1/metrics", {
-    query: { ...which, keys: [...keys], max_points: 1000, x: "step", x_min: from, x_max: to }, signal });
-  const out = new Map<number, Map<string, Series>>();
-  for (const run of body.runs) {
-    const byKey = new Map<string, Series>();
-    for (const s of run.series) {
-      const keep = s.y.map((y, i) => (y === null ? -1 : i)).filter((i) => i >= 0);
-      byKey.set(s.key, { step: keep.map((i) => s.step[i]), value: keep.map((i) => s.y[i] as number),
-        time: keep.map(() => NaN) });
-    }
-    out.set(run.run, byKey);
-  }
-  return out;
-}
-
-/** A window of some metrics of one run at full resolution (a chart zoomed in): `from` and
- * `to` are Unix seconds, as `seriesFromBody` needs x=time. */
-export async function fetchRunWindow(id: number, keys: readonly string[], from: number, to: number,
-  maxPoints = 1000, signal?: AbortSignal): Promise<Map<string, Series>> {
-  const body = await request<RunMetricsBody>(`/api/v1/runs/${id}/metrics`, {
-    query: { keys: [...keys], max_points: maxPoints, x: "time", x_min: from, x_max: to }, signal });
-  return seriesFromBody(body);
-}
-
-/** The same keys for several runs (at most 20 per request: larger sets are split). */
-export async function fetchMultiMetrics(runIds: readonly number[], keys: readonly string[],
-  maxPoints = 2000, signal?: AbortSignal, sample: MetricsSample = "minmax",
-): Promise<Map<number, Map<string, Series>>> {
-  const out = new Map<number, Map<string, Series>>();
-  const chunks: number[][] = [];
-  for (let i = 0; i < runIds.length; i += 20) chunks.push(runIds.slice(i, i + 20));
-  const bodies = await Promise.all(chunks.map((ids) => request<MultiMetricsBody>("/api/v1/metrics", {
-    query: { runs: ids.map(String), keys: [...keys], max_points: maxPoints, x: "time", sample }, signal })));
-  for (const body of bodies) for (const run of body.runs) out.set(run.run, seriesFromBody(run));
-  return out;
 }
 
 export function useCheckpoints(id: number | null) {

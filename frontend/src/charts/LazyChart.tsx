@@ -17,7 +17,7 @@ export function Chart(props: ChartProps) {
   const hasData = props.data[0].length > 0;
   return (
     <figure className="chart-panel" data-testid={`chart-${props.title}`} data-points={props.data[0].length}>
-      <figcaption>{props.title}</figcaption>
+      <figcaption>{props.title}{props.note && <span className="chart-note muted small"> · {props.note}</span>}</figcaption>
       {hasData ? (
         <Suspense fallback={<div className="chart-placeholder" style={{ height: props.height ?? 200 }} />}>
           <UPlotChart {...props} />

@@ -32,7 +32,10 @@ export interface ChartProps {
   height?: number;
   /** charts with the same key share a cursor (hover one, read all) */
   syncKey?: string;
+  /** what the panel says instead of a chart when it has no points (default "no points yet") */
   emptyText?: string;
+  /** a line under the title beside a chart (why a metric is constant, say) */
+  note?: string;
   /** the user zoomed the x axis to [min, max] (drag), or reset it (null: double-click) */
   onZoom?: (range: [number, number] | null) => void;
 }

@@ -1,8 +1,10 @@
 // Which metrics the run page draws, and how a panel's series become uPlot data: x-axis
-// choice, EMA smoothing with the raw line as a faint shadow, log scale.
+// choice, EMA smoothing with the raw line as a faint shadow, log scale. The curated panels
+// come first; every other stored key gets a panel of its own, grouped by prefix.
 import type { XAxis } from "../api/types";
 import type { ChartProps, ChartSeries } from "./chartTypes";
 import { colorAt } from "./palette";
+import { panelReason } from "./panelReasons";
 import type { Series } from "./series";
 import { alignSeries, ema, positiveOnly, robustRange, thin, xValues, type XY } from "./transforms";
 
@@ -22,11 +24,47 @@ export const RUN_PANELS: PanelSpec[] = [
   { title: "Staleness", keys: ["staleness/mean", "staleness/max"] },
   { title: "Throughput (tokens/s)", keys: ["throughput/tokens_per_s"], logOk: true },
   { title: "Step time (s)", keys: ["time/step_s", "time/generate_s", "time/train_s", "time/weight_sync_s"], logOk: true },
+  { title: "Reward std", keys: ["reward/std"] },
+  { title: "Response length (tokens)", keys: ["response_length/mean"] },
+  { title: "Entropy", keys: ["entropy"] },
+  { title: "Grad norm", keys: ["grad_norm"], logOk: true },
+  { title: "Clip fraction", keys: ["clip_frac", "clip_frac/low", "clip_frac/high"] },
+  { title: "gen_kl_error", keys: ["gen_kl_error"], logOk: true },
 ];
 
-export const TOKENS_KEY = "tokens/total";
+export interface PanelGroup {
+  /** "" for the curated panels, else the keys' prefix ("reward", "time") or "other" */
+  title: string;
+  panels: PanelSpec[];
+}
 
-export const ALL_RUN_KEYS = [...new Set([...RUN_PANELS.flatMap((p) => p.keys), TOKENS_KEY])];
+// keys whose values are durations or rates: positive, so a log scale may apply
+const LOG_PREFIXES = new Set(["time", "throughput"]);
+
+/** The run page's panels: the curated ones, then one panel for each other key in `keys`,
+ * grouped by the part before the first "/" (keys without one go under "other", last),
+ * groups and keys in alphabetical order. */
+export function runPanelGroups(keys: Iterable<string>): PanelGroup[] {
+  const curated = new Set(RUN_PANELS.flatMap((p) => p.keys));
+  const byPrefix = new Map<string, string[]>();
+  for (const key of new Set(keys)) {
+    if (curated.has(key)) continue;
+    const slash = key.indexOf("/");
+    const prefix = slash > 0 ? key.slice(0, slash) : "other";
+    byPrefix.set(prefix, [...(byPrefix.get(prefix) ?? []), key]);
+  }
+  const prefixes = [...byPrefix.keys()].sort((a, b) =>
+    a === "other" ? 1 : b === "other" ? -1 : a.localeCompare(b));
+  return [
+    { title: "", panels: RUN_PANELS },
+    ...prefixes.map((prefix) => ({
+      title: prefix,
+      panels: byPrefix.get(prefix)!.sort().map((key) => ({ title: key, keys: [key], logOk: LOG_PREFIXES.has(prefix) })),
+    })),
+  ];
+}
+
+export const TOKENS_KEY = "tokens/total";
 
 export interface ViewOptions {
   axis: XAxis;
@@ -36,9 +74,11 @@ export interface ViewOptions {
   ignoreOutliers?: boolean;
 }
 
-/** The chart of one panel of one run. Keys without points are left out. */
+/** The chart of one panel of one run. Keys without points are left out. With the run's
+ * spec, a panel whose metric is off by configuration says why (panelReasons.ts): in place
+ * of the chart when it has no points, under the title when it has (a constant line). */
 export function panelChart(panel: PanelSpec, series: Map<string, Series>, view: ViewOptions,
-  syncKey?: string): ChartProps {
+  syncKey?: string, spec?: Record<string, unknown> | null): ChartProps {
   const tokens = series.get(TOKENS_KEY);
   const lines: XY[] = [];
   const specs: ChartSeries[] = [];
@@ -59,6 +99,8 @@ export function panelChart(panel: PanelSpec, series: Map<string, Series>, view: 
     }
   });
   const logY = view.logY && panel.logOk;
+  const reason = panelReason(panel.keys, spec);
+  const noTokens = view.axis === "tokens" && !tokens;
   return {
     title: panel.title,
     data: lines.length ? alignSeries(lines) : [[]],
@@ -67,6 +109,7 @@ export function panelChart(panel: PanelSpec, series: Map<string, Series>, view: 
     logY,
     yRange: view.ignoreOutliers && !logY ? robustRange(lines.map((l) => l.y)) : null,
     syncKey,
-    emptyText: view.axis === "tokens" && !tokens ? "no tokens/total reported" : undefined,
+    emptyText: noTokens ? "no tokens/total reported" : reason ?? undefined,
+    note: lines.length && reason ? reason : undefined,
   };
 }

@@ -5,7 +5,8 @@
 // over, replacing what the strides gave. One request per stage for all the runs.
 import { useCallback, useEffect, useState } from "react";
 import { ApiError } from "../api/client";
-import { experimentRunsQuery, fetchCompareMetrics, type CompareSource, type MetricsSample } from "../api/runs";
+import { fetchCompareMetrics, type CompareSource, type MetricsSample } from "../api/metrics";
+import { experimentRunsQuery } from "../api/runs";
 import { prefetchQuery } from "../api/useQuery";
 import { emptySeries, spliceWindow, valueAtStep, type Series } from "../charts/series";
 

@@ -1,10 +1,11 @@
 // The landing page: the team's experiments and runs, filtered and searched, with state,
 // progress and reward updating live over the experiments' streams (no polling).
-import { useEffect, useMemo, useState } from "react";
+import { useMemo, useState } from "react";
 import { Link, useNavigate, useSearchParams } from "react-router";
 import { useExperiments } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
-import { fetchMultiMetrics, useRunPages } from "../api/runs";
+import { useMultiMetrics } from "../api/metrics";
+import { useRunPages } from "../api/runs";
 import { emptySeries, mergeHistory, type Series } from "../charts/series";
 import { BACKENDS, type Experiment, type Run, type RunState } from "../api/types";
 import { REWARD_KEY, RunsTable, withLive } from "../runs/RunsTable";
@@ -15,6 +16,8 @@ import { Empty, ErrorBox, Loading } from "../ui/States";
 const STATES: RunState[] = ["queued", "dispatching", "starting", "running", "pausing", "paused",
   "resuming", "succeeded", "aborting", "aborted", "failed"];
 const MAX_STREAMS = 8;
+const SPARK_KEYS = [REWARD_KEY];
+const SPARK_READ = { maxPoints: 100, sample: "stride" } as const;
 
 function matches(run: Run, experiment: Experiment | undefined, text: string): boolean {
   if (!text) return true;
@@ -41,16 +44,10 @@ export function RunsPage() {
 
   // reward sparklines: one request per 20 runs, ~100 evenly spaced steps each (a stride read
   // costs the same for long runs as for short ones), refetched when the set changes
-  const [rewards, setRewards] = useState(new Map<number, Series>());
-  const runIds = (runs.data ?? []).map((r) => r.id).join(",");
-  useEffect(() => {
-    if (!runIds) return;
-    const controller = new AbortController();
-    fetchMultiMetrics(runIds.split(",").map(Number), [REWARD_KEY], 100, controller.signal, "stride").then(
-      (byRun) => setRewards(new Map([...byRun].flatMap(([id, m]) => m.has(REWARD_KEY) ? [[id, m.get(REWARD_KEY)!]] : []))),
-      () => { /* a sparkline is decoration: the table stands without it */ });
-    return () => controller.abort();
-  }, [runIds]);
+  const runIds = useMemo(() => (runs.data ?? []).map((r) => r.id), [runs.data]);
+  const sparkHistory = useMultiMetrics(runIds, SPARK_KEYS, SPARK_READ);
+  const rewards = useMemo(() => new Map([...sparkHistory].flatMap(([id, m]) =>
+    m.has(REWARD_KEY) ? [[id, m.get(REWARD_KEY)!] as const] : [])), [sparkHistory]);
 
   // live: the experiments that have an active run in view
   const activeExperiments = useMemo(() => [...new Set((runs.data ?? [])

@@ -1,13 +1,16 @@
 // One run, live: its state and controls, the metric charts fed by the websocket on top of
-// the downsampled history, the log tail, checkpoints, samples and config.
+// the downsampled history (a panel for every stored key, the curated ones first, the rest
+// grouped by prefix), the log tail, checkpoints, samples and config.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router";
 import { useRunStream } from "../api/live";
-import { fetchRunMetrics, fetchRunWindow, useRun } from "../api/runs";
+import { useConfig } from "../api/experiments";
+import { fetchRunWindow, useRunMetrics } from "../api/metrics";
+import { useRun } from "../api/runs";
 import { invalidate } from "../api/useQuery";
 import { mergeSampleSets, type LogLine } from "../api/liveStore";
 import { Chart } from "../charts/LazyChart";
-import { ALL_RUN_KEYS, panelChart, RUN_PANELS, TOKENS_KEY } from "../charts/panels";
+import { panelChart, runPanelGroups, TOKENS_KEY } from "../charts/panels";
 import { emptySeries, etaFromSeries, mergeHistory, spliceWindow, type Series } from "../charts/series";
 import { timeWindow } from "../charts/transforms";
 import { formatNumber } from "../lib/format";
@@ -25,33 +28,22 @@ import { ChartToolbar, useChartView } from "./ChartToolbar";
 
 type Tab = "logs" | "checkpoints" | "samples" | "config";
 
+const NO_WINDOWS = new Map<string, Series>();
+
 export default function RunPage() {
   const runId = Number(useParams().runId);
   const { can } = useSession();
   const run = useRun(runId);
   const live = useRunStream(runId);
   const [view, setView] = useChartView();
-  const [history, setHistory] = useState<Map<string, Series> | null>(null);
+  const { history, error: historyError } = useRunMetrics(runId);
   // the zoomed windows read at full resolution, one per key, drawn over the history
-  const [windows, setWindows] = useState<Map<string, Series>>(new Map());
-  const [historyError, setHistoryError] = useState<Error | null>(null);
+  const [zoom, setZoom] = useState<{ runId: number; windows: Map<string, Series> }>(
+    { runId, windows: new Map() });
+  const windows = zoom.runId === runId ? zoom.windows : NO_WINDOWS;
   const [tab, setTab] = useState<Tab>("logs");
-
-  useEffect(() => {
-    // as the compare view: a stride read first (its cost does not grow with the run's
-    // length), then the min/max read that keeps every spike replaces it
-    const controller = new AbortController();
-    setHistory(null); setWindows(new Map()); setHistoryError(null);
-    (async () => {
-      const coarse = await fetchRunMetrics(runId, ALL_RUN_KEYS, 1000, controller.signal, "stride");
-      if (!controller.signal.aborted) setHistory(coarse);
-      const full = await fetchRunMetrics(runId, ALL_RUN_KEYS, 2000, controller.signal);
-      if (!controller.signal.aborted) setHistory(full);
-    })().catch((err: Error) => {
-      if (!controller.signal.aborted) { setHistoryError(err); setHistory((h) => h ?? new Map()); }
-    });
-    return () => controller.abort();
-  }, [runId]);
+  // the spec says why a panel is empty or constant (kl_coef is 0, async is off)
+  const spec = useConfig(run.data?.config).data?.spec;
 
   const liveRun = live.runs.get(runId);
   const state = liveRun?.run?.state ?? run.data?.state;
@@ -88,14 +80,18 @@ export default function RunPage() {
     const controller = new AbortController();
     zoomRequest.current = controller;
     fetchRunWindow(runId, keys, window[0], window[1], 1000, controller.signal).then((fine) => {
-      setWindows((w) => new Map([...w, ...fine]));
+      setZoom((z) => ({ runId, windows: new Map([...(z.runId === runId ? z.windows : []), ...fine]) }));
     }, () => { /* the coarse line stays: a zoom refinement is an extra */ });
   }, [series, view.axis, runId]);
 
-  const charts = useMemo(() => RUN_PANELS.map((p) => ({
-    ...panelChart(p, series, view, `run-${runId}`),
-    onZoom: (range: [number, number] | null) => zoomTo(p.keys, range),
-  })), [series, view, runId, zoomTo]);
+  // the curated panels, then one per other key that has a series (stored or streamed)
+  const groups = useMemo(() => runPanelGroups(series.keys()).map((g) => ({
+    title: g.title,
+    charts: g.panels.map((p) => ({
+      ...panelChart(p, series, view, `run-${runId}`, spec),
+      onZoom: (range: [number, number] | null) => zoomTo(p.keys, range),
+    })),
+  })), [series, view, runId, zoomTo, spec]);
 
   // the snapshot brings the last lines, the stream the new ones, events?before= older ones
   const streamedLogs = useMemo<LogLine[]>(() => [...(liveRun?.logs ?? [])],
@@ -148,9 +144,14 @@ export default function RunPage() {
       <ChartToolbar view={view} onChange={setView} />
       {historyError && <ErrorBox error={historyError} />}
       {!history && <Loading what="Loading metrics" />}
-      <div className="chart-grid">
-        {charts.map((c) => <Chart key={c.title} {...c} />)}
-      </div>
+      {groups.map((g) => (
+        <section key={g.title} className="chart-group" data-testid={`chart-group-${g.title || "curated"}`}>
+          {g.title && <h2 className="chart-group-title">{g.title}</h2>}
+          <div className="chart-grid">
+            {g.charts.map((c) => <Chart key={c.title} {...c} />)}
+          </div>
+        </section>
+      ))}
 
       <section className="run-tabs">
         <div className="tabs" role="tablist">
