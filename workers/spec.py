@@ -315,8 +315,9 @@ class DataSpec(_Section):
     )
     path: str | None = Field(
         None,
-        description="task: dataset: a JSONL or Parquet file, a `datasets` save_to_disk "
-        "directory, a file:// URI, or dataset://<id> (an uploaded dataset)",
+        description="task: dataset: a JSONL or Parquet file (or a pattern of shards, "
+        "train-*.parquet), a `datasets` save_to_disk directory, a file:// URI, or "
+        "dataset://<id> (an uploaded dataset)",
     )
     format: Literal["auto", "jsonl", "parquet", "save_to_disk"] = Field(
         "auto",

@@ -8,6 +8,7 @@ of a row travels with the example as metadata, for rewards.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import tempfile
@@ -36,7 +37,10 @@ def local_path(path: str, field: str) -> Path:
             "under the platform), not this scheme"
         )
     local = Path(path)
-    if not local.exists():
+    if glob.has_magic(path):  # shards: train-*.parquet
+        if not glob.glob(path):
+            raise FileNotFoundError(f"data.{field}: no file matches {path}")
+    elif not local.exists():
         raise FileNotFoundError(f"data.{field}: {local} does not exist")
     return local
 
@@ -64,6 +68,12 @@ def read_table(path: Path, fmt: str, split: str, field: str):
 
     datasets.disable_progress_bars()
     if fmt == "save_to_disk":
+        if not any((path / name).is_file() for name in ("dataset_info.json", "dataset_dict.json")):
+            raise ValueError(
+                f"data.{field}: {path} is a directory but not one written by save_to_disk (no "
+                "dataset_info.json or dataset_dict.json); for Parquet or JSONL shards give a "
+                "pattern such as train-*.parquet"
+            )
         loaded = datasets.load_from_disk(str(path), keep_in_memory=True)
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:

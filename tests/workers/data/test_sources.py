@@ -113,6 +113,20 @@ def test_save_to_disk_directory_with_splits(tmp_path):
     assert len(one) == 8
 
 
+def test_parquet_shards_by_pattern(tmp_path):
+    shards = tmp_path / "data"
+    shards.mkdir()
+    rows = verl_rows(9)
+    for i in range(3):
+        pq.write_table(pa.Table.from_pylist(rows[3 * i : 3 * i + 3]), shards / f"train-{i}.parquet")
+    got = read_examples(str(shards / "train-*.parquet"), answer_key="reward_model.ground_truth")
+    assert sorted(int(e.answer) for e in got) == [2 * i for i in range(9)]
+    with pytest.raises(ValueError, match="not one written by save_to_disk"):
+        read_examples(str(shards))
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        read_examples(str(shards / "test-*.parquet"))
+
+
 def test_legacy_jsonl_task_still_reads_prompt_and_answer(tmp_path):
     path = write_jsonl(tmp_path / "d.txt", [{"prompt": f"q{i}", "answer": i} for i in range(20)])
     task = load_task(DataSpec(task="jsonl", path=str(path), eval_size=5))
