@@ -3,16 +3,17 @@
     python3 bench/gpu/train.py --profile     # 16×1024 and 32×1024 tokens a step
     python3 bench/gpu/train.py --seqs 16 --micro-batches 16 --compile --no-cast-row --reps 3
     python3 bench/gpu/train.py --shape llama-3.1-8b --seqs 16 --micro-batches 16 \
-        --checkpointing --compile --no-cast-row
+        --checkpointing --compile-checkpointed --no-cast-row
 
 Tokens a second and peak memory of one step of --seqs sequences × --seq-len tokens
 (--prompt-len of them prompt): plain PEFT in bf16 (full-vocabulary logits, mean token NLL;
 --no-baseline leaves it out), then the engine at each of --micro-batches, each row against
 the plain step of the same size (or the largest that fitted); an out-of-memory is a row.
 On a GPU also the engine with PEFT's cast of LoRA inputs to fp32 (--no-cast-row leaves it
-out) and with train.compile (--compile). --checkpointing adds each micro-batch size with
-train.activation_checkpointing (and checkpoints the --compile row), and plain PEFT with
-transformers' gradient checkpointing, the baseline of the checkpointed rows. Model and shapes
+out) and with train.compile (--compile; --compile-checkpointed: with activation
+checkpointing too). --checkpointing adds each micro-batch size with
+train.activation_checkpointing, and plain PEFT with transformers' gradient checkpointing,
+the baseline of the checkpointed rows. Model and shapes
 (--shape): common.py. Writes train.json (and train_profile.txt with --profile) under --out.
 """
 
@@ -131,25 +132,27 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         name = f"engine {seqs}x{seq_len}, PEFT casts LoRA inputs to fp32"
         rows.append(measure(name, make_cast, seqs * seq_len, args.warmup, args.reps))
         print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
-    if args.compile and torch.cuda.is_available():  # train.compile, same run
+    compiled = [False] * args.compile + [True] * args.compile_checkpointed
+    for ckpt in compiled if torch.cuda.is_available() else []:  # train.compile, same run
         seqs = args.seqs[0]
+        key = "compile_ckpt_s" if ckpt else "compile_s"
 
-        def make_compiled(seqs=seqs):
-            policy = engine_policy(model_dir, resp_len, seqs, True, args.checkpointing)
+        def make_compiled(seqs=seqs, ckpt=ckpt, key=key):
+            policy = engine_policy(model_dir, resp_len, seqs, True, ckpt)
             batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
             t0 = time.perf_counter()
             policy.train_step(batch)  # the first step compiles
             sync()
-            res["compile_s"] = time.perf_counter() - t0
+            res[key] = time.perf_counter() - t0
             return (lambda: policy.train_step(batch)), policy
 
         name = f"engine {seqs}x{seq_len} micro-batch {seqs}, train.compile"
-        name += ", checkpointed" if args.checkpointing else ""
+        name += ", checkpointed" if ckpt else ""
         rows.append(measure(name, make_compiled, seqs * seq_len, args.warmup, args.reps))
-        rows[-1]["ckpt"] = args.checkpointing
+        rows[-1]["ckpt"] = ckpt
         print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
-        if "compile_s" in res:
-            print(f"first step (compiling): {res['compile_s']:.1f} s", flush=True)
+        if key in res:
+            print(f"first step (compiling): {res[key]:.1f} s", flush=True)
     if args.profile and torch.cuda.is_available():
         policy = engine_policy(model_dir, resp_len, args.seqs[0], args.compile, args.checkpointing)
         batch = train_batch(policy, args.seqs[0], prompt_len, resp_len, vocab)
@@ -188,6 +191,11 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
 def main() -> None:
     ap = parser(__doc__, "baseline", "profile", "warmup", "reps")
     ap.add_argument("--compile", action="store_true", help="also with train.compile")
+    ap.add_argument(
+        "--compile-checkpointed",
+        action="store_true",
+        help="also with train.compile and train.activation_checkpointing",
+    )
     ap.add_argument("--no-cast-row", dest="cast_row", action="store_false")
     ap.add_argument(
         "--checkpointing",
