@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from paddock.clusters.dispatch import cluster_resources_record, dispatch_prepare, dispatch_submit
@@ -205,7 +207,7 @@ def test_a_job_left_behind_by_a_run_that_ended_is_stopped_by_the_health_check(pl
         dispatch_submit(order)
         run_transition(run=run, to_state="aborting")
         run_transition(run=run, to_state="aborted", reason="as if the platform died here")
-        Run.objects.filter(pk=run.pk).update(finished_at=run.finished_at - _minutes(1))
+        Run.objects.filter(pk=run.pk).update(finished_at=run.finished_at - timedelta(minutes=1))
         sid = run.ray_submission_id
         foreign = _jobs().submit_job(entrypoint="sleep 300", metadata={"paddock": "1"})
         try:
@@ -215,7 +217,29 @@ def test_a_job_left_behind_by_a_run_that_ended_is_stopped_by_the_health_check(pl
     wait_for(lambda: _status(sid) in ENDED, 60, "the job left behind to end")
 
 
-def _minutes(n: int):
-    from datetime import timedelta
+def test_an_abort_that_the_running_job_ignores_is_finalised_within_its_bound(placed, settings):
+    """A job that never reports `aborted` (here `sleep`, under the run's submission id) is
+    stopped after the grace; the run is aborted at most ABORT_STOP_GRACE_S after that."""
+    from paddock.clusters.tasks import ABORT_STOP_GRACE_S
 
-    return timedelta(minutes=n)
+    settings.PADDOCK_ABORT_GRACE_S = 1
+    run, _ = _starting_with_a_pending_job(placed)
+    sid = run.ray_submission_id
+    _jobs().submit_job(entrypoint="sleep 300", submission_id=sid, entrypoint_num_cpus=0)
+    wait_for(lambda: _status(sid) == "RUNNING", 60, "the job to run")
+    run_transition(run=run, to_state="starting")
+    run_transition(run=run, to_state="running")
+    run_request_abort(actor=placed.actor, run=run)
+    run_reconcile()  # within the grace: the job may still report `aborted` itself
+    run.refresh_from_db()
+    assert run.state == "aborting" and _status(sid) == "RUNNING"
+    # a beat past the grace and the stop's own bound, the job still running (as when a
+    # stop does not end it): stopped through the Jobs API, and the run aborted regardless
+    past = timezone.now() - timedelta(seconds=1 + ABORT_STOP_GRACE_S + 1)
+    Run.objects.filter(pk=run.pk).update(state_since=past)
+    assert run_reconcile()["stopped"] == 1
+    run.refresh_from_db()
+    assert run.state == "aborted"
+    last = run.events.order_by("-id").first().message
+    assert last.endswith(f"its Ray job did not end within {ABORT_STOP_GRACE_S} s of the stop")
+    wait_for(lambda: _status(sid) in ENDED, 30, "the job to end")
