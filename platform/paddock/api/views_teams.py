@@ -120,7 +120,9 @@ class TeamViewSet(ActorViewSet):
             actor=self.actor, team=self._team(pk), **body(s.TokenCreateSerializer, request)
         )
         token.token = secret
-        return Response(s.TokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
+        reply = Response(s.TokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
+        reply["Cache-Control"] = "no-store"  # the secret: no cache may keep it
+        return reply
 
     @extend_schema(request=None, responses={200: s.TokenSerializer, **ERRORS})
     @action(detail=True, methods=["delete"], url_path=r"tokens/(?P<token_id>[0-9]+)")

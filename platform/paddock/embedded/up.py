@@ -26,6 +26,10 @@ from .processes import Supervisor, wait_until
 
 PLATFORM_DIR = Path(__file__).resolve().parents[2]
 REPO_ROOT = PLATFORM_DIR.parent
+# uvicorn's options beyond the address (the images use the same: deploy/). No proxy headers:
+# the platform decides whom X-Forwarded-For is believed from (PADDOCK_TRUSTED_PROXIES,
+# core/client_address.py), where uvicorn would believe it from any client on 127.0.0.1.
+WEB_SERVER_FLAGS = ["--lifespan", "off", "--ws", "websockets-sansio", "--no-proxy-headers"]
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ def up(options: UpOptions) -> int:
             [python, "-m", "uvicorn", "paddock.asgi:application", "--host", options.host,
              "--port", str(options.port), "--app-dir", str(PLATFORM_DIR),
              "--workers", os.environ.get("PADDOCK_WEB_WORKERS", "1"),
-             "--lifespan", "off", "--ws", "websockets-sansio"],
+             *WEB_SERVER_FLAGS],
             env, REPO_ROOT,
         )  # fmt: skip
         sup.start(

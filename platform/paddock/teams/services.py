@@ -9,6 +9,7 @@ from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -148,14 +149,32 @@ def member_set_role(*, actor: Actor, membership: Membership, role: str) -> Membe
 
 @transaction.atomic
 def member_remove(*, actor: Actor, membership: Membership) -> None:
+    """Remove a member and revoke their tokens of the team (member_tokens_revoke)."""
     if membership.user_id != actor.user.pk:  # anyone may leave; removing others needs admin
         _check_role_change(actor=actor, team_id=membership.team_id, old=membership.role, new=None)
     _check_owner_remains(team_id=membership.team_id, membership=membership)
+    revoked = member_tokens_revoke(team_id=membership.team_id, user_id=membership.user_id)
     membership.delete()
     audit_record(
         actor=actor, team_id=membership.team_id, action="member.remove", target_type="user",
-        target_id=membership.user_id, data={"role": membership.role},
+        target_id=membership.user_id, data={"role": membership.role, "tokens_revoked": revoked},
     )  # fmt: skip
+
+
+def member_tokens_revoke(*, team_id: int, user_id: int) -> int:
+    """Revoke every live token of the user for the team; the number revoked.
+
+    Revoked rather than merely disarmed while the user is out: a token's life ends with
+    the membership it was made under. Had validity followed the membership alone, re-adding
+    the user (perhaps as a viewer, perhaps a year later) would have revived every token
+    they ever made, at their new role, including ones they reported lost. Revocation also
+    shows in the token list and cannot be undone. The membership removal paths that bypass
+    this service (the Django admin, a team deleted) call it through the post_delete signal
+    (teams/apps.py), and api_token_authenticate refuses a token without its membership in
+    any case."""
+    return ApiToken.objects.filter(team_id=team_id, user_id=user_id, revoked_at=None).update(
+        revoked_at=timezone.now()
+    )
 
 
 # --- API tokens ----------------------------------------------------------------------------
@@ -201,9 +220,12 @@ def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
 def api_token_authenticate(*, raw: str) -> ApiToken:
     """The live token whose secret is `raw`, with its user; DomainError 401 otherwise."""
     prefix = secret_prefix(raw, API_TOKEN_KIND)
-    token = (
-        ApiToken.objects.select_related("user").filter(prefix=prefix).first() if prefix else None
+    # only while its user is in its team (the same query): a removed member's token is dead
+    # even where a removal skipped revocation (member_tokens_revoke)
+    live = ApiToken.objects.select_related("user").filter(
+        prefix=prefix, user__memberships__team_id=F("team_id")
     )
+    token = live.first() if prefix else None
     if token is None or not secret_matches(raw, token.hashed):
         raise DomainError("token_invalid", "unknown API token", status=401)
     now = timezone.now()

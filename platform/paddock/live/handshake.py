@@ -1,0 +1,111 @@
+"""What a websocket handshake must pass before a consumer sees it (asgi.py wires these).
+
+- The route: a path no route takes (an unknown path, a run id that is not a number or is
+  negative, a missing trailing slash) is refused with a close before accept, which the
+  ASGI server answers with HTTP 403. Channels' router raises instead, which the server
+  turned into a 500. Ids are at most 19 digits and within a database id's range.
+- The origin: a browser always sends `Origin` on a websocket handshake, and a page of
+  another site must not ride on the user's session cookie (cross-site websocket
+  hijacking), so a handshake with an `Origin` must come from one of ALLOWED_HOSTS, as
+  Channels checks it. A handshake without `Origin` is a program, not a browser (the CLI,
+  a script with `?token=`, docs/live-protocol.md): it is let through, but its cookies are
+  dropped first, so only a token can authenticate it."""
+
+from __future__ import annotations
+
+from channels.security.websocket import AllowedHostsOriginValidator
+from django.urls import register_converter
+
+MAX_ID = 2**63 - 1
+REFUSED = 4404  # sent before accept: the server answers the handshake with HTTP 403
+
+
+class IdConverter:
+    """`<id:run_id>`: a database id, 1 to 2**63 - 1 (Django's `int` takes any digits)."""
+
+    regex = "[0-9]{1,19}"
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if not 1 <= number <= MAX_ID:
+            raise ValueError("not a database id")  # the route does not match
+        return number
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(IdConverter, "id")
+
+
+async def _refuse(scope, receive, send) -> None:
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.close", "code": REFUSED})
+
+
+def refuse_unrouted(router):
+    """An ASGI app: `router` (a Channels URLRouter) for a path one of its routes takes, a
+    refusal for any other."""
+
+    def routed(path: str) -> bool:
+        path = path.lstrip("/")
+        return any(route.pattern.match(path) for route in router.routes)
+
+    async def app(scope, receive, send):
+        if not routed(scope.get("path", "")):
+            await _refuse(scope, receive, send)
+            return
+        await router(scope, receive, send)
+
+    return app
+
+
+def origin_policy(application):
+    """An ASGI app: the Origin rule of the module's docstring around `application`."""
+    checked = AllowedHostsOriginValidator(application)
+
+    async def app(scope, receive, send):
+        headers = scope.get("headers") or []
+        if any(name == b"origin" for name, _ in headers):
+            await checked(scope, receive, send)
+            return
+        without_cookies = [(name, value) for name, value in headers if name != b"cookie"]
+        await application(dict(scope, headers=without_cookies), receive, send)
+
+    return app
+
+
+def malformed_handshakes_answered() -> bool:
+    """Make uvicorn's websockets-sansio server answer a handshake it cannot parse.
+
+    Why: for an upgrade request whose request line or headers are too long (over
+    websockets' 8 KiB a line) or malformed, the websockets library prepares its refusal
+    (414, 431 or 400) and stops parsing; uvicorn only looks at parsed events, so it never
+    wrote that refusal nor closed the socket, and the connection stayed open with no reply
+    for as long as the client cared to hold it. Here the refusal is written and the socket
+    closed. Idempotent; False when uvicorn or that protocol is not there."""
+    try:
+        from uvicorn.protocols.websockets import websockets_sansio_impl as impl
+    except ImportError:
+        return False
+    protocol = getattr(impl, "WebSocketsSansIOProtocol", None)
+    if protocol is None:
+        return False
+    if getattr(protocol, "paddock_answers_malformed", False):
+        return True
+    received = protocol.data_received
+
+    def data_received(self, data: bytes) -> None:
+        received(self, data)
+        conn = self.conn
+        if self.handshake_initiated or conn.handshake_exc is None:
+            return
+        if not self.transport.is_closing():
+            self.transport.write(b"".join(conn.data_to_send()))
+            self.handshake_complete = self.close_sent = True
+            self.transport.close()
+
+    protocol.data_received = data_received
+    protocol.paddock_answers_malformed = True
+    return True
