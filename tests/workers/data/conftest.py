@@ -4,6 +4,7 @@ written in the Jinja those models' own templates use."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,22 @@ def base_tokenizer(tmp_path_factory):
     """A tokenizer without a chat template (a base model's)."""
     path = build_chat_tokenizer(tmp_path_factory.mktemp("base"), "qwen3", template=None)
     return load_tokenizer(path)
+
+
+# a template written in the tiny model's character vocabulary (it has no '<', '|' or newline)
+TINY_TEMPLATE = (
+    "{%- for m in messages %}{{ m['role'] }}: {{ m['content'] }}; {% endfor %}"
+    "{%- if add_generation_prompt %}assistant: {% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chat_tiny_dir(tiny_dir: Path, tmp_path_factory) -> Path:
+    """The tiny model with a chat template in its tokenizer config, as an instruct model's
+    directory has one."""
+    out = tmp_path_factory.mktemp("chat-tiny") / "model"
+    shutil.copytree(tiny_dir, out)
+    tok = load_tokenizer(out)
+    tok.chat_template = TINY_TEMPLATE
+    tok.save_pretrained(out)
+    return out

@@ -5,7 +5,6 @@ prompt ids vLLM reports in its outputs), and compared with `prompt_ids`."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,27 +21,10 @@ from ..rollout.conftest import engine_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# a template written in the tiny model's character vocabulary (it has no '<', '|' or newline)
-TEMPLATE = (
-    "{%- for m in messages %}{{ m['role'] }}: {{ m['content'] }}; {% endfor %}"
-    "{%- if add_generation_prompt %}assistant: {% endif %}"
-)
 CHATS = [
     [{"role": "system", "content": "add."}, {"role": "user", "content": "12+3="}],
     [{"role": "user", "content": "7+8="}],
 ]
-
-
-@pytest.fixture(scope="module")
-def chat_tiny_dir(tiny_dir: Path, tmp_path_factory) -> Path:
-    """The tiny model with a chat template in its tokenizer config, as an instruct model's
-    directory has one."""
-    out = tmp_path_factory.mktemp("chat-tiny") / "model"
-    shutil.copytree(tiny_dir, out)
-    tok = load_tokenizer(out)
-    tok.chat_template = TEMPLATE
-    tok.save_pretrained(out)
-    return out
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
