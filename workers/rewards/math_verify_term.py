@@ -81,7 +81,12 @@ class MathVerifyScorer:
             self.restarts += 1
             why = "verifier process died" if died else f"no answer in {self.guard_s:.0f} s"
             return TermScore(0.0, False, {"error": why})
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:  # not our protocol: start afresh rather than misread the rest
+            await self._kill(proc)
+            self._proc = None
+            return TermScore(0.0, False, {"error": f"unreadable reply {line[:80]!r}"})
         details = {k: reply[k] for k in ("gold", "pred", "error") if k in reply}
         ok = bool(reply.get("score"))
         return TermScore(float(ok), ok, details)

@@ -26,6 +26,8 @@ def _show(parsed: list) -> str:
 
 
 def main() -> None:
+    # stdout carries the replies alone: whatever a library prints goes to stderr
+    out, sys.stdout = sys.stdout, sys.stderr
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     # the completion: a \boxed{} answer first, then any LaTeX or plain expression
@@ -43,8 +45,8 @@ def main() -> None:
                 golds.popitem(last=False)
         return golds[key]
 
-    sys.stdout.write(json.dumps({"ready": True}) + "\n")
-    sys.stdout.flush()
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
     for line in sys.stdin:
         try:
             req = json.loads(line)
@@ -60,8 +62,8 @@ def main() -> None:
                 reply = {"score": int(ok), "gold": _show(gold), "pred": _show(pred)}
         except Exception as exc:  # one bad sample scores 0, with the reason
             reply = {"score": 0, "error": f"{type(exc).__name__}: {exc}"[:_SHOW]}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":
