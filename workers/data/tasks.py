@@ -165,10 +165,11 @@ def load_task(spec: DataSpec, tokenizer: Any = None) -> Task:
     train, held = [prepared(ex) for ex in task.train], [prepared(ex) for ex in task.eval]
     dropped = {}
     if tokenizer is not None:
-        # encoding one prompt of each split finds a missing chat template at load time
-        for split in (train, held):
-            if split:
-                prompt_ids(tokenizer, split[0].prompt, spec.chat_template_kwargs)
+        # a missing chat template, or template arguments it cannot take, fail here and not
+        # at the first step that draws a chat prompt
+        chats = [ex.prompt for ex in train + held if isinstance(ex.prompt, list)]
+        if chats:
+            prompt_ids(tokenizer, chats[0], spec.chat_template_kwargs)
         train, dropped["train"] = _within_limit(train, spec, tokenizer, "train")
         held, dropped["eval"] = _within_limit(held, spec, tokenizer, "eval")
     elif spec.max_prompt_tokens is not None:

@@ -7,7 +7,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import type { ChartProps } from "./chartTypes";
 import { withAlpha } from "./palette";
-import { flatYRange, loneXRange, showMarkers } from "./ranges";
+import { flatYRange, loneXRange, showMarkers, yAxisWidth } from "./ranges";
 import { formatDuration, formatNumber, formatTicks } from "../lib/format";
 
 function axisValues(kind: ChartProps["xKind"]) {
@@ -31,8 +31,12 @@ function options(props: ChartProps, width: number, yRange: { current: ChartProps
     },
     legend: { live: true },
     scales: {
-      // one point (or one x): a small window around it, not a zero-width axis
-      x: { time: xKind === "time", range: (_u, min, max) => loneXRange(min, max, xKind) ?? [min, max] },
+      // one x (a single point): a window around it in the axis's unit, centred (uPlot's own
+      // is ±100% of the value, or a day after it on a time axis)
+      x: { time: xKind === "time", range: (u, min, max) => {
+        const x = u.data[0];
+        return (x.length ? loneXRange(x[0], x[x.length - 1], xKind) : null) ?? [min, max];
+      } },
       // read through a ref: the range follows the data without rebuilding the chart; a flat
       // series gets a padded range around its value (uPlot's would span only float noise)
       y: logY ? {
@@ -47,7 +51,7 @@ function options(props: ChartProps, width: number, yRange: { current: ChartProps
       { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
         values: axisValues(xKind), size: 32 },
       { stroke: "#6b7280", grid: { stroke: "#eef0f3", width: 1 }, ticks: { stroke: "#e5e7eb" },
-        size: 56, values: (_u, splits, _i, _space, incr) =>
+        size: (_u, values) => yAxisWidth(values), values: (_u, splits, _i, _space, incr) =>
           (logY ? splits.map((v) => (v === null ? "" : formatNumber(v, 3))) : formatTicks(splits, incr)) },
     ],
     series: [

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { extent, flatYRange, loneXRange, showMarkers } from "./ranges";
+import { extent, flatYRange, loneXRange, showMarkers, yAxisWidth } from "./ranges";
 import { formatTicks } from "../lib/format";
 
 describe("flatYRange", () => {
@@ -57,5 +57,14 @@ describe("readable ticks of a narrow range", () => {
     expect(formatTicks([1.00001, 1.00002, 1.00003], 1e-5)).toEqual(["1.00001", "1.00002", "1.00003"]);
     const small = formatTicks([1e-5, 1.5e-5, 2e-5], 5e-6);
     expect(new Set(small).size).toBe(3);
+  });
+});
+
+describe("yAxisWidth", () => {
+  it("keeps the usual width for short labels and widens for long ones", () => {
+    expect(yAxisWidth(["0.2", "0.4"])).toBe(56);
+    expect(yAxisWidth(null)).toBe(56);
+    expect(yAxisWidth(["1.20e-7", "1.00e-7", "8.00e-8"])).toBeGreaterThan(56);
+    expect(yAxisWidth(["1.0000012"])).toBeGreaterThan(yAxisWidth(["1.20e-7"]));
   });
 });

@@ -1,6 +1,7 @@
 // Axis ranges where uPlot's auto range collapses: a flat series (every value equal, or equal
-// but for float noise such as 1.0000001 vs 1.0000002) and a single point. Pure, so the
-// chart component only asks these first and falls back to uPlot's own ranging.
+// but for float noise such as 1.0000001 vs 1.0000002) and a single point; and the width a
+// y axis needs for its labels. Pure, so the chart component only asks these first and
+// falls back to uPlot's own ranging.
 
 /** Values that agree to this share of their magnitude are one value for a chart: the rest
  * is float rounding, and an axis spanning it has no readable ticks. */
@@ -57,4 +58,12 @@ export function showMarkers(values: ArrayLike<number | null | undefined>, idx0: 
     if (v !== null && v !== undefined && Number.isFinite(v)) n += 1;
   }
   return n <= 1 || n * space <= widthPx;
+}
+
+/** The width in CSS pixels of a y axis whose tick labels are `labels` (uPlot's 12 px font:
+ * about 7 px a character, plus the ticks and a gap), never below the usual 56 px, so long
+ * labels such as 1.20e-7 are not cut at the chart's left edge. */
+export function yAxisWidth(labels: readonly (string | null | undefined)[] | null | undefined): number {
+  const longest = Math.max(0, ...(labels ?? []).map((l) => (l ?? "").length));
+  return Math.max(56, Math.ceil(longest * 7 + 18));
 }
