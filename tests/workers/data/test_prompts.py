@@ -130,3 +130,14 @@ def test_example_keeps_its_two_field_form():
     ex = Example("1+2=", "3")
     assert (ex.prompt, ex.answer, ex.metadata) == ("1+2=", "3", {})
     assert Task("t", [ex], [ex]).template_kwargs == {}
+
+
+def test_a_chat_row_after_string_rows_still_needs_the_template(base_tokenizer, tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        '{"prompt": "a", "answer": "1"}\n' * 3
+        + '{"prompt": [{"role": "user", "content": "hi"}], "answer": "x"}\n'
+    )
+    spec = DataSpec(task="dataset", path=str(path), eval_path=str(path))
+    with pytest.raises(ValueError, match="has no chat template"):
+        load_task(spec, base_tokenizer)
