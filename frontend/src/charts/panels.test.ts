@@ -67,9 +67,17 @@ describe("panelReason", () => {
     expect(panelReason(["accuracy"], { reward: { functions: [{ name: "math_verify" }] } })).toBeNull();
   });
   it("says staleness is always 0 in a synchronous run", () => {
-    expect(panelReason(["staleness/mean", "staleness/max"], { async: { enabled: false } }))
+    const zeros = () => [0, 0, 0];
+    expect(panelReason(["staleness/mean", "staleness/max"], { async: { enabled: false } }, zeros))
       .toBe("async is off (staleness is always 0)");
-    expect(panelReason(["staleness/mean"], { async: { enabled: true } })).toBeNull();
+    expect(panelReason(["staleness/mean"], { async: { enabled: true } }, zeros)).toBeNull();
+  });
+  it("keeps quiet when the data contradict the reason", () => {
+    const off = { algorithm: { kl_coef: 0 }, async: { enabled: false }, train: { eval_every: 0 } };
+    expect(panelReason(["kl"], off, () => [0.01, 0.02])).toBeNull();
+    expect(panelReason(["staleness/mean"], off, () => [0, 0.5])).toBeNull();
+    expect(panelReason(["eval/accuracy"], off, () => [0.1, 0.2, 0.3])).toBeNull();
+    expect(panelReason(["eval/accuracy"], off, () => [0.1, 0.3])).not.toBeNull();
   });
   it("reads dotted paths with fallbacks", () => {
     expect(specValue({ a: { b: 2 } }, "a.b", 0)).toBe(2);
@@ -87,6 +95,10 @@ describe("panelChart", () => {
     expect(chart.emptyText).toBe("kl_coef is 0 (no KL term in the loss)");
     expect(chart.note).toBeUndefined();
     expect(panelChart(kl, new Map(), view).emptyText).toBeUndefined(); // "no points yet"
+  });
+  it("says nothing beside a curve that contradicts the spec (a job that logs kl anyway)", () => {
+    const chart = panelChart(kl, new Map([["kl", line([0.01, 0.02])]]), view, undefined, { algorithm: { kl_coef: 0 } });
+    expect(chart.note).toBeUndefined();
   });
   it("puts it under the title beside a constant line", () => {
     const series = new Map([["staleness/mean", line([0, 0, 0])], ["staleness/max", line([0, 0, 0])]]);

@@ -99,7 +99,7 @@ export function panelChart(panel: PanelSpec, series: Map<string, Series>, view: 
     }
   });
   const logY = view.logY && panel.logOk;
-  const reason = panelReason(panel.keys, spec);
+  const reason = panelReason(panel.keys, spec, (key) => series.get(key)?.value);
   const noTokens = view.axis === "tokens" && !tokens;
   return {
     title: panel.title,
