@@ -184,6 +184,10 @@ def load_task(spec: DataSpec, tokenizer: Any = None) -> Task:
 
 
 def _source_task(spec: DataSpec) -> Task:
+    if spec.task == "reasoning":
+        from .reasoning import reasoning_task
+
+        return reasoning_task(spec.eval_size)
     if spec.task == "arithmetic":
         train, held = arithmetic_examples()
     elif spec.task == "reverse":

@@ -34,7 +34,12 @@ def paddock_home() -> Path:
 
 
 def recipe_hash(spec: TinyModelSpec) -> str:
-    recipe = {"spec": spec.model_dump(), "charset": CHARSET, "build": _BUILD_VERSION}
+    if spec.task == "reasoning":  # the chat model: its own recipe (tokenizer, template)
+        from .chat_model import chat_recipe
+
+        recipe = chat_recipe(spec)
+    else:
+        recipe = {"spec": spec.model_dump(), "charset": CHARSET, "build": _BUILD_VERSION}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -77,33 +82,39 @@ def _config(spec: TinyModelSpec, tok: PreTrainedTokenizerFast) -> Qwen2Config:
 
 def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
     t0 = time.perf_counter()
-    tok = build_char_tokenizer()
     threads = torch.get_num_threads()
     # One thread: the same recipe gives the same bits on any machine (reduction order), and
     # for a model this small a second thread costs more in synchronisation than it brings
     # (0.04 s vs 0.7 s a step on a loaded 2-core machine).
     torch.set_num_threads(1)
     try:
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(_config(spec, tok))
-        split = arithmetic_examples if spec.task == "arithmetic" else reverse_examples
-        train, _held_out = split()
-        warm_up(model, tok, train, spec.warmup_steps, spec.warmup_bias, spec.warmup_bias_steps)
+        if spec.task == "reasoning":
+            from .chat_model import build_chat_model
+
+            facts = {"chat_build": build_chat_model(spec, out)}
+        else:
+            _build_char_model(spec, out)
+            facts = {"build": _BUILD_VERSION}
     finally:
         torch.set_num_threads(threads)
-    out.mkdir(parents=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
     (out / "paddock_recipe.json").write_text(
         json.dumps(
-            {
-                "spec": spec.model_dump(),
-                "build": _BUILD_VERSION,
-                "seconds": time.perf_counter() - t0,
-            },
+            {"spec": spec.model_dump(), **facts, "seconds": time.perf_counter() - t0},
             indent=2,
         )
     )
+
+
+def _build_char_model(spec: TinyModelSpec, out: Path) -> None:
+    tok = build_char_tokenizer()
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(_config(spec, tok))
+    split = arithmetic_examples if spec.task == "arithmetic" else reverse_examples
+    train, _held_out = split()
+    warm_up(model, tok, train, spec.warmup_steps, spec.warmup_bias, spec.warmup_bias_steps)
+    out.mkdir(parents=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
 
 
 def sft_batch(
@@ -115,8 +126,15 @@ def sft_batch(
         p = tok.encode(ex.prompt, add_special_tokens=False)
         a = tok.encode(ex.answer, add_special_tokens=False) + [tok.eos_token_id]
         rows.append((p + a, [-100] * len(p) + a))
+    return pad_rows(rows, tok.pad_token_id)
+
+
+def pad_rows(
+    rows: list[tuple[list[int], list[int]]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, labels) rows, right-padded into [B, L] ids, attention mask and labels."""
     width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), tok.pad_token_id)  # [B, L]
+    ids = torch.full((len(rows), width), pad_id)  # [B, L]
     labels = torch.full((len(rows), width), -100)  # [B, L]
     attn = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (x, y) in enumerate(rows):

@@ -1,0 +1,145 @@
+"""The tiny chat model: a small Qwen2 with the byte-level BPE chat tokenizer, warmed up on
+the reasoning task (`model.tiny.task: reasoning`).
+
+Built like the character-level tiny model (same directory layout, same recipe-hash cache,
+same biased warm-up), with what an instruct model from a hub has besides: a chat template,
+two EOS ids in generation_config.json (`<|im_end|>`, `<|endoftext|>`), and room for
+responses of a couple of hundred tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from ..data.reasoning import reasoning_examples, terms_of, worked_solution
+from ..data.tasks import Example
+from ..spec import TinyModelSpec
+from .chat_tokenizer import CHAT_TEMPLATE, build_chat_tokenizer, eos_token_ids
+from .tiny import pad_rows
+
+# Bump when this build changes in a way the recipe fields do not capture.
+CHAT_BUILD_VERSION = 1
+VOCAB_SIZE = 512
+MAX_POSITIONS = 320  # prompt (≤ 40 tokens) + the longest chains, with room to spare
+CORPUS_SIZE = 4000  # examples the BPE merges are learnt from
+BATCH_SIZE = 64  # examples a warm-up step
+MICRO_BATCH = 16  # of similar length, padded together
+LR = 3e-3
+
+
+def chat_recipe(spec: TinyModelSpec) -> dict:
+    return {
+        "spec": spec.model_dump(),
+        "chat_build": CHAT_BUILD_VERSION,
+        "vocab_size": VOCAB_SIZE,
+        "max_positions": MAX_POSITIONS,
+        "template": CHAT_TEMPLATE,
+    }
+
+
+def render(tok: PreTrainedTokenizerFast, messages: list[dict]) -> str:
+    """A conversation as the model reads it, the generation prompt opened."""
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def sft_rows(
+    tok: PreTrainedTokenizerFast, prompts: list[list[int]], responses: list[str]
+) -> list[tuple[list[int], list[int]]]:
+    """(ids, labels) of `chat prompt + response + <|im_end|>`, labels on the response and
+    the end of turn. The response is tokenized on its own, as the engine emits it after
+    the prompt."""
+    answers = tok(responses, add_special_tokens=False)["input_ids"]
+    end = tok.eos_token_id
+    return [
+        (p + a + [end], [-100] * len(p) + a + [end]) for p, a in zip(prompts, answers, strict=True)
+    ]
+
+
+def warm_up_chat(
+    model: Qwen2ForCausalLM,
+    clean: list[tuple[list[int], list[int]]],
+    biased: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    spec: TinyModelSpec,
+) -> None:
+    """As the character model's warm-up (clean targets, then a fraction `warmup_bias` of
+    biased ones for the last `warmup_bias_steps`), with each batch sorted by length and cut
+    into micro-batches: one long chain no longer pads a whole batch to its length (the
+    lengths are heavy-tailed), so a step costs about its real tokens."""
+    rng = random.Random(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    model.train()
+    steps = spec.warmup_steps
+    for step in range(steps):
+        frac = spec.warmup_bias if step >= steps - spec.warmup_bias_steps else 0.0
+        picks = rng.sample(range(len(clean)), BATCH_SIZE)
+        rows = [biased[i] if rng.random() < frac else clean[i] for i in picks]
+        rows.sort(key=lambda r: len(r[0]))
+        n_labels = sum(sum(t != -100 for t in r[1]) for r in rows)
+        opt.zero_grad(set_to_none=True)
+        for at in range(0, len(rows), MICRO_BATCH):
+            ids, attn, labels = pad_rows(rows[at : at + MICRO_BATCH], pad_id)
+            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]  # [B, L-1, V]
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                labels[:, 1:].reshape(-1),
+                ignore_index=-100,
+                reduction="sum",
+            )
+            (loss / n_labels).backward()  # the batch's token mean, over its micro-batches
+        opt.step()
+    model.eval()
+
+
+def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
+    """Train the tokenizer, build and warm up the model, save both into `out`. Returns
+    facts for paddock_recipe.json."""
+    train, _held_out = reasoning_examples()
+    sft = [Example(ex.prompt, worked_solution(terms_of(ex))) for ex in train]
+    # What the template puts between the special tokens (which BPE must not learn to
+    # spell): role headers and message contents.
+    corpus = [
+        f"{m['role']}\n{m['content']}\nassistant\n{ex.answer}"
+        for ex in sft[:CORPUS_SIZE]
+        for m in ex.prompt
+    ]
+    tok = build_chat_tokenizer(corpus, VOCAB_SIZE)
+    eos = eos_token_ids(tok)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=eos[1],
+        eos_token_id=eos[0],  # as Qwen's instruct configs: end of turn
+        pad_token_id=tok.pad_token_id,
+        rope_theta=10000.0,
+        torch_dtype="float32",
+    )
+    model = Qwen2ForCausalLM(config)
+    # Both EOS ids, as an instruct model declares them: what engines stop on.
+    model.generation_config = GenerationConfig(
+        bos_token_id=eos[1], eos_token_id=eos, pad_token_id=tok.pad_token_id
+    )
+    # the prompt as a run tokenizes it: the template applied, with the generation prompt
+    prompts = tok([render(tok, ex.prompt) for ex in train], add_special_tokens=False)
+    clean = sft_rows(tok, prompts["input_ids"], [ex.answer for ex in sft])
+    biased = sft_rows(
+        tok,
+        prompts["input_ids"],
+        [worked_solution(terms_of(ex), off_by_one=True) for ex in train],
+    )
+    warm_up_chat(model, clean, biased, tok.pad_token_id, spec)
+    out.mkdir(parents=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return {"vocab_size": len(tok), "eos_token_id": eos}
