@@ -94,3 +94,42 @@ def test_a_new_tokens_secret_is_never_cached(world, client_as):
     # and every API answer by default: they are one user's data
     for path in ("/api/v1/me", "/api/v1/experiments", "/api/v1/session/me"):
         assert "no-store" in client.get(path)["Cache-Control"], path
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_browser_runs_the_app_and_the_docs_under_the_policy(paddock_server, world, launched):
+    """Headless Chromium: the policy blocks nothing the app or Swagger UI need (a violation
+    is reported on the console), and both render."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    if not (settings.FRONTEND_DIST / "index.html").is_file():
+        pytest.skip("frontend/dist is not built here (make up builds it)")
+    user = world.users_a[Role.OWNER]
+    user.set_password("pw-for-the-browser")
+    user.save()
+    base = paddock_server.url
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(str(exc)))
+            page.on("console", lambda m: problems.append(m.text)
+                    if "Content Security Policy" in m.text or "Content-Security-Policy" in m.text
+                    else None)  # fmt: skip
+            page.goto(f"{base}/login")
+            page.get_by_label("Username").fill(user.username)
+            page.get_by_label("Password").fill("pw-for-the-browser")
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("button", name="Log out").wait_for()
+            page.goto(f"{base}/runs/{launched[0]['runs'][0]['id']}")
+            page.wait_for_timeout(3000)  # its fetches and websocket under the policy
+            page.goto(f"{base}/api/v1/docs/")
+            page.locator("#swagger-ui .information-container").wait_for(timeout=30_000)
+            assert not problems, problems
+        finally:
+            browser.close()

@@ -114,6 +114,17 @@ def test_a_lone_surrogate_in_a_login_username_is_a_400_naming_it(world):
 
 
 @pytest.mark.django_db
+def test_oversized_login_fields_are_refused_before_the_limiter_and_the_hasher(world):
+    client = Client()
+    for body, field in (({"username": "u" * 151, "password": "x"}, "username"),
+                        ({"username": "a-owner", "password": "p" * 5000}, "password"),
+                        ({"username": "u" * 1_000_000, "password": "x"}, "username")):  # fmt: skip
+        reply = client.post("/api/v1/session/login", json.dumps(body),
+                            content_type="application/json")  # fmt: skip
+        assert _assert_refused(reply, field)["field"] == field
+
+
+@pytest.mark.django_db
 def test_spec_strings_with_nul_are_refused_before_the_database(world, member):
     for spec in ('{"model": {"path": "/models/x\\u0000y"}}', '{"not\\u0000a key": 1}',
                  '{"data": {"task": "jsonl", "path": "/d/\\u0000.jsonl"}}'):  # fmt: skip

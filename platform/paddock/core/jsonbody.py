@@ -24,11 +24,31 @@ from typing import Any
 
 MAX_DEPTH = 64  # a spec is 4 levels deep, a sample item a few more
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
-# What makes the full walk worth doing. Only text with an escape can hold a surrogate or a
-# NUL (raw ones are invalid UTF-8 or invalid JSON), only a long digit run an integer past
-# 64 bits or a double past its range (with an exponent of 3 digits), and only text with
-# more than MAX_DEPTH brackets can nest deeper: a typical batch or spec skips the walk.
-_SUSPECT_NUMBER = re.compile(rb"\d{19}|[eE][+-]?\d{3}")
+# The hot path (an ingest batch of thousands of points) must not pay for finding paths, so
+# a first pass only asks whether anything is wrong, and the walk that names it runs only
+# then: integers are checked as they are parsed (a batch has few), strings only when the
+# text has an escape that could make a NUL or a surrogate (raw ones are invalid JSON or
+# invalid UTF-8), depth and non-finite floats in one pass over the containers.
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+_INFINITIES = (math.inf, -math.inf)
+
+
+def _shape_ok(value: Any) -> bool:
+    """Whether `value` nests at most MAX_DEPTH deep and holds no NaN or infinity."""
+    if type(value) is not dict and type(value) is not list:
+        return not (type(value) is float and (value != value or value in _INFINITIES))
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        for child in node.values() if type(node) is dict else node:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is float and (child != child or child in _INFINITIES):
+                return False
+    return True
 
 
 class JsonBodyError(ValueError):
@@ -48,14 +68,16 @@ def _path(parts: tuple) -> str | None:
     return ".".join(str(p) for p in parts) or None
 
 
+_BAD_CHARACTER = re.compile("[\x00\ud800-\udfff]")  # json.loads joins a surrogate *pair*
+
+
 def _bad_string(value: str) -> str | None:
-    for ch in value:
-        code = ord(ch)
-        if code == 0:
-            return "must not contain a NUL character"
-        if 0xD800 <= code <= 0xDFFF:
-            return "must not contain a lone UTF-16 surrogate"
-    return None
+    found = _BAD_CHARACTER.search(value)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "must not contain a NUL character"
+    return "must not contain a lone UTF-16 surrogate"
 
 
 def _walk(value: Any) -> None:
@@ -101,18 +123,24 @@ def json_parse(raw: bytes | str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise JsonBodyError("the body is not UTF-8") from None
+    oversized: list[int] = []
+
+    def parse_int(digits: str) -> int:
+        # per integer, but a batch has few (steps, seqs): cheaper than searching the text;
+        # the walk below then says where the oversized one is
+        number = int(digits)
+        if len(digits) > 18 and not INT_MIN <= number <= INT_MAX:
+            oversized.append(number)
+        return number
+
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, parse_int=parse_int)
     except RecursionError:
         raise JsonBodyError(f"nested deeper than {MAX_DEPTH} levels") from None
     except JsonBodyError:
         raise
     except ValueError as exc:  # JSONDecodeError, and ints over Python's digit limit
         raise JsonBodyError(f"the body is not JSON ({exc})") from None
-    if (
-        b"\\u" in data
-        or data.count(b"[") + data.count(b"{") > MAX_DEPTH
-        or _SUSPECT_NUMBER.search(data)
-    ):
-        _walk(value)
+    if oversized or _SUSPECT_ESCAPE.search(data) or not _shape_ok(value):
+        _walk(value)  # finds what is wrong, and where
     return value

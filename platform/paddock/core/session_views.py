@@ -70,6 +70,11 @@ def session_login(request: HttpRequest) -> JsonResponse:
         return _error(400, "required", "enter your username", "username")
     if not isinstance(password, str) or not password:
         return _error(400, "required", "enter your password", "password")
+    # no account has a longer name (Django's limit), and nothing longer is worth hashing
+    if len(username) > 150:
+        return _error(400, "invalid", "at most 150 characters", "username")
+    if len(password) > 4096:
+        return _error(400, "invalid", "at most 4096 characters", "password")
     ip = request_client_address(request)
     wait = login_blocked(ip=ip, username=username)
     if wait:

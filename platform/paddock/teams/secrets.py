@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 
 PREFIX_LEN = 12
+# what secrets.token_urlsafe writes: anything else is no secret of ours, and is refused
+# before it reaches a query (a NUL from a websocket's ?token= was a database error)
+_ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,9 @@ def secret_new(kind: str) -> NewSecret:
 def secret_prefix(raw: str, kind: str) -> str | None:
     """The lookup prefix of `raw`, or None when it is not a secret of this kind."""
     head = f"{kind}_"
-    if not raw.startswith(head) or len(raw) < len(head) + PREFIX_LEN + 8:
+    if not raw.startswith(head) or len(raw) < len(head) + PREFIX_LEN + 8 or len(raw) > 200:
+        return None
+    if not _ALPHABET.fullmatch(raw, len(head)):
         return None
     return raw[len(head) : len(head) + PREFIX_LEN]
 

@@ -45,11 +45,13 @@ def test_a_token_acts_for_its_team_only_with_the_users_role(world, created, laun
     assert ApiToken.objects.get(pk=created["id"]).last_used_at is not None
 
 
-def test_removing_the_member_disarms_the_token(world, created):
+def test_removing_the_member_revokes_the_token(world, created):
+    # (tests/security/test_member_tokens.py: every path, and re-adding the member)
     world.team_a.memberships.filter(user=world.users_a[Role.MEMBER]).delete()
-    assert bearer(created["token"]).get("/api/v1/runs").json()["results"] == []
+    assert bearer(created["token"]).get("/api/v1/runs").status_code == 401
     reply = bearer(created["token"]).get(f"/api/v1/teams/{world.team_a.pk}")
-    assert reply.status_code == 404
+    assert reply.status_code == 401
+    assert ApiToken.objects.get(pk=created["id"]).revoked_at is not None
 
 
 def test_an_expired_token_is_refused(world, created):
