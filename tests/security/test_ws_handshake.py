@@ -82,8 +82,11 @@ def test_a_session_cookie_counts_only_with_the_sites_own_origin(paddock_server, 
     own = "http://127.0.0.1:8000"  # one of ALLOWED_HOSTS, as a browser on the site sends it
     path = f"/ws/runs/{run}/"
     assert handshake(paddock_server.port, path, origin=own, cookie=cookie).status == 101
-    # a page of another site riding on the cookie (cross-site websocket hijacking)
-    for origin in ("https://evil.example", "http://127.0.0.1.evil.example", "null"):
+    # a page of another site riding on the cookie (cross-site websocket hijacking), and
+    # Origins that are no URL (`http://[::1` was a 500 in Channels' validator)
+    for origin in ("https://evil.example", "http://127.0.0.1.evil.example", "null",
+                   "http://[::1", "http://[127.0.0.1]:8000", "http://127.0.0.1:99999",
+                   "http://127.0.0.1:abc", "\u00e9", ""):  # fmt: skip
         assert handshake(paddock_server.port, path, origin=origin, cookie=cookie).status == 403
     # no Origin: a program, whose cookies are not a credential (only a token is)
     assert handshake(paddock_server.port, path, cookie=cookie).status == 403

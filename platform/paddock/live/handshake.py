@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlparse
+
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import register_converter
 
@@ -61,13 +63,28 @@ def refuse_unrouted(router):
     return app
 
 
+def _parses(origin: bytes) -> bool:
+    """Whether an Origin can be read as a URL at all (`http://[::1` cannot: Channels'
+    validator let urlparse's ValueError through, and the handshake was a 500)."""
+    try:
+        parsed = urlparse(origin.decode("latin-1"))
+        parsed.port  # noqa: B018  (raises on a malformed port or IPv6 literal)
+    except ValueError:
+        return False
+    return True
+
+
 def origin_policy(application):
     """An ASGI app: the Origin rule of the module's docstring around `application`."""
     checked = AllowedHostsOriginValidator(application)
 
     async def app(scope, receive, send):
         headers = scope.get("headers") or []
-        if any(name == b"origin" for name, _ in headers):
+        origins = [value for name, value in headers if name == b"origin"]
+        if origins:
+            if not all(map(_parses, origins)):
+                await _refuse(scope, receive, send)  # Channels' check raised on these: a 500
+                return
             await checked(scope, receive, send)
             return
         without_cookies = [(name, value) for name, value in headers if name != b"cookie"]
