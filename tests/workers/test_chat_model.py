@@ -9,6 +9,7 @@ import statistics
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from workers.data import load_task
+from workers.data.prompts import prompt_ids
 from workers.data.reasoning import (
     MAX_TERMS,
     MIN_TERMS,
@@ -48,6 +49,8 @@ def test_chat_tokenizer_round_trips_through_autotokenizer(chat_dir):
         "12+345"
     )
     assert tok.decode(ids) == text
+    # what runs send to the engines is what the warm-up trained on
+    assert prompt_ids(tok, messages) == ids
     closed = tok.apply_chat_template(
         [*messages, {"role": "assistant", "content": "3+4=7. \\boxed{7}"}], tokenize=False
     )

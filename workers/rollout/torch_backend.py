@@ -25,6 +25,7 @@ import torch
 from ..policy import lora as lora_io
 from ..spec import RunSpec
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
+from .eos import eos_token_ids
 from .static_decode import StaticDecoder, supports
 
 
@@ -41,6 +42,8 @@ class TorchBackend:
         self.max_batch_size = getattr(spec.rollout, "max_batch_size", 256)
         self.tokenizer = lora_io.load_tokenizer(model_dir)
         self.eos_id = self.tokenizer.eos_token_id
+        # every EOS id the model declares ends a sample (an instruct model has two)
+        self.eos_ids = frozenset(eos_token_ids(model_dir, self.eos_id))
         self.pad_id = self.tokenizer.pad_token_id
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.model.eval()
@@ -397,7 +400,7 @@ class TorchBackend:
             s.logprobs.append(step_lps[p])
             s.versions.append(version)
             state.generated[k] += 1
-            if tok == self.eos_id or self._hit_stop(s, state.params.stop):
+            if tok in self.eos_ids or self._hit_stop(s, state.params.stop):
                 s.finish_reason, state.active[k] = "stop", False
             elif len(s.token_ids) >= state.params.max_new_tokens:
                 s.finish_reason, state.active[k] = "length", False

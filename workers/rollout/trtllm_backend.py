@@ -36,6 +36,7 @@ import torch
 from ..spec import RunSpec
 from . import adapter_files
 from .base import AdapterProbe, AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
+from .eos import eos_token_ids
 from .gate import RequestGate
 
 _FINISH = {"stop": "stop", "length": "length", "cancelled": "abort"}
@@ -69,7 +70,10 @@ class TrtllmBackend:
         self._LoRARequest = LoRARequest
         self._LoraConfig = LoraConfig
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.eos_id = self.tokenizer.eos_token_id
+        # end_id takes one id; the model's other EOS ids go in stop_token_ids, whose
+        # tokens include_stop_str_in_output keeps in the output like the end id's
+        self.eos_ids = eos_token_ids(self.model_dir, self.tokenizer.eos_token_id)
+        self.eos_id = self.eos_ids[0]
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.eos_id
@@ -240,6 +244,7 @@ class TrtllmBackend:
             end_id=self.eos_id,
             pad_id=self.pad_id,
             stop=list(p.stop) or None,
+            stop_token_ids=list(self.eos_ids[1:]) or None,
             include_stop_str_in_output=True,
         )
 

@@ -32,6 +32,7 @@ import torch
 from ..spec import RunSpec
 from . import adapter_files
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample, SamplingParams
+from .eos import eos_token_ids
 from .gate import RequestGate
 
 LORA_ID = 1  # one id, reloaded in place: kept requests continue on the new version
@@ -93,6 +94,9 @@ class VllmBackend:
         )
         self.engine = AsyncLLM.from_engine_args(args)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        # vLLM stops on the tokenizer's eos and, by default, on generation_config.json's;
+        # passed explicitly, every EOS id stops a sample whatever the engine's defaults
+        self.eos_ids = eos_token_ids(self.model_dir, self.tokenizer.eos_token_id)
         self.probe_atol = adapter_files.probe_tolerance(self.dtype)
         self._root = adapter_files.ram_dir("paddock-vllm-")
         # /dev/shm outlives the process: remove the directory at exit even without close().
@@ -262,6 +266,7 @@ class VllmBackend:
             logprobs=0,
             seed=seed,
             stop=list(params.stop) or None,
+            stop_token_ids=list(self.eos_ids),  # kept in the output's token ids
             include_stop_str_in_output=True,
             output_kind=RequestOutputKind.DELTA,
         )

@@ -4,7 +4,8 @@ machines. It reproduces the documented behaviours the backend depends on, and no
 
 - `await AsyncLLM(...)`: construction must be awaited; an engine not awaited refuses work;
 - `generate_async(prompt_token_ids, sampling_params, lora_request=...)` → `RequestOutput`;
-  logprobs are raw (before temperature), as the pytorch backend reports them;
+  logprobs are raw (before temperature), as the pytorch backend reports them; a request
+  stops at `end_id` or any of `stop_token_ids`, the stopping token kept in the output;
   `return_generation_logits` gives the raw logits of each generated step;
 - `pause_generation()` cancels everything in flight (finish reason "cancelled", the partial
   tokens and logprobs kept) and `generate_async` raises RuntimeError until
@@ -44,6 +45,7 @@ class SamplingParams:
     end_id: int | None = None
     pad_id: int | None = None
     stop: list[str] | None = None
+    stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
 
 
@@ -197,7 +199,8 @@ class AsyncLLM:
                 out.logprobs.append(float(torch.log_softmax(logits, -1)[tok]))  # raw
                 logits_rows.append(logits)
                 text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-                if tok == p.end_id or any(text.endswith(s) for s in p.stop or ()):
+                stop_token = tok == p.end_id or tok in (p.stop_token_ids or ())
+                if stop_token or any(text.endswith(s) for s in p.stop or ()):
                     out.finish_reason = "stop"
                 elif len(out.token_ids) >= p.max_tokens:
                     out.finish_reason = "length"
