@@ -30,6 +30,7 @@ from .control import ControlSource
 from .evaluate import evaluate
 from .events import Emitter
 from .executor import TrainerExecutor
+from .lengths import length_metrics
 from .producer import Producer, RolloutContext, StepWatch
 from .scoring import accuracy, term_metrics
 from .types import RunState, ScoredGroup
@@ -180,6 +181,7 @@ class Driver:
         rewards = [r for g in groups for r in g.rewards]
         correct = [c for g in groups for c in g.correct]
         lengths = [len(s.token_ids) for g in groups for s in g.result.samples]
+        truncated = [s.finish_reason == "length" for g in groups for s in g.result.samples]
         stale = [version - g.min_version for g in groups]
         tokens = sum(lengths)
         self.state.tokens_total += tokens
@@ -194,7 +196,7 @@ class Driver:
                     "reward/mean": statistics.fmean(rewards),
                     "reward/std": statistics.pstdev(rewards),
                     "accuracy": accuracy(correct),  # NaN (left out) with no verifier term
-                    "response_length/mean": statistics.fmean(lengths),
+                    **length_metrics(lengths, truncated),
                     "staleness/mean": statistics.fmean(stale),
                     "staleness/max": float(max(stale)),
                     **term_metrics(groups),
