@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from workers.loop.lengths import length_metrics
 from workers.loop.setup import run_training
 from workers.policy import LoraPolicy
 from workers.rollout import make_backend
@@ -73,3 +76,17 @@ def test_abort_mode_resubmits_partial_chains_and_they_keep_their_versions(
                     assert s.token_ids[-1] in eos
     metrics = rows(tmp_path)
     assert all("response_length/p90" in m for m in metrics if m["step"] > 0)
+
+
+def test_length_metrics_show_the_tail():
+    # lengths 1, 2, 3, 4, 10: mean 4; squared deviations 9+4+1+0+36 = 50, /5 = 10;
+    # p90 by nearest rank is the ceil(0.9 * 5) = 5th value; one of five hit the limit
+    got = length_metrics([3, 1, 10, 2, 4], [False, False, True, False, False])
+    assert got == {
+        "response_length/mean": 4.0,
+        "response_length/std": pytest.approx(10**0.5),
+        "response_length/p90": 10.0,
+        "response_length/max": 10.0,
+        "response_length/truncated_frac": 0.2,
+    }
+    assert length_metrics([], []) == {}
