@@ -107,8 +107,18 @@ class Producer:
         groups = []
         for g, (res, ex, sc) in enumerate(zip(results, examples, scored, strict=True)):
             groups.append(
-                ScoredGroup(step, g, self.display(ex), ex.answer, res, sc.rewards, sc.correct,
-                            elapsed, sc.terms, sc.details)  # fmt: skip
+                ScoredGroup(
+                    step,
+                    g,
+                    self.display(ex),
+                    ex.answer,
+                    res,
+                    sc.rewards,
+                    sc.correct,
+                    generate_s=elapsed,
+                    terms=sc.terms,
+                    details=sc.details,
+                )
             )
         await self.buffer.put(step, groups)
         self.produced(step).set()
