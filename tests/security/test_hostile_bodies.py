@@ -114,6 +114,15 @@ def test_a_lone_surrogate_in_a_login_username_is_a_400_naming_it(world):
 
 
 @pytest.mark.django_db
+def test_an_oversized_body_is_a_413_or_400_never_read_whole(world, member):
+    big = '{"team": 1, "name": "x", "spec": {"a": "' + "x" * (9 * 2**20) + '"}}'
+    reply = _raw(member, "post", "/api/v1/experiments", big)
+    assert reply.status_code == 413 and reply.json()["code"] == "body_too_large", reply.content
+    login = Client().post("/api/v1/session/login", big, content_type="application/json")
+    assert login.status_code in (400, 413)
+
+
+@pytest.mark.django_db
 def test_oversized_login_fields_are_refused_before_the_limiter_and_the_hasher(world):
     client = Client()
     for body, field in (({"username": "u" * 151, "password": "x"}, "username"),

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -35,6 +37,9 @@ def _flatten(detail, prefix: str, out: list[dict]) -> list[dict]:
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         return Response(exc.as_dict(), status=exc.status)
+    if isinstance(exc, RequestDataTooBig):  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE, read by DRF
+        message = f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 2**20} MiB"
+        return Response({"code": "body_too_large", "message": message, "field": None}, status=413)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

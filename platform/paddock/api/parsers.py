@@ -13,9 +13,14 @@ from paddock.core.jsonbody import JsonBodyError, json_parse
 
 class BoundedJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        raw = stream.read() if stream is not None else b""
-        if len(raw) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            raise DomainError("body_too_large", "the body is larger than 8 MiB", status=413)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        # at most one byte past the limit: DRF hands the raw stream over, which Django's own
+        # limit (on request.body) does not guard
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise DomainError(
+                "body_too_large", f"the body is larger than {limit // 2**20} MiB", status=413
+            )
         try:
             return json_parse(raw)
         except JsonBodyError as exc:
