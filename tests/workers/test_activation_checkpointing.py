@@ -81,3 +81,37 @@ def test_checkpointing_takes_the_plain_forward_when_prompts_repeat(make_spec):
         )
         assert policy.shares_prompts(batch) is shares
         policy.train_step(batch)  # and the step runs
+
+
+def test_checkpointed_layers_still_compile_once_for_all_layers(make_spec, tmp_path):
+    """train.compile with checkpointing: the checkpoint is traced inside each layer's
+    compiled call, and every layer has the same bound forward, so dynamo still makes two
+    graphs whatever the depth (the first layer's input needs no grad), not one a layer.
+    Traced with the aot_eager backend (no compiler needed); its gradients are the eager
+    checkpointed policy's."""
+    import torch._dynamo
+
+    from .gpu.small_qwen3 import build_small_qwen3
+
+    model_dir = build_small_qwen3(
+        tmp_path, vocab_size=256, hidden_size=64, num_hidden_layers=4,
+        num_attention_heads=4, intermediate_size=128,
+    )  # fmt: skip
+    model = {"path": str(model_dir), "dtype": "float32"}
+    spec = parse_spec(make_spec("train.activation_checkpointing=true", model=model))
+    batch = collate(_samples(256, n=4), 0)
+    grads = []
+    for compiled in (False, True):
+        policy = LoraPolicy(spec, model_dir)
+        if compiled:
+            for layer in policy._lm_parts()[0].layers:
+                layer.compile(backend="aot_eager")
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()
+        policy.model.train()
+        lp, _ = policy.token_logprobs(batch, share_prompts=False)
+        lp.sum().backward()
+        grads.append({n: p.grad for n, p in policy.model.named_parameters() if p.requires_grad})
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-5, atol=1e-6, msg=k)
