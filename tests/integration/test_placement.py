@@ -155,6 +155,20 @@ def test_a_run_the_cluster_cannot_place_now_waits_in_queued_saying_why(placed):
     assert (run.state, run.queued_reason) == ("dispatching", "")
 
 
+def test_runs_launched_together_do_not_all_take_the_same_free_cpus(placed):
+    """The cluster's figures cannot show a job submitted a moment ago: dispatch counts the
+    runs it sent since the figures were reported."""
+    wait_for(lambda: (_free_cpus(placed.cluster) or 0) >= 2, 30, "both CPUs free")
+    result = experiment_launch(actor=placed.actor, team=placed.team, name="two", seeds=2,
+                               spec={"resources": {"trainer_cpus": 2}})  # fmt: skip
+    first, second = Run.objects.filter(experiment=result.experiment).order_by("id")
+    assert dispatch_prepare(run_id=first.pk) is not None
+    assert dispatch_prepare(run_id=second.pk) is None
+    second.refresh_from_db()
+    assert second.state == "queued"
+    assert second.queued_reason == "waiting for 2 CPUs; the cluster local-test has 0 free"
+
+
 def test_a_run_still_starting_at_its_deadline_fails_and_its_job_is_stopped(placed, settings):
     settings.PADDOCK_START_TIMEOUT_S = 4
     run, order = _starting_with_a_pending_job(placed, max_attempts=1)

@@ -18,6 +18,7 @@ import hmac
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -33,7 +34,7 @@ from paddock.teams.selectors import team_usage
 
 from .bootstrap_tokens import bootstrap_token_for
 from .models import RayCluster
-from .placement import never_placeable, run_bundles, wait_reason
+from .placement import never_placeable, run_bundles, snapshot_less, wait_reason
 from .ray_jobs import ClusterUnreachable, cluster_resources, job_submit
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ ENTRYPOINT = "python -m workers.job"
 # a dispatch re-reads a cluster's free resources older than this (the dashboard's own
 # figures lag by the autoscaler monitor's period, a few seconds)
 SNAPSHOT_FRESH_S = 10
+# a job placed just before the monitor's report may not be in its figures yet
+REPORT_LAG_S = 2
 
 
 def submission_id_for(*, run_id: int, dispatch: int) -> str:
@@ -101,6 +104,24 @@ def cluster_resources_record(cluster: RayCluster) -> dict | None:
     return cluster.resources
 
 
+def _taken_since_report(cluster: RayCluster, run: Run) -> list:
+    """The bundles of the cluster's other runs dispatched since its figures were reported
+    (what they cannot show yet): without them, runs launched together would all see the
+    same free CPUs and all be submitted, and all but one would wait PENDING in Ray."""
+    snapshot = cluster.resources or {}
+    reported = snapshot.get("reported_at") or snapshot.get("observed_at")
+    if not reported:
+        return []
+    since = datetime.fromtimestamp(reported - REPORT_LAG_S, tz=UTC)
+    others = (
+        Run.objects.filter(cluster=cluster, state__in=[S.DISPATCHING, S.STARTING])
+        .filter(state_since__gte=since)
+        .exclude(pk=run.pk)
+        .select_related("config")
+    )
+    return [b for other in others for b in run_bundles(other.config.spec.get("resources", {}))]
+
+
 def cluster_pick(*, run: Run) -> tuple[RayCluster | None, str | None]:
     """A healthy cluster that the run's team may use, that advertises its backend and that
     can place its resources now: the one chosen at launch, else the team's own before
@@ -111,7 +132,7 @@ def cluster_pick(*, run: Run) -> tuple[RayCluster | None, str | None]:
     bundles = run_bundles(run.config.spec.get("resources", {}))
     reasons = []
     for cluster in candidates:
-        snapshot = cluster.resources or {}
+        snapshot = snapshot_less(cluster.resources or {}, _taken_since_report(cluster, run))
         refusal = never_placeable(
             bundles=bundles, cluster_name=cluster.name, snapshot=snapshot,
             capacity=cluster.capacity or {},

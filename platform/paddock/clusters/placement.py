@@ -158,6 +158,24 @@ def wait_reason(
     return None
 
 
+def snapshot_less(snapshot: dict[str, Any], taken: list[Bundle]) -> dict[str, Any]:
+    """`snapshot` with `taken` (the bundles of runs dispatched since its figures were
+    reported, which they cannot show yet) removed from what is free, first fit."""
+    nodes = _nodes(snapshot, "free")
+    if nodes is None or not taken:
+        return snapshot
+    for b in taken:
+        fits = [n for n in nodes if all(b.amounts.get(r, 0) <= n[r] + _EPS for r in RESOURCES)]
+        node = fits[0] if fits else max(nodes, key=lambda n: tuple(n[r] for r in RESOURCES))
+        for r in RESOURCES:
+            node[r] = max(0.0, node[r] - b.amounts.get(r, 0))
+    totals = [n.get("total") for n in snapshot["nodes"]]
+    return {
+        **snapshot,
+        "nodes": [{"total": t, "free": f} for t, f in zip(totals, nodes, strict=True)],
+    }
+
+
 # --- snapshots from what the Ray dashboard answers ------------------------------------------
 
 
@@ -178,7 +196,13 @@ def snapshot_from_cluster_status(data: dict[str, Any]) -> dict[str, Any] | None:
             total[r] = float(size)
             free[r] = max(0.0, float(size) - float(used))
         nodes.append({"total": total, "free": free})
-    return {"nodes": nodes, "source": "cluster_status"} if nodes else None
+    if not nodes:
+        return None
+    reported = (data.get("clusterStatus") or {}).get("time")
+    snapshot: dict[str, Any] = {"nodes": nodes, "source": "cluster_status"}
+    if isinstance(reported, int | float):
+        snapshot["reported_at"] = float(reported)  # the monitor's time, not ours
+    return snapshot
 
 
 def snapshot_from_nodes(data: dict[str, Any]) -> dict[str, Any] | None:

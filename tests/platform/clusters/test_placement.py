@@ -6,6 +6,7 @@ from paddock.clusters.placement import (
     run_bundles,
     snapshot_from_cluster_status,
     snapshot_from_nodes,
+    snapshot_less,
     wait_reason,
 )
 
@@ -118,3 +119,16 @@ def test_snapshots_from_the_dashboards_answers():
         {"state": "DEAD", "resources_total": {"CPU": 8.0}},
     ]}}  # fmt: skip
     assert snapshot_from_nodes(listed)["nodes"] == [{"total": {"GPU": 1.0, "CPU": 8.0}}]
+
+
+def test_runs_dispatched_since_the_report_are_taken_from_what_is_free():
+    bundles = run_bundles({**LOCAL, "trainer_gpus": 0, "trainer_cpus": 2})
+    snapshot = nodes((4, 0), (2, 0))
+    less = snapshot_less(snapshot, bundles)  # first fit: the first node
+    assert [n["free"]["CPU"] for n in less["nodes"]] == [2.0, 2.0]
+    assert [n["total"]["CPU"] for n in less["nodes"]] == [4.0, 2.0]
+    assert snapshot["nodes"][0]["free"]["CPU"] == 4  # the stored snapshot is left alone
+    three = snapshot_less(snapshot, bundles * 3)
+    assert wait_reason(bundles=bundles, cluster_name="c", snapshot=three) == (
+        "waiting for 2 CPUs; the cluster c has 0 free"
+    )
