@@ -115,8 +115,8 @@ def cluster_health() -> dict[str, bool]:
         cluster_resources_record(cluster)
         try:
             jobs_left_behind_stop(cluster)
-        except ClusterUnreachable:
-            pass  # the next check tries again
+        except (ClusterUnreachable, RuntimeError) as exc:  # the next check tries again
+            log.warning("sweep of %s for jobs left behind: %s", cluster.name, exc)
         states[cluster.name] = True
     return states
 
