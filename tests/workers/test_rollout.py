@@ -305,7 +305,7 @@ def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec):
 
     async def run(bump: bool):
         backend = make_backend(spec, spec.model.path)
-        backend.eos_id = -1  # every row makes its whole budget
+        backend.eos_ids = frozenset()  # every row makes its whole budget
         if bump:
             backend.decoder = BumpAfter(backend.decoder)
             backend.decoder.backend = backend
