@@ -272,7 +272,7 @@ def _reconcile_start(run: Run, info, counts: dict[str, int]) -> None:
 def _reconcile_abort(run: Run, info, counts: dict[str, int]) -> None:
     """An abort reaches `aborted` whatever the job does: a job that never started (Ray
     keeps a stopped PENDING job until it is placed) is stopped and the run aborted at once;
-    a running job has ABORT_GRACE_S to finish on its own, is then stopped, and the run is
+    a running job has PADDOCK_ABORT_GRACE_S to end on its own, is then stopped, and the run is
     aborted at the latest ABORT_STOP_GRACE_S later, whether the job has ended or not."""
     address, sid = run.cluster.address, run.ray_submission_id
     if info is not None and info.status == "PENDING":
