@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import shutil
 import weakref
@@ -62,6 +63,27 @@ def _configure_cpu_env(spec: RunSpec) -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
 
 
+# Sequences the CPU build schedules at once (its default is 256).
+_CPU_MAX_SEQS = 128
+
+
+def _cpu_batch_args(model_dir: str) -> dict[str, Any]:
+    """A token budget that holds every scheduled sequence whole. When the budget cuts a
+    sequence (a long prefill, or a running request recomputed after a prefix-cache reset),
+    vLLM discards the token sampled for it and rewinds the request's generator; a seeded
+    request's generator on the CPU has no offset to rewind, and the engine core dies with
+    "CPU Generator does not use offset" (vLLM 0.32). Seen with resubmitted reasoning
+    chains, whose prompt and partial tokens together outgrow the default 4096-token
+    budget."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    length = int(config.get("max_position_embeddings") or 2048)
+    return {
+        "max_num_seqs": _CPU_MAX_SEQS,
+        "max_num_batched_tokens": _CPU_MAX_SEQS * length,
+        "enable_chunked_prefill": False,
+    }
+
+
 class VllmBackend:
     needs_probe = True  # the version handshake checks the trainer's probe
     name = "vllm"
@@ -91,6 +113,7 @@ class VllmBackend:
             enforce_eager=getattr(r, "enforce_eager", False) or not on_gpu,
             gpu_memory_utilization=getattr(r, "gpu_memory_utilization", 0.5),
             disable_log_stats=True,
+            **({} if on_gpu else _cpu_batch_args(self.model_dir)),
         )
         self.engine = AsyncLLM.from_engine_args(args)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
