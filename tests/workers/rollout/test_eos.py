@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.rollout.base import GroupRequest, SamplingParams
+from workers.rollout.base import GroupRequest, Sample, SamplingParams
 from workers.rollout.torch_backend import TorchBackend
 
 from . import trtllm_standin
@@ -130,8 +130,20 @@ async def test_vllm_stops_at_both_eos_ids_and_the_trainer_scores_the_same_tokens
     try:
         await serve(backend, policy)
         results = await backend.generate(requests(relabelled))
+        # 64 seeded continuations of about 95 tokens (prompt and 70 held tokens): more
+        # than the CPU build's default token budget (4096) at once, which cut one and
+        # killed the engine core (see vllm_backend._cpu_batch_args)
+        chain = policy.tokenizer.encode("1+1=2+" * 14, add_special_tokens=False)  # no EOS
+        held = [Sample(chain[:70], [-1.0] * 70, [0] * 70) for _ in range(8)]
+        long = SamplingParams(temperature=1.0, max_new_tokens=80)
+        resumed = await backend.generate(
+            [GroupRequest(f"r{i}", r.prompt_ids, 8, i, long, held) for i, r in enumerate(results)]
+            + [GroupRequest(f"r{i + 4}", r.prompt_ids, 8, i + 4, long, held)
+               for i, r in enumerate(results)]
+        )  # fmt: skip
     finally:
         await backend.close()
+    assert all(s.token_ids[:70] == chain[:70] and s.done for r in resumed for s in r.samples)
     check_stops(results, eos_ids(relabelled))
     # the EOS token reaches the trainer like any other: its logprob lines up too
     samples = [
