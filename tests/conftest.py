@@ -61,6 +61,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
     raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Remove this session's artifacts folder (tests/django_settings.py gives each session one;
+    an artifacts URI set from outside is left alone)."""
+    from tests.django_settings import ARTIFACTS
+
+    if os.environ.get("PADDOCK_ARTIFACTS_URI") == ARTIFACTS.as_uri():
+        shutil.rmtree(ARTIFACTS, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config, items):
     has_gpu = False
     try:

@@ -26,6 +26,11 @@ _ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SESSION = os.environ.setdefault("PADDOCK_TEST_SESSION", str(os.getpid()))
 os.environ.setdefault("PADDOCK_HOME", str(REPO / ".paddock" / "test"))
 Path(os.environ["PADDOCK_HOME"]).mkdir(parents=True, exist_ok=True)
+# Artifacts (spools, checkpoints) are keyed by run id, and run ids restart at 1 in every test
+# database: a folder per session, so no session resumes from another's leftovers. The model
+# cache stays shared under PADDOCK_HOME. tests/conftest.py removes the folder at the end.
+ARTIFACTS = Path(os.environ["PADDOCK_HOME"]) / "artifacts" / f"session-{SESSION}"
+os.environ.setdefault("PADDOCK_ARTIFACTS_URI", ARTIFACTS.as_uri())
 os.environ.pop("RAY_ADDRESS", None)  # tests start their own Ray head, never touch another
 
 if "DATABASE_URL" not in os.environ:

@@ -175,11 +175,12 @@ class Reporter:
             return
         seq = self._next_seq
         body = {"dispatch": self.config.dispatch, "seq": seq, "events": events}
-        tmp = self._spool / f".{seq:010d}.tmp"
-        tmp.write_text(json.dumps(body, separators=(",", ":")))
-        os.replace(tmp, self._spool / f"{seq:010d}.json")  # atomic: a batch is whole or absent
+        # Both writes are atomic: a kill -9 leaves a batch whole or absent, and the marker at
+        # its old or its new value (a torn, empty marker would make the next start unable to
+        # tell which sequence numbers the platform has already stored).
+        _write_atomic(self._spool / f"{seq:010d}.json", json.dumps(body, separators=(",", ":")))
         self._next_seq = seq + 1
-        (self._spool / "next_seq").write_text(str(self._next_seq))
+        _write_atomic(self._spool / "next_seq", str(self._next_seq))
 
     def _send_spooled(self) -> bool:
         """Send spooled batches oldest first; stop at the first failure (order matters)."""
@@ -216,6 +217,12 @@ class Reporter:
         spooled = [int(p.stem) for p in self._spool.glob("*.json")]
         stored = int(marker.read_text()) if marker.exists() else 1
         return max([stored, *(s + 1 for s in spooled)])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 class _Retry(Exception):
