@@ -390,13 +390,15 @@ class DataSpec(_Section):
     @field_validator("chat_template_kwargs")
     @classmethod
     def _template_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # Errors name the key itself (data.chat_template_kwargs.<key>): the keys are the
+        # user's, so the field alone would not say which one is wrong.
         for key in v:
             if not key.isidentifier():
-                raise ValueError(f"{key!r} is not a keyword name")
+                raise _field_error(key, "is not a keyword name")
             if key in RESERVED_TEMPLATE_KWARGS:
-                raise ValueError(f"{key!r} is set by Paddock, not by the config")
+                raise _field_error(key, "is set by Paddock, not by the config")
             if not isinstance(v[key], str | bool | int | float):
-                raise ValueError(f"{key}: must be a string, a number or a boolean")
+                raise _field_error(key, "must be a string, a number or a boolean")
         return v
 
     @model_validator(mode="after")

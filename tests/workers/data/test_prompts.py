@@ -119,7 +119,7 @@ def test_messages_need_the_tokenizers_template(base_tokenizer, tmp_path):
 def test_no_template_text_or_apply_arguments_from_the_config():
     for key in ("chat_template", "tokenize", "add_generation_prompt", "tokenizer_kwargs"):
         errors = spec_errors({"data": {"chat_template_kwargs": {key: "x"}}})
-        assert [e["field"] for e in errors] == ["data.chat_template_kwargs"], key
+        assert [e["field"] for e in errors] == [f"data.chat_template_kwargs.{key}"], key
     assert spec_errors({"data": {"chat_template": "{{ messages }}"}})[0]["field"] == (
         "data.chat_template"
     )
