@@ -28,8 +28,10 @@ def test_older_data_configs_stay_valid():
         ({"task": "dataset", "path": "/a", "max_prompt_tokens": 0}, "data.max_prompt_tokens"),
         ({"task": "dataset", "path": "/a", "overlong_prompts": "cut"}, "data.overlong_prompts"),
         ({"task": "jsonl", "path": "/a", "format": "parquet"}, "data.format"),
-        ({"chat_template_kwargs": {"enable thinking": True}}, "data.chat_template_kwargs.enable thinking"),
-        ({"chat_template_kwargs": {"enable_thinking": [1]}}, "data.chat_template_kwargs.enable_thinking"),
+        ({"chat_template_kwargs": {"enable thinking": True}},
+         "data.chat_template_kwargs.enable thinking"),
+        ({"chat_template_kwargs": {"enable_thinking": [1]}},
+         "data.chat_template_kwargs.enable_thinking"),
     ],
 )  # fmt: skip
 def test_bad_data_settings_name_their_path(data, field):
