@@ -39,6 +39,7 @@ def test_without_a_ray_address_no_cluster_is_registered(settings, tmp_path):
 def test_an_embedded_head_advertises_the_engines_installed_here_and_the_demo_uses_them(
     settings, tmp_path, monkeypatch
 ):
+    from paddock.core.bootstrap import DEMOS
     from paddock.core.doctor import available_backends, engine_versions
     from paddock.experiments.models import Experiment
 
@@ -49,9 +50,13 @@ def test_an_embedded_head_advertises_the_engines_installed_here_and_the_demo_use
     here = available_backends(engine_versions())
     cluster = RayCluster.objects.get(name="local")
     assert set(cluster.backends) == {"torch", *here}
-    demo = Experiment.objects.get(team__slug="demo")
+    demos = Experiment.objects.filter(team__slug="demo")
+    assert sorted(e.name for e in demos) == sorted(name for _, name, _ in DEMOS)
     expected = {"torch", "vllm"} & set(cluster.backends)
-    assert {r.backend for r in demo.runs.all()} == expected
+    for demo in demos:
+        assert {r.backend for r in demo.runs.all()} == expected
+    call_command("paddock_bootstrap", "--embedded-ray")  # a restart launches nothing more
+    assert Experiment.objects.filter(team__slug="demo").count() == len(DEMOS)
 
 
 @pytest.mark.django_db

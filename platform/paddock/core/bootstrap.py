@@ -79,7 +79,19 @@ def local_cluster_ensure(
     return cluster, created
 
 
-DEMO_SPEC_PATH = Path(__file__).resolve().parents[3] / "examples" / "tiny-async.yaml"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+# (spec, name, description): the arithmetic demo trains in about a minute; the chat demo
+# shows the real path (a chat template, reasoning chains of up to ~110 tokens, math_verify)
+# and builds its model first (a few minutes, once). Runs the cluster cannot hold yet wait in
+# queued with the reason.
+DEMOS = (
+    ("tiny-async.yaml", "Demo: tiny arithmetic, async GRPO",
+     "The tiny local model learns 2-digit addition with asynchronous LoRA GRPO, on each "
+     "rollout engine this machine runs."),
+    ("chat-reasoning.yaml", "Demo: chat model, step-by-step sums",
+     "A local chat model (its own chat template, two EOS ids) works sums of 2 to 12 terms "
+     "step by step to a \\boxed{} answer, scored by math_verify, on each rollout engine."),
+)  # fmt: skip
 
 
 # The demo compares engines from the first minute: the same spec on each of these that the
@@ -99,23 +111,26 @@ def demo_backends(cluster) -> tuple[list[str], str | None]:
     )
 
 
-def demo_experiment_ensure(*, owner, team, backends=("torch",)) -> tuple[object | None, bool]:
-    """Launch the demo experiment (examples/tiny-async.yaml on each of `backends`) once, so a
-    fresh platform shows runs training side by side. None when the team already has
-    experiments."""
+def demo_experiments_ensure(*, owner, team, backends=("torch",)) -> list[object]:
+    """Launch the demo experiments (DEMOS, each on every one of `backends`) once, so a fresh
+    platform shows runs training side by side. Nothing when the team already has
+    experiments; returns the experiments launched."""
     import yaml
 
     from paddock.experiments.launch import experiment_launch
     from paddock.experiments.models import Experiment
     from paddock.teams.access import actor_for
 
-    if Experiment.objects.filter(team=team).exists() or not DEMO_SPEC_PATH.is_file():
-        return None, False
-    spec = yaml.safe_load(DEMO_SPEC_PATH.read_text())
-    result = experiment_launch(
-        actor=actor_for(user=owner), team=team, name="Demo: tiny arithmetic, async GRPO",
-        spec=spec, backends=list(backends), tags=["demo"],
-        description="The tiny local model learns 2-digit addition with asynchronous LoRA GRPO, "
-        "on each rollout engine this machine runs.",
-    )  # fmt: skip
-    return result.experiment, True
+    if Experiment.objects.filter(team=team).exists():
+        return []
+    launched = []
+    for file, name, description in DEMOS:
+        if not (EXAMPLES / file).is_file():
+            continue
+        spec = yaml.safe_load((EXAMPLES / file).read_text())
+        result = experiment_launch(
+            actor=actor_for(user=owner), team=team, name=name, spec=spec,
+            backends=list(backends), tags=["demo"], description=description,
+        )  # fmt: skip
+        launched.append(result.experiment)
+    return launched

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand
 from paddock.core.bootstrap import (
     admin_ensure,
     demo_backends,
-    demo_experiment_ensure,
+    demo_experiments_ensure,
     demo_team_ensure,
     local_cluster_ensure,
 )
@@ -36,10 +36,10 @@ class Command(BaseCommand):
             if created:
                 self.stdout.write(f"created the demo team '{team.slug}'")
             backends, why = demo_backends(cluster)
-            experiment, created = demo_experiment_ensure(owner=user, team=team, backends=backends)
-            if created:
+            launched = demo_experiments_ensure(owner=user, team=team, backends=backends)
+            for experiment in launched:
                 self.stdout.write(
                     f"launched the demo experiment '{experiment.name}' on {', '.join(backends)}"
                 )
-                if why:
-                    self.stdout.write(why)
+            if launched and why:
+                self.stdout.write(why)
