@@ -13,13 +13,13 @@ import random
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from ..data.reasoning import reasoning_examples, terms_of, worked_solution
 from ..data.tasks import Example
 from ..spec import TinyModelSpec
 from .chat_tokenizer import CHAT_TEMPLATE, build_chat_tokenizer, eos_token_ids
-from .tiny import pad_rows
+from .tiny import pad_rows, qwen2_config
 
 # Bump when this build changes in a way the recipe fields do not capture.
 CHAT_BUILD_VERSION = 1
@@ -110,21 +110,8 @@ def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
     tok = build_chat_tokenizer(corpus, VOCAB_SIZE)
     eos = eos_token_ids(tok)
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_heads,
-        max_position_embeddings=MAX_POSITIONS,
-        tie_word_embeddings=True,
-        bos_token_id=eos[1],
-        eos_token_id=eos[0],  # as Qwen's instruct configs: end of turn
-        pad_token_id=tok.pad_token_id,
-        rope_theta=10000.0,
-        torch_dtype="float32",
-    )
+    # EOS as Qwen's instruct configs: end of turn
+    config = qwen2_config(spec, tok, MAX_POSITIONS, eos_token_id=eos[0], bos_token_id=eos[1])
     model = Qwen2ForCausalLM(config)
     # Both EOS ids, as an instruct model declares them: what engines stop on.
     model.generation_config = GenerationConfig(

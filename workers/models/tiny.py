@@ -62,7 +62,16 @@ def tiny_model_dir(spec: TinyModelSpec | None = None, home: Path | None = None) 
     return final
 
 
-def _config(spec: TinyModelSpec, tok: PreTrainedTokenizerFast) -> Qwen2Config:
+def qwen2_config(
+    spec: TinyModelSpec,
+    tok: PreTrainedTokenizerFast,
+    max_positions: int = _MAX_POSITIONS,
+    eos_token_id: int | None = None,
+    bos_token_id: int | None = None,
+) -> Qwen2Config:
+    """The Qwen2 config of a locally built model (the tiny and the chat one); EOS and BOS
+    default to the tokenizer's EOS."""
+    eos = tok.eos_token_id if eos_token_id is None else eos_token_id
     return Qwen2Config(
         vocab_size=len(tok),
         hidden_size=spec.hidden_size,
@@ -70,10 +79,10 @@ def _config(spec: TinyModelSpec, tok: PreTrainedTokenizerFast) -> Qwen2Config:
         num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads,
         num_key_value_heads=spec.num_heads,
-        max_position_embeddings=_MAX_POSITIONS,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
-        bos_token_id=tok.eos_token_id,
-        eos_token_id=tok.eos_token_id,
+        bos_token_id=eos if bos_token_id is None else bos_token_id,
+        eos_token_id=eos,
         pad_token_id=tok.pad_token_id,
         rope_theta=10000.0,
         torch_dtype="float32",
@@ -108,7 +117,7 @@ def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
 def _build_char_model(spec: TinyModelSpec, out: Path) -> None:
     tok = build_char_tokenizer()
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(_config(spec, tok))
+    model = Qwen2ForCausalLM(qwen2_config(spec, tok))
     split = arithmetic_examples if spec.task == "arithmetic" else reverse_examples
     train, _held_out = split()
     warm_up(model, tok, train, spec.warmup_steps, spec.warmup_bias, spec.warmup_bias_steps)
