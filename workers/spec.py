@@ -1,8 +1,8 @@
 """The run spec: the single source of truth for a training run's configuration.
 
-The control plane imports exactly this module of `workers` (to validate configs and to serve
-the JSON Schema that drives the launcher form), so it must stay light: pydantic and PyYAML
-only — never torch, transformers or a rollout engine.
+The control plane imports this module of `workers` (to validate configs and to serve the JSON
+Schema that drives the launcher form), beside `events` and `names` only, so it must stay
+light: pydantic and PyYAML only — never torch, transformers or a rollout engine.
 
 Names follow what the RL field already uses (NeMo-RL, verl): `algorithm.num_generations` is
 the group size G, `clip_eps_low/high` the asymmetric PPO clip range, and so on.
@@ -14,7 +14,7 @@ import copy
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from . import names
 
 __all__ = [
     "RunSpec",
@@ -126,18 +128,18 @@ class LoraSpec(_Section):
 
 class AlgorithmSpec(_Section):
     num_generations: int = Field(8, ge=2, description="group size G: samples per prompt")
-    advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
+    advantage: names.Advantage = "grpo"
     advantage_eps: float = Field(1e-6, gt=0, description="ε in (r − mean) / (std + ε)")
     clip_eps_low: float = Field(0.2, gt=0, lt=1)
     clip_eps_high: float = Field(0.28, gt=0, description="DAPO clip-higher: 0.28")
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    loss_agg: names.LossAgg = "token_mean"
     kl_coef: float = Field(0.0, ge=0, description="β of the KL term to the base model")
-    kl_estimator: Literal["k1", "k3"] = "k3"
+    kl_estimator: names.KlEstimator = "k3"
     bypass_mode: bool = Field(
         True,
         description="use the engine's logprobs as π_old (no extra trainer forward)",
     )
-    rollout_is: Literal["none", "token", "sequence"] = "none"
+    rollout_is: names.IsLevel = "none"
     rollout_is_mode: Literal["truncate", "mask"] = "truncate"
     rollout_is_threshold: float = Field(2.0, gt=0, description="TIS cap C, or mask upper bound")
     rollout_is_threshold_low: float | None = Field(
@@ -242,6 +244,14 @@ RolloutSpec = Annotated[
     TorchRolloutSpec | VllmRolloutSpec | TrtllmRolloutSpec,
     Field(discriminator="backend"),
 ]
+# One member per backend: a discriminated union needs each member's tag as a literal of its
+# own, so the tags are checked against the names rather than taken from them.
+_ROLLOUT_MEMBERS = get_args(get_args(RolloutSpec)[0])
+names.names_check(
+    "the rollout union's backends",
+    (get_args(m.model_fields["backend"].annotation)[0] for m in _ROLLOUT_MEMBERS),
+    names.BACKENDS,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -786,7 +796,7 @@ class SpecError(ValueError):
         super().__init__("; ".join(f"{e['field']}: {e['message']}" for e in errors))
 
 
-_UNION_MEMBERS = {"torch", "vllm", "trtllm"}
+_UNION_MEMBERS = set(names.BACKENDS)
 
 
 def _num(v: Any) -> Any:

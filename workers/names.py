@@ -1,0 +1,67 @@
+"""The names both halves use, defined once: rollout backends, the algorithm's pieces, run
+states. Everything else takes them from here: the spec's `Literal`s, the registries of
+`workers/rollout/` and `workers/grpo/` (which check at import that their keys are these),
+the control plane's model choices, `paddock doctor`, and the browser's unions (generated
+into frontend/src/api/names.gen.ts by frontend/scripts/names_ts.py).
+
+Light like spec.py: the standard library only, so the control plane and the API client may
+import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, get_args
+
+Backend = Literal["torch", "vllm", "trtllm"]
+Advantage = Literal["grpo", "dr_grpo", "rloo"]
+LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
+KlEstimator = Literal["k1", "k3"]
+IsLevel = Literal["none", "token", "sequence"]
+
+# The run state machine's states (platform/paddock/experiments/states.py), in its order.
+RunState = Literal[
+    "queued", "dispatching", "starting", "running", "pausing", "paused", "resuming",
+    "succeeded", "aborting", "aborted", "failed",
+]  # fmt: skip
+TerminalRunState = Literal["succeeded", "aborted", "failed"]
+# What a user may want a run to do (the ingest reply's `desired_state`).
+DesiredState = Literal["running", "paused", "aborted"]
+# What a job may report in a `status` event: the states a job itself brings about.
+ReportedState = Literal["starting", "running", "paused", "succeeded", "aborted", "failed"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
+ADVANTAGES: tuple[Advantage, ...] = get_args(Advantage)
+LOSS_AGGS: tuple[LossAgg, ...] = get_args(LossAgg)
+KL_ESTIMATORS: tuple[KlEstimator, ...] = get_args(KlEstimator)
+IS_LEVELS: tuple[IsLevel, ...] = get_args(IsLevel)
+RUN_STATES: tuple[RunState, ...] = get_args(RunState)
+TERMINAL_RUN_STATES: tuple[TerminalRunState, ...] = get_args(TerminalRunState)
+DESIRED_STATES: tuple[DesiredState, ...] = get_args(DesiredState)
+REPORTED_STATES: tuple[ReportedState, ...] = get_args(ReportedState)
+LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
+
+# The Python modules each backend's engine needs, the first one its own: what `paddock doctor`
+# looks for and what a job whose engine is missing names.
+BACKEND_MODULES: dict[Backend, tuple[str, ...]] = {
+    "torch": ("torch", "transformers", "peft"),
+    "vllm": ("vllm",),
+    "trtllm": ("tensorrt_llm",),
+}
+
+
+def names_check(what: str, found: Iterable[str], expected: tuple[str, ...]) -> None:
+    """Raise at import when a registry (or a list of choices) holds other names than these:
+    a backend or an algorithm added in one place only fails loudly, not at a run's launch."""
+    found = set(found)
+    if found != set(expected):
+        missing, extra = sorted(set(expected) - found), sorted(found - set(expected))
+        raise RuntimeError(
+            f"{what} disagree with workers/names.py: missing {missing}, not declared {extra}"
+        )
+
+
+names_check("backend modules", BACKEND_MODULES, BACKENDS)
+if not set(TERMINAL_RUN_STATES) <= set(RUN_STATES) or not set(REPORTED_STATES) <= set(RUN_STATES):
+    raise RuntimeError("terminal and reported run states must be run states")
