@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -86,16 +87,24 @@ def pytest_collection_modifyitems(config, items):
 def ray_head(tmp_path_factory):
     """One local Ray head for the whole session, on free ports, stopped at the end.
     Yields its Jobs API address (http://127.0.0.1:PORT). Never a bare `ray stop`."""
+    with ray_head_running(num_cpus=2, name=f"ray-paddock-{os.getpid()}") as head:
+        yield head
+
+
+@contextlib.contextmanager
+def ray_head_running(num_cpus: int, name: str):
+    """A local Ray head of `num_cpus` logical CPUs on free ports, its temp dir /tmp/<name>;
+    every process it started is killed at the end. Yields its Jobs API and GCS addresses."""
     ray_bin = Path(sys.executable).parent / "ray"
     gcs_port, dash_port = free_port(), free_port()
-    temp_dir = Path("/tmp") / f"ray-paddock-{os.getpid()}"
+    temp_dir = Path("/tmp") / name
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     # jobs run `python -m workers.job`: the `python` on the head's PATH must be this one
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={gcs_port}",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
-         "--include-dashboard=true", "--disable-usage-stats", "--num-cpus=2",
+         "--include-dashboard=true", "--disable-usage-stats", f"--num-cpus={num_cpus}",
          f"--temp-dir={temp_dir}", *ray_agent_port_flags()],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
