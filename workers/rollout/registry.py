@@ -8,15 +8,18 @@ from pathlib import Path
 
 import torch
 
+from ..names import BACKEND_MODULES, names_check
+from ..names import BACKENDS as NAMES
 from ..spec import RunSpec
 from .base import RolloutBackend
 
-# name → (module, class, pip package the engine needs)
-BACKENDS: dict[str, tuple[str, str, str]] = {
-    "torch": ("workers.rollout.torch_backend", "TorchBackend", "torch"),
-    "vllm": ("workers.rollout.vllm_backend", "VllmBackend", "vllm"),
-    "trtllm": ("workers.rollout.trtllm_backend", "TrtllmBackend", "tensorrt_llm"),
+# name → (module, class)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "torch": ("workers.rollout.torch_backend", "TorchBackend"),
+    "vllm": ("workers.rollout.vllm_backend", "VllmBackend"),
+    "trtllm": ("workers.rollout.trtllm_backend", "TrtllmBackend"),
 }
+names_check("rollout backends of workers/rollout/registry.py", BACKENDS, NAMES)
 
 
 def make_backend(
@@ -27,13 +30,13 @@ def make_backend(
     name = spec.rollout.backend
     if name not in BACKENDS:
         raise KeyError(f"unknown rollout backend {name!r}; known: {', '.join(BACKENDS)}")
-    module_name, cls_name, package = BACKENDS[name]
+    module_name, cls_name = BACKENDS[name]
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise RuntimeError(
-            f"rollout.backend {name!r} needs the {package!r} package (and {module_name}); "
-            f"import failed: {exc}"
+            f"rollout.backend {name!r} needs the {BACKEND_MODULES[name][0]!r} package (and "
+            f"{module_name}); import failed: {exc}"
         ) from exc
     cls = getattr(module, cls_name)
     if device is not None and getattr(cls, "placeable", False):

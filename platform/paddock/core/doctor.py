@@ -6,6 +6,8 @@ import importlib.metadata
 import importlib.util
 import os
 
+from workers.names import BACKEND_MODULES
+
 ENGINES = [
     # (import name, distributions to look for, what to install when missing)
     ("torch", ["torch"], "pip install -c constraints-cpu.txt torch  (the CPU build on disk)"),
@@ -19,6 +21,9 @@ ENGINES = [
         "needs an NVIDIA GPU: pip install tensorrt-llm from NVIDIA's index on the cluster",
     ),
 ]
+_UNLISTED = {m for modules in BACKEND_MODULES.values() for m in modules} - {e[0] for e in ENGINES}
+if _UNLISTED:  # a backend's engine that doctor would not look for
+    raise RuntimeError(f"core/doctor.py: ENGINES lacks {sorted(_UNLISTED)}")
 
 
 def engine_versions() -> dict[str, dict]:
@@ -63,11 +68,8 @@ def doctor() -> int:
 
 
 def available_backends(engines: dict[str, dict]) -> list[str]:
-    backends = []
-    if engines["torch"]["ok"] and engines["transformers"]["ok"] and engines["peft"]["ok"]:
-        backends.append("torch")
-    if engines["vllm"]["ok"]:
-        backends.append("vllm")
-    if engines["tensorrt_llm"]["ok"]:
-        backends.append("trtllm")
-    return backends
+    return [
+        backend
+        for backend, modules in BACKEND_MODULES.items()
+        if all(engines[module]["ok"] for module in modules)
+    ]

@@ -7,32 +7,18 @@ from django.conf import settings
 from django.db import models
 
 from paddock.api.errors import DomainError
+from workers import names
 
 
-class RunState(models.TextChoices):
-    QUEUED = "queued"
-    DISPATCHING = "dispatching"
-    STARTING = "starting"
-    RUNNING = "running"
-    PAUSING = "pausing"
-    PAUSED = "paused"
-    RESUMING = "resuming"
-    SUCCEEDED = "succeeded"
-    ABORTING = "aborting"
-    ABORTED = "aborted"
-    FAILED = "failed"
+def _choices(name: str, values: tuple[str, ...]) -> type[models.TextChoices]:
+    """Choices named after their values (`RunState.RUNNING == "running"`), from the names
+    workers/names.py defines once for both halves and the browser."""
+    return models.TextChoices(name, [(value.upper(), value) for value in values])
 
 
-class DesiredState(models.TextChoices):
-    RUNNING = "running"
-    PAUSED = "paused"
-    ABORTED = "aborted"
-
-
-class Backend(models.TextChoices):
-    TORCH = "torch"
-    VLLM = "vllm"
-    TRTLLM = "trtllm"
+RunState = _choices("RunState", names.RUN_STATES)
+DesiredState = _choices("DesiredState", names.DESIRED_STATES)
+Backend = _choices("Backend", names.BACKENDS)
 
 
 class ConfigVersion(models.Model):

@@ -20,6 +20,7 @@ from paddock.experiments.models import (
 from paddock.live.models import SampleSet
 from paddock.teams.access import Actor
 from paddock.teams.models import Role
+from workers import names
 
 _TAGS = Prefetch("tags", queryset=ExperimentTag.objects.order_by("name"))
 
@@ -40,7 +41,7 @@ def experiment_list(
             run_count=Count("runs", distinct=True),
             active_run_count=Count(
                 "runs",
-                filter=~Q(runs__state__in=["succeeded", "aborted", "failed"]),
+                filter=~Q(runs__state__in=names.TERMINAL_RUN_STATES),
                 distinct=True,
             ),
         )

@@ -17,8 +17,9 @@ from paddock.api.errors import DomainError
 from paddock.experiments import hooks
 from paddock.experiments.models import Run, RunEvent
 from paddock.experiments.models import RunState as S
+from workers import names
 
-TERMINAL = frozenset({S.SUCCEEDED, S.ABORTED, S.FAILED})
+TERMINAL = frozenset(S(state) for state in names.TERMINAL_RUN_STATES)
 ACTIVE = frozenset(set(S) - TERMINAL)
 # states in which a job may exist (or be about to): what counts against concurrency quotas
 HOLDING = frozenset(ACTIVE - {S.QUEUED})
