@@ -130,7 +130,7 @@ def train(args: argparse.Namespace) -> None:
         result = {
             "world": world,
             "policy": type(policy).__name__,
-            "shard_lora": bool(getattr(policy, "shard_lora", False)),
+            "shard_lora": bool(getattr(policy.parallel, "shard_lora", False)),
             "device": torch.cuda.get_device_name() if on_gpu else "cpu",
             "seqs": args.seqs,
             "seq_len": args.seq_len,

@@ -102,7 +102,7 @@ def stale_token_sums(
         rows = rows[torch.arange(limit) * len(rows) // limit]
     part = _rows(batch, rows)
     # A sharded policy's ranks all hold the whole batch and pick the same rows; each takes
-    # its share of them (`_rank_part`) and runs as many forwards as the others (each one
+    # its share of them (`policy.parallel.part`) and runs as many forwards as the others (each one
     # gathers the sharded layers), then the sums are added up across the group. One
     # process: its share is everything and the reduction does nothing.
     share = policy.shares_prompts(part)  # one choice for every rank and micro-batch
@@ -115,7 +115,7 @@ def stale_token_sums(
         for v in part.versions[stale[rows]].unique().tolist():
             policy.load_adapter_tensors(history.get(v), current_version)
             own = _rows(part, (part.versions == v).any(dim=1).nonzero().squeeze(1))
-            mine, n_micro = policy._rank_part(own, size)
+            mine, n_micro = policy.parallel.part(own, size)
             for i in range(n_micro):
                 mb = mine.slice(i * size, (i + 1) * size)
                 counted = len(mb) > 0  # else a repeat, only to keep the forwards in step
@@ -126,5 +126,5 @@ def stale_token_sums(
     finally:
         policy.load_adapter_tensors(restore, current_version)
         policy.model.train(was_training)
-    sums, tokens = policy._reduce_metrics(out.sums, dict.fromkeys(METRICS, out.tokens))
+    sums, tokens = policy.parallel.reduce_metrics(out.sums, dict.fromkeys(METRICS, out.tokens))
     return TokenSums(dict(sums), tokens[METRICS[0]])

@@ -45,6 +45,8 @@ from .policy import LoraPolicy
 
 
 class ShardedLoraPolicy(LoraPolicy):
+    """A `LoraPolicy` that holds the FSDP2 strategy below: the policy itself is unchanged."""
+
     def __init__(
         self,
         spec: RunSpec,
@@ -54,10 +56,26 @@ class ShardedLoraPolicy(LoraPolicy):
     ):
         if not dist.is_initialized():
             raise RuntimeError("ShardedLoraPolicy needs an initialised torch.distributed group")
-        super().__init__(spec, model_dir, device)
+        super().__init__(spec, model_dir, device, parallel=FsdpParallel(shard_lora))
+
+
+class FsdpParallel:
+    """Data parallel over the ranks of the default process group, the base sharded."""
+
+    # Sharded ranks must run the same forwards (each gathers the layers).
+    uniform_forward = True
+
+    def __init__(self, shard_lora: bool = False):
         self.shard_lora = shard_lora
-        ignored = None if shard_lora else set(self.params)
-        body = self.model.get_base_model().model
+        # replicated LoRA gradients are summed by one all-reduce; sharded ones averaged by
+        # FSDP's reduce-scatter, so each rank's loss is scaled by the world size
+        self.loss_scale = float(dist.get_world_size()) if shard_lora else 1.0
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        self.model = model
+        trained = {p for p in model.parameters() if p.requires_grad}
+        ignored = None if self.shard_lora else trained
+        body = model.get_base_model().model
         # The base is frozen, so a layer's gathered weights are kept from its forward to its
         # backward (one unsharded copy of the model a rank at the peak) rather than gathered
         # again: the backward then waits on no collective but the LoRA gradients' reduce.
@@ -67,15 +85,6 @@ class ShardedLoraPolicy(LoraPolicy):
         # a forward with no backward to follow (π_old, the KL base, the version probe, the
         # staleness check) gives its gathered weights back at once
         body.register_forward_hook(lambda *_: None if torch.is_grad_enabled() else self.reshard())
-        # fully_shard swapped sharded parameters for DTensors: the optimizer (no state yet)
-        # must hold the new ones
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        (group,) = self.optimizer.param_groups
-        group["params"] = self.params
-
-    @property
-    def rank(self) -> int:
-        return dist.get_rank()
 
     def reshard(self) -> None:
         """Back to shards after a forward that no backward follows (layers keep their
@@ -87,29 +96,12 @@ class ShardedLoraPolicy(LoraPolicy):
 
     # ---------------------------------------------------------------- data parallel
 
-    uniform_forward = True
-
-    @property
-    def loss_scale(self) -> float:  # type: ignore[override]
-        return float(dist.get_world_size()) if self.shard_lora else 1.0
-
-    def _sync_grads(self) -> None:
-        if self.shard_lora:
-            return  # FSDP reduce-scattered them during the backward
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        packed = PackedTensors.pack({str(i): g for i, g in enumerate(grads)})
-        for flat in packed.buffers.values():  # one all-reduce per dtype
-            dist.all_reduce(flat)
-        summed = packed.unpack()
-        for i, p in enumerate(self.params):
-            p.grad = summed[str(i)]
-
-    def _rank_part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
-        start, end = contiguous_shares(len(batch), dist.get_world_size())[self.rank]
+    def part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
+        start, end = contiguous_shares(len(batch), dist.get_world_size())[dist.get_rank()]
         most = -(-len(batch) // dist.get_world_size())  # the largest share
         return batch.slice(start, end), max(1, -(-most // micro_batch_size))
 
-    def _reduce_metrics(
+    def reduce_metrics(
         self, sums: dict[str, float], weights: dict[str, float]
     ) -> tuple[dict[str, float], dict[str, float]]:
         gathered: list[tuple[dict, dict]] = [None] * dist.get_world_size()  # type: ignore[list-item]
@@ -123,6 +115,17 @@ class ShardedLoraPolicy(LoraPolicy):
                 out_w[k] = 1.0 if k in ADDITIVE_METRICS else out_w[k] + w[k]
         return out_s, out_w
 
+    def sync_grads(self, params: list[torch.nn.Parameter]) -> None:
+        if self.shard_lora:
+            return  # FSDP reduce-scattered them during the backward
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        packed = PackedTensors.pack({str(i): g for i, g in enumerate(grads)})
+        for flat in packed.buffers.values():  # one all-reduce per dtype
+            dist.all_reduce(flat)
+        summed = packed.unpack()
+        for i, p in enumerate(params):
+            p.grad = summed[str(i)]
+
     # ---------------------------------------------------------------- adapter I/O
 
     def adapter_tensors(self) -> dict[str, torch.Tensor]:
@@ -131,10 +134,10 @@ class ShardedLoraPolicy(LoraPolicy):
         state = get_peft_model_state_dict(self.model, adapter_name=lora_io.ADAPTER_NAME)
         return {k: _full(v).detach().to("cpu", copy=True).contiguous() for k, v in state.items()}
 
-    def adapter_snapshot(self) -> dict[str, torch.Tensor]:
+    def adapter_snapshot(self, device: torch.device) -> dict[str, torch.Tensor]:
         return self.adapter_tensors()  # gathered tensor by tensor, to the CPU
 
-    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         self.reshard()  # write into the shards, not into gathered copies about to be dropped
         current = get_peft_model_state_dict(self.model, adapter_name=lora_io.ADAPTER_NAME)
         sharded = {}
@@ -146,31 +149,27 @@ class ShardedLoraPolicy(LoraPolicy):
                 else full
             )
         set_peft_model_state_dict(self.model, sharded, adapter_name=lora_io.ADAPTER_NAME)
-        self.adapter_version = version
 
-    def save_adapter(self, out: str | Path) -> Path:
-        """A PEFT directory like LoraPolicy's, written by rank 0 (every rank gathers)."""
+    def save_adapter(self, out: Path, version: int) -> Path:
+        """A PEFT directory like one process's, written by rank 0 (every rank gathers)."""
         tensors = self.adapter_tensors()
-        out = Path(out)
-        if self.rank == 0:
+        if dist.get_rank() == 0:
             out.mkdir(parents=True, exist_ok=True)
             self.model.peft_config[lora_io.ADAPTER_NAME].save_pretrained(str(out))
             lora_io.write_adapter_file(tensors, out / "adapter_model.safetensors")
-            (out / lora_io.VERSION_FILE).write_text(
-                json.dumps({"adapter_version": self.adapter_version})
-            )
+            (out / lora_io.VERSION_FILE).write_text(json.dumps({"adapter_version": version}))
         return out
 
-    def optimizer_state(self) -> dict:
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
         """The full optimizer state (LoRA-sized), on every rank."""
         return get_optimizer_state_dict(
-            self.model, self.optimizer, options=StateDictOptions(full_state_dict=True)
+            self.model, optimizer, options=StateDictOptions(full_state_dict=True)
         )
 
-    def load_optimizer_state(self, state: dict) -> None:
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         set_optimizer_state_dict(
             self.model,
-            self.optimizer,
+            optimizer,
             optim_state_dict=state,
             options=StateDictOptions(full_state_dict=True),
         )

@@ -16,6 +16,7 @@ from .batch import TrainBatch
 from .checkpointing import checkpoint_layers
 from .fused_logprobs import token_logprobs as token_logprobs_fn
 from .mixed_precision import bf16_autocast
+from .parallel import OneProcess, Parallelism
 
 
 def pick_device(spec: RunSpec) -> torch.device:
@@ -26,10 +27,18 @@ def pick_device(spec: RunSpec) -> torch.device:
 
 class LoraPolicy:
     """Holds the model, the optimizer and `adapter_version`, which increases by one with every
-    optimizer step and names the adapter the engine must acknowledge before serving it."""
+    optimizer step and names the adapter the engine must acknowledge before serving it.
+    `parallel` is how the step spreads over processes (parallel.py; fsdp.py for FSDP2)."""
 
-    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
+    def __init__(
+        self,
+        spec: RunSpec,
+        model_dir: str | Path,
+        device: torch.device | None = None,
+        parallel: Parallelism | None = None,
+    ):
         self.spec = spec
+        self.parallel = parallel or OneProcess()
         self.device = device or pick_device(spec)
         self.tokenizer = lora_io.load_tokenizer(model_dir)
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
@@ -58,6 +67,12 @@ class LoraPolicy:
             # per-chunk maths (fused_logprobs.py) and keeps its own matmuls.
             for layer in self._lm_parts()[0].layers:
                 layer.compile()
+        self.parallel.prepare(self.model)
+        # the strategy may have swapped parameters (FSDP2: for DTensors); the optimizer has
+        # no state yet and must hold the new ones
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        (group,) = self.optimizer.param_groups
+        group["params"] = self.params
 
     # ---------------------------------------------------------------- forward passes
 
@@ -126,7 +141,8 @@ class LoraPolicy:
         for i in range(len(batch)):
             key = tuple(batch.input_ids[i, : int(batch.prompt_len[i])].tolist())
             owner.append(keys.setdefault(key, len(keys)))
-        if not share_prompts or (len(keys) == len(batch) and not self.uniform_forward):
+        uniform = self.parallel.uniform_forward
+        if not share_prompts or (len(keys) == len(batch) and not uniform):
             # use_cache=False: no KV cache to build in training; with one, each layer's
             # cache slot was a guard that made train.compile recompile per layer
             hidden = body(
@@ -197,11 +213,11 @@ class LoraPolicy:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
-        part, n_micro = self._rank_part(batch, t.micro_batch_size)
+        part, n_micro = self.parallel.part(batch, t.micro_batch_size)
         with self._backward_context():
             self._accumulate(batch, part, n_micro, share, norm, separate_old, sums, weights)
-        sums, weights = self._reduce_metrics(sums, weights)
-        self._sync_grads()
+        sums, weights = self.parallel.reduce_metrics(sums, weights)
+        self.parallel.sync_grads(self.params)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
         self.optimizer.step()
         self.adapter_version += 1
@@ -218,7 +234,7 @@ class LoraPolicy:
             mb = part.slice(start, start + t.micro_batch_size)
             # a rank whose share ran out repeats a micro-batch at weight 0: every rank must
             # run the same number of forwards, as each one gathers the sharded layers
-            scale = self.loss_scale if len(mb) else 0.0
+            scale = self.parallel.loss_scale if len(mb) else 0.0
             mb = mb if len(mb) else batch.slice(0, t.micro_batch_size)
             lp, ent = self.token_logprobs(mb, share)
             lp_old = None
@@ -245,48 +261,29 @@ class LoraPolicy:
                     sums[k] += v * w
                     weights[k] += w
 
-    # Data-parallel hooks. One process trains on the whole batch; ShardedLoraPolicy's ranks
-    # each take a share, scale their loss and add their metrics up across the group.
-    loss_scale = 1.0
-    # Sharded ranks must run the same forwards (each gathers the layers): the prompt-sharing
-    # forward is then taken whether or not a micro-batch shares a prompt.
-    uniform_forward = False
-
-    def _rank_part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
-        """This rank's share of `batch` and how many micro-batches every rank runs."""
-        return batch, -(-len(batch) // micro_batch_size)
-
-    def _reduce_metrics(
-        self, sums: dict[str, float], weights: dict[str, float]
-    ) -> tuple[dict[str, float], dict[str, float]]:
-        return sums, weights
-
-    def _sync_grads(self) -> None:
-        """Make every rank's gradients the whole batch's (nothing to do in one process)."""
-
     # ---------------------------------------------------------------- adapter I/O
 
     def adapter_tensors(self) -> dict[str, torch.Tensor]:
-        return lora_io.adapter_tensors(self.model)
+        """The adapter's tensors on the CPU (under FSDP2 a collective: every rank calls it)."""
+        return self.parallel.adapter_tensors()
 
     def adapter_snapshot(self) -> dict[str, torch.Tensor]:
-        """A copy of the adapter where it lives (one device-side copy on a GPU): what an
-        engine in this process or on this host loads without a trip through the CPU."""
-        return lora_io.move_tensors(lora_io.lora_index(self.model), self.device)
+        """A copy of the adapter for an engine to load."""
+        return self.parallel.adapter_snapshot(self.device)
 
     def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], version: int) -> None:
-        lora_io.load_adapter_tensors(self.model, tensors)
+        self.parallel.load_adapter_tensors(tensors)
         self.adapter_version = version
 
     def save_adapter(self, out: str | Path) -> Path:
-        return lora_io.save_adapter_dir(self.model, out, self.adapter_version)
+        return self.parallel.save_adapter(Path(out), self.adapter_version)
 
     def load_adapter_dir(self, path: str | Path) -> None:
         tensors, version = lora_io.read_adapter_dir(path)
         self.load_adapter_tensors(tensors, version)
 
     def optimizer_state(self) -> dict:
-        return self.optimizer.state_dict()
+        return self.parallel.optimizer_state(self.optimizer)
 
     def load_optimizer_state(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state)
+        self.parallel.load_optimizer_state(self.optimizer, state)

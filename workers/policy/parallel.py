@@ -1,0 +1,95 @@
+"""How a `LoraPolicy` spreads over processes: the strategy the policy holds.
+
+The policy owns the model, the optimizer and the step; the strategy owns what differs
+between one process and data-parallel ranks: which share of a batch this process trains on,
+how its gradients and metrics become the whole batch's, and how the adapter and optimizer
+state are read and written (plain tensors here; DTensor shards under FSDP2, in fsdp.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from . import lora as lora_io
+from .batch import TrainBatch
+
+
+class Parallelism(Protocol):
+    # Each process's loss is multiplied by this before backward (FSDP's reduce-scatter
+    # averages sharded gradients, so sharded ranks scale by the world size to sum them).
+    loss_scale: float
+    # Ranks that gather sharded layers in every forward must all run the same forwards: the
+    # prompt-sharing forward is then taken whether or not a micro-batch shares a prompt.
+    uniform_forward: bool
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Called once the model is built, before the optimizer's first step."""
+
+    def part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
+        """This process's share of `batch` and how many micro-batches every process runs."""
+        ...
+
+    def reduce_metrics(
+        self, sums: dict[str, float], weights: dict[str, float]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """Each process's metric sums and weights → the whole batch's."""
+        ...
+
+    def sync_grads(self, params: list[torch.nn.Parameter]) -> None:
+        """Make this process's gradients the whole batch's."""
+
+    def adapter_tensors(self) -> dict[str, torch.Tensor]: ...
+
+    def adapter_snapshot(self, device: torch.device) -> dict[str, torch.Tensor]: ...
+
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor]) -> None: ...
+
+    def save_adapter(self, out: Path, version: int) -> Path: ...
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict: ...
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None: ...
+
+
+class OneProcess:
+    """One process trains on the whole batch: nothing to split, reduce or gather."""
+
+    loss_scale = 1.0
+    uniform_forward = False
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
+        return batch, -(-len(batch) // micro_batch_size)
+
+    def reduce_metrics(
+        self, sums: dict[str, float], weights: dict[str, float]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        return sums, weights
+
+    def sync_grads(self, params: list[torch.nn.Parameter]) -> None:
+        pass
+
+    def adapter_tensors(self) -> dict[str, torch.Tensor]:
+        return lora_io.adapter_tensors(self.model)
+
+    def adapter_snapshot(self, device: torch.device) -> dict[str, torch.Tensor]:
+        # one device-side copy on a GPU: what an engine in this process or on this host
+        # loads without a trip through the CPU
+        return lora_io.move_tensors(lora_io.lora_index(self.model), device)
+
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        lora_io.load_adapter_tensors(self.model, tensors)
+
+    def save_adapter(self, out: Path, version: int) -> Path:
+        return lora_io.save_adapter_dir(self.model, out, version)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
