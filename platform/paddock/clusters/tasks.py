@@ -88,16 +88,6 @@ def _cluster_down(cluster_id: int, error: str) -> None:
     RayCluster.objects.filter(pk=cluster_id).update(healthy=False, health_error=error[:2000])
 
 
-@shared_task(acks_late=True)
-def run_stop(run_id: int) -> str:
-    """A hard stop of the run's job: for a job that ignored an abort past its grace."""
-    run = Run.objects.select_related("cluster").filter(pk=run_id).first()
-    if run is None or run.cluster is None or not run.ray_submission_id:
-        return "nothing to stop"
-    job_stop(address=run.cluster.address, submission_id=run.ray_submission_id)
-    return "stopped"
-
-
 @shared_task
 def cluster_health() -> dict[str, bool]:
     states = {}

@@ -16,7 +16,6 @@ from django.utils.text import slugify
 from paddock.api.errors import DomainError, forbidden, not_found
 from paddock.teams.access import Actor
 from paddock.teams.models import (
-    ROLE_RANK,
     ApiToken,
     AuditEvent,
     Membership,
@@ -277,7 +276,3 @@ def team_quota_set(
         target_id=team.pk, data=changes,
     )  # fmt: skip
     return quota
-
-
-def role_at_least(role: str, minimum: Role) -> bool:
-    return ROLE_RANK[role] >= ROLE_RANK[minimum]
