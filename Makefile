@@ -30,10 +30,11 @@ $(BIN)/python:
 	$(BIN)/pip install --disable-pip-version-check -q --upgrade pip
 
 # torch is installed first and alone: the constraint pins the CPU build that lies on disk,
-# so no resolver step can pull a multi-GB CUDA build.
+# so no resolver step can pull a multi-GB CUDA build. `make up` runs both sides on this
+# machine: the `all` extra (a bare `pip install paddock` is the client and CLI only).
 $(STAMPS)/runtime: pyproject.toml constraints-cpu.txt | $(BIN)/python
 	$(PIP) torch
-	$(PIP) -e .
+	$(PIP) -e '.[all]'
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/dev: $(STAMPS)/runtime

@@ -1,6 +1,6 @@
-"""docs/architecture.md's module map names every module of the control plane and the data
-plane, and no module that is gone: a new engineer reads the map first, so a module missing
-from it (or one it still lists after a move) sends them the wrong way."""
+"""docs/architecture.md's module map names every module of the control plane, the data
+plane and the client, and no module that is gone: a new engineer reads the map first, so a
+module missing from it (or one it still lists after a move) sends them the wrong way."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "architecture.md"
-ROOTS = (REPO / "platform" / "paddock", REPO / "workers")
+ROOTS = (REPO / "platform" / "paddock", REPO / "workers", REPO / "paddock_client")
 # boilerplate every Django app or package has; the map names what holds something
 UNLISTED = {"__init__.py", "apps.py", "admin.py"}
 NAMED_MODULE = re.compile(r"`([\w/]+\.py)(?::\w+)?`")

@@ -46,6 +46,7 @@ RUN python deploy/docker/requirements.py platform pyproject.toml > /tmp/requirem
 COPY manage.py ./
 COPY platform/ platform/
 COPY workers/ workers/
+COPY paddock_client/ paddock_client/
 # editable, without dependencies: gives the `paddock` CLI (paddock doctor) and the package
 # metadata, while the code runs from /app
 RUN pip install --no-deps -e . && rm -rf /app/*.egg-info

@@ -5,12 +5,12 @@
 Used by the images so that the platform image never installs torch (the control plane never
 imports it: docs/architecture.md) and the Ray image never installs Django.
 
-Today pyproject.toml has one dependency list for both sides. The proposed split (see
-docs/deployment.md, "Images") moves them into extras: `paddock[platform]` and
-`paddock[workers]`, with only the seam (pydantic, pyyaml, fsspec, requests) left in the main
-list. When the extra named on the command line exists, this prints the main list plus that
-extra, verbatim. Until then it prints the main list less the other side's packages, named
-below. Either way, the platform side is refused if it would pull torch or an engine.
+pyproject.toml's main list is the client and CLI (requests, pydantic, PyYAML, typer, rich);
+each side is an extra, `paddock[platform]` and `paddock[workers]`. When the extra named on
+the command line exists, this prints the main list plus that extra, verbatim; for a
+pyproject.toml with one list for both sides it prints that list less the other side's
+packages, named below. Either way, the platform side is refused if it would pull torch or
+an engine.
 
 Standard library only: it runs in a bare build stage before anything is installed."""
 

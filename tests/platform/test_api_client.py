@@ -1,6 +1,5 @@
 """The thin client and the CLI verbs against a live server (real HTTP, real auth)."""
 
-import argparse
 import json
 import subprocess
 import sys
@@ -12,9 +11,9 @@ from paddock.experiments.models import Run
 from paddock.experiments.states import run_transition
 from paddock.teams.models import Role
 from paddock.teams.services import api_token_create
+from paddock_client.cli import main
+from paddock_client.client import PaddockAPIError, PaddockClient
 from tests.platform.conftest import TINY_SPEC
-from workers import api_cli
-from workers.api_client import PaddockAPIError, PaddockClient
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("quiet_hooks")
 
 
 def test_the_client_imports_neither_django_nor_torch():
-    code = ("import sys, workers.api_client, workers.api_cli;"
+    code = ("import sys, paddock_client.client, paddock_client.cli;"
             "print([m for m in ('django', 'torch') if m in sys.modules])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, check=True)  # fmt: skip
@@ -57,12 +56,9 @@ def test_launch_list_control_and_follow_logs(client, world):
 @pytest.mark.django_db(transaction=True)
 def test_cli_verbs(client, world, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    parser = argparse.ArgumentParser()
-    api_cli.register(parser.add_subparsers(dest="verb"))
 
     def paddock(*argv):
-        args = parser.parse_args(argv)
-        return args.func(args)
+        return main(list(argv))
 
     token = client.session.headers["Authorization"].split()[1]
     assert paddock("login", "--url", client.url, "--token", token) == 0
@@ -71,7 +67,10 @@ def test_cli_verbs(client, world, tmp_path, monkeypatch, capsys):
     assert saved.stat().st_mode & 0o777 == 0o600
     spec = tmp_path / "tiny.yaml"
     spec.write_text("train:\n  steps: 5\n")
-    assert paddock("launch", str(spec), "--backends", "torch,vllm", "--set", "seed=3") == 0
+    assert (
+        paddock("experiments", "launch", str(spec), "--backends", "torch,vllm", "--set", "seed=3")
+        == 0
+    )
     assert "seed 3" in capsys.readouterr().out
     assert paddock("runs", "list", "--backend", "torch") == 0
     listed = capsys.readouterr().out.splitlines()

@@ -1,7 +1,7 @@
 """A thin Python client of the Paddock REST API (/api/v1/).
 
 Needs `requests` only: importable without Django and without torch, so scripts, notebooks
-and the `paddock` CLI verbs can drive a platform from anywhere.
+and the `paddock` CLI can drive a platform from anywhere.
 
     client = PaddockClient("http://127.0.0.1:8000", token="pdk_…")
     launched = client.launch(team=1, name="kl sweep", spec={"train": {"steps": 20}},
@@ -10,6 +10,8 @@ and the `paddock` CLI verbs can drive a platform from anywhere.
         print(event["message"])
 
 Errors come back as `PaddockAPIError` carrying the API's `code`, `message` and `field`.
+Transfers (dataset upload, checkpoint and export download) take an optional `progress`
+callback, called with (bytes so far, total bytes or None).
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from paddock_client.transfer import MultipartFile, adapter_extract, save_stream
+
 FINISHED = {"succeeded", "aborted", "failed"}
+Progress = Callable[[int, int | None], None]
 
 
 def credentials_path() -> Path:
@@ -36,6 +41,20 @@ class PaddockAPIError(Exception):
         self.status, self.code, self.message, self.field = status, code, message, field
         where = f" ({field})" if field else ""
         super().__init__(f"{status} {code}{where}: {message}")
+
+
+def _raise_for(reply: requests.Response) -> None:
+    if reply.status_code < 400:
+        return
+    try:
+        body = reply.json()
+    except ValueError:
+        body = {"code": "http_error", "message": reply.text[:500]}
+    if not isinstance(body, dict):
+        body = {"code": "http_error", "message": str(body)[:500]}
+    raise PaddockAPIError(
+        reply.status_code, body.get("code", "error"), body.get("message", ""), body.get("field")
+    )
 
 
 class PaddockClient:
@@ -74,29 +93,39 @@ class PaddockClient:
 
     # --- transport -----------------------------------------------------------------------
 
+    def _url(self, path: str) -> str:
+        return path if path.startswith("http") else f"{self.url}/api/v1/{path.lstrip('/')}"
+
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        url = path if path.startswith("http") else f"{self.url}/api/v1/{path.lstrip('/')}"
-        reply = self.session.request(method, url, timeout=self.timeout, **kwargs)
-        if reply.status_code >= 400:
-            try:
-                body = reply.json()
-            except ValueError:
-                body = {"code": "http_error", "message": reply.text[:500]}
-            raise PaddockAPIError(
-                reply.status_code, body.get("code", "error"), body.get("message", ""),
-                body.get("field"),
-            )  # fmt: skip
+        reply = self.session.request(method, self._url(path), timeout=self.timeout, **kwargs)
+        _raise_for(reply)
         if reply.status_code == 204 or not reply.content:
             return None
         return reply.json()
 
     def _pages(self, path: str, params: dict | None = None) -> Iterator[dict]:
-        page = self.request("GET", path, params={k: v for k, v in (params or {}).items() if v})
+        params = {k: v for k, v in (params or {}).items() if v is not None and v != ""}
+        page = self.request("GET", path, params=params)
         while True:
             yield from page["results"]
             if not page.get("next"):
                 return
             page = self.request("GET", page["next"])
+
+    def _download(
+        self, path: str, params: dict | None = None
+    ) -> tuple[requests.Response, str | None, int | None]:
+        """An open streamed reply, its file name (Content-Disposition) and its length."""
+        reply = self.session.get(self._url(path), params=params, stream=True, timeout=self.timeout)
+        try:
+            _raise_for(reply)
+        except PaddockAPIError:
+            reply.close()
+            raise
+        disposition = reply.headers.get("Content-Disposition", "")
+        name = disposition.partition('filename="')[2].rstrip('"') or None
+        length = reply.headers.get("Content-Length")
+        return reply, name, int(length) if length else None
 
     # --- who and where ---------------------------------------------------------------------
 
@@ -148,12 +177,22 @@ class PaddockClient:
         return self.request("POST", "experiments", json=payload)
 
     def clone(self, experiment_id: int, *, edits: dict | None = None, **fields: Any) -> dict:
+        """Launch a copy of an experiment with `edits` (dotted path → value); fields are
+        the clone body's others (name, backends, seeds, config, validate_only, …)."""
+        fields = {k: v for k, v in fields.items() if v is not None}
         return self.request(
             "POST", f"experiments/{experiment_id}/clone", json={"edits": edits or {}, **fields}
         )
 
     def experiments(self, **filters: Any) -> Iterator[dict]:
+        """Experiments matching team, tag, creator, search; newest first, across pages."""
         return self._pages("experiments", filters)
+
+    def experiment(self, experiment_id: int) -> dict:
+        return self.request("GET", f"experiments/{experiment_id}")
+
+    def config(self, config_id: int) -> dict:
+        return self.request("GET", f"configs/{config_id}")
 
     def runs(self, **filters: Any) -> Iterator[dict]:
         """Every run matching state (`"running"` or `"queued,running"`), backend, tag,
@@ -209,25 +248,90 @@ class PaddockClient:
         return self.request("GET", "metrics", params=params)
 
     def diff(self, config_a: int, config_b: int) -> list[dict]:
+        """What changed from config version a to b: [{"path", "a", "b"}, …]."""
         return self.request("GET", "configs/diff", params={"a": config_a, "b": config_b})["changes"]
+
+    # --- checkpoints -----------------------------------------------------------------------
 
     def checkpoints(self, run_id: int) -> list[dict]:
         return self.request("GET", f"runs/{run_id}/checkpoints")
 
-    def download_checkpoint(self, run_id: int, checkpoint_id: int, dest: Path) -> Path:
-        """Stream a checkpoint to `dest` (a directory: the server's file name is kept)."""
-        url = f"{self.url}/api/v1/runs/{run_id}/checkpoints/{checkpoint_id}/download"
-        with self.session.get(url, stream=True, timeout=self.timeout) as reply:
-            if reply.status_code >= 400:
-                body = reply.json()
-                raise PaddockAPIError(reply.status_code, body["code"], body["message"])
-            disposition = reply.headers.get("Content-Disposition", "")
-            name = disposition.partition('filename="')[2].rstrip('"') or f"checkpoint-{run_id}"
-            target = dest / name if dest.is_dir() else dest
-            with open(target, "wb") as fh:
-                for chunk in reply.iter_content(1024 * 1024):
-                    fh.write(chunk)
+    def download_checkpoint(
+        self, run_id: int, checkpoint_id: int, dest: Path, progress: Progress | None = None
+    ) -> Path:
+        """Stream a checkpoint as the server sends it (a directory arrives as a tar) to
+        `dest`: into it if it is a directory (the server's file name kept), else to it."""
+        reply, name, size = self._download(f"runs/{run_id}/checkpoints/{checkpoint_id}/download")
+        with reply:
+            target = dest / (name or f"checkpoint-{checkpoint_id}") if dest.is_dir() else dest
+            save_stream(reply.iter_content(1024 * 1024), target, size, progress)
         return target
 
-    def create_token(self, team: int | str | None, name: str) -> dict:
-        return self.request("POST", f"teams/{self.team_id(team)}/tokens", json={"name": name})
+    def download_adapter(
+        self, run_id: int, checkpoint_id: int, dest: Path, progress: Progress | None = None
+    ) -> Path:
+        """The checkpoint's LoRA adapter alone, unpacked into the directory `dest`
+        (adapter_config.json + adapter_model.safetensors): what `peft.PeftModel
+        .from_pretrained(base, dest)` and vLLM's LoRARequest load as it is."""
+        reply, _, size = self._download(f"runs/{run_id}/checkpoints/{checkpoint_id}/download")
+        with reply:
+            return adapter_extract(reply.iter_content(1024 * 1024), dest, size, progress)
+
+    def export_metrics(
+        self, run_id: int, dest: Path, *, format: str = "csv", progress: Progress | None = None
+    ) -> Path:
+        """Every stored point of the run (full resolution, no downsampling) as CSV or
+        Parquet, streamed to `dest`."""
+        reply, _, size = self._download(f"runs/{run_id}/metrics/export", params={"format": format})
+        with reply:
+            save_stream(reply.iter_content(1024 * 1024), dest, size, progress)
+        return dest
+
+    # --- datasets --------------------------------------------------------------------------
+
+    def datasets(self, **filters: Any) -> Iterator[dict]:
+        return self._pages("datasets", filters)
+
+    def upload_dataset(
+        self, path: Path, *, team: int | str | None, name: str | None = None,
+        progress: Progress | None = None,
+    ) -> dict:  # fmt: skip
+        """Upload a JSONL or Parquet file (streamed from disk, with its length sent)."""
+        fields = {"team": str(self.team_id(team)), "name": name or path.name}
+        with MultipartFile(fields, "file", path, progress) as body:
+            return self.request(
+                "POST", "datasets", data=body, headers={"Content-Type": body.content_type},
+                timeout=max(self.timeout, 600),
+            )  # fmt: skip
+
+    # --- tokens and clusters ---------------------------------------------------------------
+
+    def tokens(self, team: int | str | None) -> list[dict]:
+        return self.request("GET", f"teams/{self.team_id(team)}/tokens")
+
+    def create_token(
+        self, team: int | str | None, name: str, expires_at: str | None = None
+    ) -> dict:
+        body = {"name": name, **({"expires_at": expires_at} if expires_at else {})}
+        return self.request("POST", f"teams/{self.team_id(team)}/tokens", json=body)
+
+    def revoke_token(self, team: int | str | None, token_id: int) -> dict:
+        return self.request("DELETE", f"teams/{self.team_id(team)}/tokens/{token_id}")
+
+    def clusters(self) -> list[dict]:
+        return self.request("GET", "clusters")
+
+    def cluster(self, cluster_id: int) -> dict:
+        return self.request("GET", f"clusters/{cluster_id}")
+
+    def register_cluster(self, **fields: Any) -> dict:
+        """name, address, team (None: shared, staff only), dashboard_url, backends,
+        capacity, labels."""
+        body = {k: v for k, v in fields.items() if v is not None}
+        if "team" in body:
+            body["team"] = self.team_id(body["team"])
+        return self.request("POST", "clusters", json=body)
+
+    def cluster_health(self, cluster_id: int) -> dict:
+        """Check the cluster's Jobs API now; the cluster with what the check found."""
+        return self.request("POST", f"clusters/{cluster_id}/health")

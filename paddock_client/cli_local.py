@@ -1,0 +1,136 @@
+"""The verbs that run on this machine: `up` and `doctor` (the platform: the `platform`
+extra), `train` (the engine: the `workers` extra), and `spec` (the run spec: light)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from paddock_client.options import SetOpt
+from paddock_client.output import err
+
+# which extra brings which verb's imports (pyproject.toml's optional-dependencies)
+EXTRAS = {"platform": ("django", "celery", "uvicorn"), "workers": ("torch", "transformers")}
+
+
+def require_extras(verb: str, *extras: str) -> None:
+    """Exit with the pip command to run when an extra `verb` needs is not installed."""
+    missing = [m for extra in extras for m in EXTRAS[extra] if importlib.util.find_spec(m) is None]
+    if missing:
+        name = "all" if len(extras) > 1 else extras[0]
+        err(
+            f"`paddock {verb}` needs the {name} extra ({', '.join(missing)} not installed): "
+            f"pip install 'paddock[{name}]'"
+        )
+        raise typer.Exit(2)
+
+
+def up(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    no_demo: Annotated[bool, typer.Option("--no-demo", help="no demo experiment")] = False,
+) -> None:
+    """Run the whole platform on this machine on embedded defaults."""
+    require_extras("up", "platform", "workers")
+    from paddock.embedded.up import UpOptions, up  # the Django project (platform/paddock)
+
+    raise typer.Exit(up(UpOptions(host=host, port=port, demo=not no_demo)))
+
+
+def doctor() -> None:
+    """Which components and rollout backends this machine has."""
+    require_extras("doctor", "platform")
+    from paddock.core.doctor import doctor
+
+    raise typer.Exit(doctor())
+
+
+def _spec_errors(source: str, exc) -> None:
+    for error in exc.errors:
+        print(f"{source}: {error['field']}: {error['message']}", file=sys.stderr)
+
+
+def train(
+    spec: Annotated[Path, typer.Argument(help="a run spec, YAML or JSON")],
+    out: Annotated[Path | None, typer.Option(help="output folder (default: under runs/)")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Run a spec in this process: no platform, no Ray."""
+    require_extras("train", "workers")
+    from workers.spec import SpecError
+    from workers.train import default_out_dir, train
+
+    out = out or default_out_dir()
+    try:
+        outcome = train(str(spec), out_dir=out, overrides=set_ or [], progress=True)
+    except SpecError as exc:
+        _spec_errors(str(spec), exc)
+        raise typer.Exit(2) from None
+    except FileNotFoundError as exc:
+        err(f"train: {exc}")
+        raise typer.Exit(2) from None
+    print(f"{outcome.state} at step {outcome.step} (adapter v{outcome.adapter_version}); {out}")
+    raise typer.Exit(0 if outcome.state == "succeeded" else 1)
+
+
+spec_app = typer.Typer(no_args_is_help=True, help="The run spec: its schema, checks, imports.")
+
+
+@spec_app.command("schema")
+def spec_schema() -> None:
+    """Print the RunSpec JSON Schema."""
+    from workers.spec import spec_json_schema  # pydantic and PyYAML only
+
+    print(json.dumps(spec_json_schema(), indent=2))
+
+
+@spec_app.command("validate")
+def spec_validate(file: Annotated[Path, typer.Argument(help="a spec file")]) -> None:
+    """Check a spec file, naming the path of each error."""
+    from workers import spec
+
+    try:
+        spec.load_spec(file)
+    except spec.SpecError as exc:
+        _spec_errors(str(file), exc)
+        raise typer.Exit(1) from None
+    print(f"{file}: valid")
+
+
+@spec_app.command("import")
+def spec_import(
+    file: Annotated[Path, typer.Argument(help="the other framework's GRPO config (YAML)")],
+    source: Annotated[str, typer.Option("--from", help="verl or nemo-rl")],
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="write here (default: stdout)")]
+    = None,
+) -> None:  # fmt: skip
+    """Translate a verl or NeMo-RL GRPO config into a RunSpec; say which keys did not map."""
+    import yaml
+
+    from workers.spec_import import import_spec  # pydantic and PyYAML only
+
+    data = yaml.safe_load(file.read_text()) or {}
+    try:
+        spec, unmapped = import_spec(source, data)
+    except ValueError as exc:
+        err(f"spec import: {exc}")
+        raise typer.Exit(2) from None
+    text = yaml.safe_dump(spec, sort_keys=False)
+    if out:
+        out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    for key in unmapped:
+        err(f"{file}: {key}: not mapped (left out of the spec)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(up)
+    app.command()(doctor)
+    app.command()(train)
+    app.add_typer(spec_app, name="spec")
