@@ -10,6 +10,7 @@ from paddock.core.text import text_problem
 from paddock.experiments.configs import rollout_backends
 from paddock.experiments.launch import MAX_SEEDS
 from paddock.experiments.metrics import LATEST_KEYS, MAX_POINTS_LIMIT, X_AXES, metric_latest_of
+from paddock.experiments.metrics_export import FORMATS as EXPORT_FORMATS
 from paddock.experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -406,6 +407,18 @@ class MetricsQuerySerializer(serializers.Serializer):
         keys = list(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
         if len(keys) > 50:
             raise serializers.ValidationError("at most 50 keys")
+        return keys
+
+
+class MetricsExportQuerySerializer(serializers.Serializer):
+    # `format` is this endpoint's own parameter: the view's content negotiation ignores it
+    format = serializers.ChoiceField(choices=EXPORT_FORMATS, default="csv")
+    keys = serializers.CharField(required=False, help_text="comma-separated; default: all")
+
+    def validate_keys(self, value: str) -> list[str]:
+        keys = list(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
+        if len(keys) > 1000:
+            raise serializers.ValidationError("at most 1000 keys")
         return keys
 
 

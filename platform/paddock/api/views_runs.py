@@ -7,17 +7,21 @@ from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action, api_view
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, parse_id, query, request_actor
 from paddock.api.errors import DomainError, not_found
 from paddock.api.pagination import NewestFirst
+from paddock.api.streaming import streaming_response
 from paddock.api.views_teams import ERRORS
 from paddock.experiments import selectors
 from paddock.experiments.artifacts import checkpoint_download
 from paddock.experiments.control import RUN_CONTROLS
 from paddock.experiments.metrics import Series, Window, metric_keys, metric_series_many
+from paddock.experiments.metrics_export import CONTENT_TYPES as EXPORT_CONTENT_TYPES
+from paddock.experiments.metrics_export import metrics_export as export_chunks
 from paddock.experiments.metrics_stride import metric_series_stride
 from paddock.experiments.models import Run
 
@@ -47,6 +51,15 @@ def _series(run_ids: list[int], params: dict, keys: list[str]) -> list[dict]:
          "series": [_series_dict(series[i], stride) for series in by_key]}
         for i, run_id in enumerate(run_ids)
     ]  # fmt: skip
+
+
+class FormatIsAParameter(DefaultContentNegotiation):
+    """The export's `format` (csv | parquet) is its own query parameter, not DRF's renderer
+    override (which would answer a 404 for any format it has no renderer for): errors are
+    JSON, the export itself is a streamed file."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
 
 
 class RunViewSet(ActorViewSet):
@@ -167,6 +180,31 @@ class RunViewSet(ActorViewSet):
         run = self._run(pk)
         keys = params.get("keys") or metric_keys(run_id=run.pk)
         return Response(_series([run.pk], params, keys)[0])
+
+    @extend_schema(
+        parameters=[s.MetricsExportQuerySerializer],
+        responses={
+            (200, "text/csv"): OpenApiTypes.BINARY,
+            (200, "application/vnd.apache.parquet"): OpenApiTypes.BINARY,
+            **ERRORS,
+        },
+        description="Every stored point of the run (or of `keys`) at full resolution, streamed: "
+        "columns step, key, value, time (Unix seconds), ordered by key then step.",
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="metrics/export",
+        content_negotiation_class=FormatIsAParameter,
+    )
+    def metrics_export(self, request, pk=None):
+        run = self._run(pk)
+        params = query(s.MetricsExportQuerySerializer, request)
+        fmt = params["format"]
+        chunks = export_chunks(run_id=run.pk, fmt=fmt, keys=params.get("keys"))
+        return streaming_response(
+            request, chunks, EXPORT_CONTENT_TYPES[fmt], f"run-{run.pk}-metrics.{fmt}"
+        )
 
 
 @extend_schema(
