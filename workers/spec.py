@@ -722,6 +722,53 @@ class ResourcesSpec(_Section):
     max_attempts: int = Field(3, ge=1, le=100, description="dispatches the control plane may start")
 
 
+class TensorboardLogSpec(_Section):
+    dir: str = Field(
+        "tensorboard",
+        description="directory of the event files; a relative path is inside the run's output "
+        "directory (under the platform an absolute one must be inside PADDOCK_LOG_ROOTS)",
+    )
+
+    @field_validator("dir")
+    @classmethod
+    def _local_dir(cls, value: str) -> str:
+        if not value.strip() or "://" in value or "\0" in value:
+            raise ValueError("must be a local directory path")
+        if ".." in Path(value).parts:
+            raise ValueError("must not contain '..'")
+        return value
+
+
+class MlflowLogSpec(_Section):
+    tracking_uri: str = Field(
+        description="the MLflow tracking server, http(s)://host:port (under the platform "
+        "nothing else: a file: or sqlite: store would write to the cluster's disk)",
+        min_length=1,
+    )
+    experiment: str = Field("paddock", min_length=1, description="created when missing")
+    run_name: str | None = Field(None, description="default: the run's output directory name")
+
+
+class WandbLogSpec(_Section):
+    project: str = Field(min_length=1)
+    entity: str | None = Field(None, description="team or user; default: the key's default")
+    mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="offline: a run directory under the run's output (wandb/), to `wandb sync` "
+        "later; online: needs WANDB_API_KEY in the job's environment, never in the spec",
+    )
+    run_name: str | None = Field(None, description="default: the run's output directory name")
+
+
+class LoggingSpec(_Section):
+    """Mirrors of the run's metrics, sent from the job (workers/loop/mirrors/); each one that
+    fails is a warning in the run's log, never the end of the run."""
+
+    tensorboard: TensorboardLogSpec | None = None
+    mlflow: MlflowLogSpec | None = None
+    wandb: WandbLogSpec | None = None
+
+
 class RunSpec(_Section):
     model: ModelSpec = Field(default_factory=ModelSpec)
     lora: LoraSpec = Field(default_factory=LoraSpec)
@@ -733,6 +780,7 @@ class RunSpec(_Section):
     train: TrainSpec = Field(default_factory=TrainSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    logging: LoggingSpec = Field(default_factory=LoggingSpec)
     seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
