@@ -32,10 +32,21 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from pydantic import ValidationError
+
+from .events import (
+    CheckpointEvent,
+    Event,
+    IngestBody,
+    IngestReply,
+    LogEvent,
+    MetricEvent,
+    SamplesEvent,
+    StatusEvent,
+)
+from .names import LogLevel, ReportedState
 
 log = logging.getLogger(__name__)
-
-Event = dict[str, Any]
 
 
 class ReporterRejected(RuntimeError):
@@ -87,29 +98,22 @@ class Reporter:
             self._pending += 1
         self._queue.put(event)
 
+    # Shorthands for a job that reports without the training loop's emitter (workers/job.py,
+    # a client of your own): the events are built, and checked, here on the caller's thread.
     def metric(self, step: int, values: dict[str, float], at: float | None = None) -> None:
-        clean = {k: float(v) for k, v in values.items() if v is not None}
-        self.emit({"type": "metric", "step": int(step), "time": at or time.time(), "values": clean})
+        self.emit(MetricEvent.now(step, values, at))
 
-    def log(self, message: str, level: str = "info") -> None:
-        self.emit({"type": "log", "time": time.time(), "level": level, "message": message})
+    def log(self, message: str, level: LogLevel = "info") -> None:
+        self.emit(LogEvent.now(message, level))
 
-    def status(self, state: str, detail: str = "") -> None:
-        self.emit({"type": "status", "state": state, "detail": detail, "time": time.time()})
+    def status(self, state: ReportedState, detail: str = "") -> None:
+        self.emit(StatusEvent.now(state, detail))
 
     def checkpoint(self, step: int, uri: str, adapter_version: int, size: int = 0) -> None:
-        self.emit(
-            {
-                "type": "checkpoint",
-                "step": step,
-                "uri": uri,
-                "adapter_version": adapter_version,
-                "size": size,
-            }
-        )
+        self.emit(CheckpointEvent(step=step, uri=uri, adapter_version=adapter_version, size=size))
 
     def samples(self, step: int, items: list[dict[str, Any]]) -> None:
-        self.emit({"type": "samples", "step": step, "items": items})
+        self.emit(SamplesEvent(step=step, items=items))
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything emitted so far is acknowledged; False on timeout."""
@@ -142,9 +146,8 @@ class Reporter:
             try:
                 sent = self._send_spooled()
                 if not sent and time.monotonic() >= next_beat:
-                    self._post(
-                        {"dispatch": self.config.dispatch, "seq": self.last_ack, "events": []}
-                    )
+                    beat = IngestBody(dispatch=self.config.dispatch, seq=self.last_ack, events=[])
+                    self._post(beat.model_dump_json(), beat.seq, events=0)
                     sent = True
                 if sent:
                     next_beat = time.monotonic() + self.config.interval_s
@@ -174,11 +177,11 @@ class Reporter:
         if not events:
             return
         seq = self._next_seq
-        body = {"dispatch": self.config.dispatch, "seq": seq, "events": events}
+        body = IngestBody(dispatch=self.config.dispatch, seq=seq, events=events)
         # Both writes are atomic: a kill -9 leaves a batch whole or absent, and the marker at
         # its old or its new value (a torn, empty marker would make the next start unable to
         # tell which sequence numbers the platform has already stored).
-        _write_atomic(self._spool / f"{seq:010d}.json", json.dumps(body, separators=(",", ":")))
+        _write_atomic(self._spool / f"{seq:010d}.json", body.model_dump_json())
         self._next_seq = seq + 1
         _write_atomic(self._spool / "next_seq", str(self._next_seq))
 
@@ -186,28 +189,35 @@ class Reporter:
         """Send spooled batches oldest first; stop at the first failure (order matters)."""
         sent = False
         for path in sorted(self._spool.glob("*.json")):
-            body = json.loads(path.read_text())
-            self._post(body)
+            text = path.read_text()
+            events = len(json.loads(text)["events"])
+            self._post(text, int(path.stem), events)
             path.unlink()
             with self._idle:
-                self._pending = max(0, self._pending - len(body["events"]))
+                self._pending = max(0, self._pending - events)
                 self._idle.notify_all()
             sent = True
         return sent
 
-    def _post(self, body: dict[str, Any]) -> None:
-        reply = self._session.post(self._endpoint, json=body, timeout=self.config.timeout_s)
+    def _post(self, body: str, seq: int, events: int) -> None:
+        """POST one batch, already JSON (as spooled); `events` is how many it holds."""
+        reply = self._session.post(
+            self._endpoint, data=body.encode(), headers=_JSON, timeout=self.config.timeout_s
+        )
         if reply.status_code >= 500 or reply.status_code == 429:
             raise _Retry(f"HTTP {reply.status_code}")
         if reply.status_code >= 400:
             raise ReporterRejected(f"HTTP {reply.status_code}: {reply.text[:500]}")
-        answer = reply.json()
-        if body["events"]:
-            if answer.get("ack") != body["seq"]:
-                raise _Retry(f"acknowledged {answer.get('ack')} for seq {body['seq']}")
-            self.last_ack = body["seq"]
-        desired = answer.get("desired_state")
-        if desired and desired != self.desired_state:
+        try:
+            answer = IngestReply.model_validate_json(reply.content)
+        except ValidationError as exc:  # a 200 that is not the platform's (a proxy's page)
+            raise _Retry(f"not an ingest reply: {reply.text[:200]}") from exc
+        if events:
+            if answer.ack != seq:
+                raise _Retry(f"acknowledged {answer.ack} for seq {seq}")
+            self.last_ack = seq
+        desired = answer.desired_state
+        if desired != self.desired_state:
             self.desired_state = desired
             if self.on_desired_state is not None:
                 self.on_desired_state(desired)
@@ -217,6 +227,9 @@ class Reporter:
         spooled = [int(p.stem) for p in self._spool.glob("*.json")]
         stored = int(marker.read_text()) if marker.exists() else 1
         return max([stored, *(s + 1 for s in spooled)])
+
+
+_JSON = {"Content-Type": "application/json"}
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from workers.events import Event
 from workers.loop import StaticControl
 from workers.loop.executor import LocalExecutor
 from workers.loop.setup import run_training
@@ -48,7 +49,7 @@ def assert_same_adapter(a: dict, b: dict) -> None:
 
 
 def test_sync_run_writes_outputs_and_metrics(make_spec, tmp_path):
-    events: list[dict] = []
+    events: list[Event] = []
     out = tmp_path / "run"
     outcome = train(make_spec("train.steps=2"), out, progress=False, on_event=events.append)
     assert outcome.state == "succeeded" and outcome.adapter_version == 2
@@ -58,9 +59,9 @@ def test_sync_run_writes_outputs_and_metrics(make_spec, tmp_path):
     for name in [*DESIGN_METRICS, "eval/accuracy"]:
         assert name in metrics[-1], name
     assert metrics[-1]["token_mult_prob_error"] == pytest.approx(1.0, abs=1e-4)
-    kinds = {e["type"] for e in events}
+    kinds = {e.type for e in events}
     assert kinds == {"status", "metric", "samples", "checkpoint", "log"}
-    assert [e["state"] for e in events if e["type"] == "status"] == ["running", "succeeded"]
+    assert [e.state for e in events if e.type == "status"] == ["running", "succeeded"]
 
 
 def test_async_with_zero_staleness_equals_sync(make_spec, tmp_path):
@@ -215,8 +216,8 @@ def test_pause_release_then_resume_and_abort(make_spec, tmp_path, is_async):
             control.set("paused")
 
     def on_event(e):
-        if e["type"] == "status":
-            statuses.append(e["state"])
+        if e.type == "status":
+            statuses.append(e.state)
 
     out = tmp_path / "run"
     spec = make_spec("train.steps=4", "resources.release_on_pause=true", *mode)
@@ -244,8 +245,8 @@ def test_pause_in_place_then_resume(make_spec, tmp_path):
     statuses: list[str] = []
 
     def on_event(e):
-        if e["type"] == "status":
-            statuses.append(e["state"])
+        if e.type == "status":
+            statuses.append(e.state)
 
     outcome = train(make_spec("train.steps=3", "async.enabled=true"), tmp_path, progress=False,
                     control=control, on_metrics=on_metrics, on_event=on_event)  # fmt: skip

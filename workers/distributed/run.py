@@ -9,12 +9,11 @@ fleet down. An actor that dies fails the run with an event naming it, or, while
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-from typing import Any
 
 import ray
 
+from ..events import Event, LogEvent, StatusEvent
 from ..loop.checkpoint import latest_checkpoint
 from ..loop.control import ControlSource
 from ..loop.driver import Outcome
@@ -41,10 +40,10 @@ class _HoldFailure:
 
     def __init__(self, on_event: EventHook | None):
         self.on_event = on_event
-        self.held: dict[str, Any] | None = None
+        self.held: Event | None = None
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        if event["type"] == "status" and event["state"] == "failed":
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, StatusEvent) and event.state == "failed":
             self.held = event
         elif self.on_event is not None:
             self.on_event(event)
@@ -89,13 +88,11 @@ async def run_on_ray(
                 src = str(ckpt) if ckpt else spec.checkpoint.resume_from
                 events.held = None
                 events(
-                    {
-                        "type": "log",
-                        "time": time.time(),
-                        "level": "warning",
-                        "message": f"{exc}; restart {restarts} of "
-                        f"{spec.resources.max_restarts} from {src or 'the start'}",
-                    }
+                    LogEvent.now(
+                        f"{exc}; restart {restarts} of {spec.resources.max_restarts} "
+                        f"from {src or 'the start'}",
+                        level="warning",
+                    )
                 )
                 attempt_spec = spec.model_copy(
                     update={"checkpoint": spec.checkpoint.model_copy(update={"resume_from": src})}

@@ -1,21 +1,30 @@
 """Everything the run reports goes through one emitter: DIR/metrics.jsonl, the progress bar,
 and the callbacks through which the HTTP reporter receives the ingest events
-(metric, log, status, checkpoint, samples)."""
+(metric, log, status, checkpoint, samples: the models of workers/events.py)."""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from ..events import (
+    MAX_SAMPLE_ITEMS,
+    CheckpointEvent,
+    Event,
+    LogEvent,
+    MetricEvent,
+    SamplesEvent,
+    StatusEvent,
+)
+from ..names import LogLevel, ReportedState
+
 MetricsHook = Callable[[int, dict[str, float]], None]
-EventHook = Callable[[dict[str, Any]], None]
+EventHook = Callable[[Event], None]
 
 
 class Emitter:
@@ -33,6 +42,7 @@ class Emitter:
         self.on_metrics, self.on_event = on_metrics, on_event
         self.total_steps = total_steps
         self.last: dict[str, float] = {}
+        self.not_finite: dict[str, int] = {}  # values the event dropped, by key
         self._bar = (
             tqdm(
                 total=total_steps,
@@ -48,20 +58,20 @@ class Emitter:
             else None
         )
 
-    def _event(self, event: dict[str, Any]) -> None:
+    def _event(self, event: Event) -> None:
         if self.on_event is not None:
             self.on_event(event)
 
     def metric(self, step: int, values: dict[str, float], advance: bool = True) -> None:
-        # NaN/inf are not JSON: leave such a metric out rather than write an invalid line.
-        clean = {k: float(v) for k, v in values.items() if math.isfinite(float(v))}
-        now = time.time()
-        self._file.write(json.dumps({"step": step, "time": now, **clean}) + "\n")
+        event = MetricEvent.now(step, values)
+        clean = event.values  # finite only (workers/events.py): the file, the bar, the hooks
+        self._file.write(json.dumps({"step": step, "time": event.time, **clean}) + "\n")
         self._file.flush()
         self.last.update(clean)
         if self.on_metrics is not None:
             self.on_metrics(step, clean)
-        self._event({"type": "metric", "step": step, "time": now, "values": clean})
+        self._event(event)
+        self._warn_not_finite(step, [k for k in values if k not in clean])
         if self._bar is not None:
             post = {
                 "reward": clean.get("reward/mean"),
@@ -72,24 +82,34 @@ class Emitter:
             if advance:
                 self._bar.update(1)
 
-    def log(self, message: str, level: str = "info") -> None:
-        self._event({"type": "log", "time": time.time(), "level": level, "message": message})
+    def _warn_not_finite(self, step: int, keys: list[str]) -> None:
+        """Once per key: a diverged metric says so in the run's log rather than vanishing
+        from its charts unexplained; `not_finite` keeps the count."""
+        first = [k for k in keys if k not in self.not_finite]
+        for k in keys:
+            self.not_finite[k] = self.not_finite.get(k, 0) + 1
+        if first:
+            self.log(
+                f"step {step}: {', '.join(first)} not finite (NaN or inf), left out of the "
+                "metrics; said once per key",
+                level="warning",
+            )
+
+    def log(self, message: str, level: LogLevel = "info") -> None:
+        self._event(LogEvent.now(message, level))
         if self._bar is not None and level != "debug":
             self._bar.write(f"[{level}] {message}", file=sys.stderr)
 
-    def status(self, state: str, detail: str = "") -> None:
+    def status(self, state: ReportedState, detail: str = "") -> None:
         # total_steps lets a viewer draw progress and an ETA from the metric steps.
-        self._event({"type": "status", "state": state, "detail": detail, "time": time.time(),
-                     "total_steps": self.total_steps})  # fmt: skip
+        self._event(StatusEvent.now(state, detail, self.total_steps))
 
     def checkpoint(self, step: int, uri: str, adapter_version: int) -> None:
-        self._event(
-            {"type": "checkpoint", "step": step, "uri": uri, "adapter_version": adapter_version}
-        )
+        self._event(CheckpointEvent(step=step, uri=uri, adapter_version=adapter_version))
 
     def samples(self, step: int, items: list[dict[str, Any]]) -> None:
-        if items:
-            self._event({"type": "samples", "step": step, "items": items})
+        if items:  # train.log_samples may ask for more than one event holds
+            self._event(SamplesEvent(step=step, items=items[:MAX_SAMPLE_ITEMS]))
 
     def close(self) -> None:
         self._file.close()

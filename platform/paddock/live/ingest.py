@@ -26,11 +26,15 @@ from paddock.experiments.models import (
     RunEvent,
 )
 from paddock.experiments.models import RunState as S
-from paddock.experiments.states import TERMINAL, run_transition, transition_allowed
+from paddock.experiments.states import (
+    TERMINAL,
+    run_fail,
+    run_transition,
+    transition_allowed,
+)
 from paddock.experiments.tokens import run_token_verify
-
-from .broadcast import broadcast_batch
-from .ingest_schema import (
+from workers import events
+from workers.events import (
     CheckpointEvent,
     IngestBody,
     LogEvent,
@@ -38,6 +42,9 @@ from .ingest_schema import (
     SamplesEvent,
     StatusEvent,
 )
+from workers.names import REPORTED_STATES, names_check
+
+from .broadcast import broadcast_batch
 from .models import BatchSummary, SampleSet
 
 # The path a job's reported state takes through the state machine from each current state.
@@ -52,6 +59,7 @@ _PATHS: dict[str, dict[str, list[str]]] = {
     | {S.ABORTING: [S.ABORTED]},
     "failed": {state: [S.FAILED] for state in S if state not in TERMINAL},
 }
+names_check("the states live/ingest.py follows", _PATHS, REPORTED_STATES)
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class IngestReply:
     duplicate: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ack": self.ack, "desired_state": self.desired_state}
+        return events.IngestReply(ack=self.ack, desired_state=self.desired_state).model_dump()
 
 
 def _parse(body: Any) -> IngestBody:
@@ -262,10 +270,12 @@ def _follow_status(run: Run, event: StatusEvent, dispatch: int) -> None:
     for step in path:
         if not transition_allowed(current, step):
             break
-        run_transition(
-            run=run, to_state=step, reason=event.detail, dispatch=dispatch,
-            error=event.detail if step == S.FAILED else "",
-        )  # fmt: skip
+        if step == S.FAILED:  # retried while attempts remain, as a job that ended unheard
+            cause = event.detail.strip().splitlines()[0][:200] if event.detail.strip() else ""
+            retry = f"the job failed: {cause}" if cause else "the job failed"
+            run_fail(run=run, error=event.detail, retry_reason=retry, dispatch=dispatch)
+            return
+        run_transition(run=run, to_state=step, reason=event.detail, dispatch=dispatch)
         current = step
 
 

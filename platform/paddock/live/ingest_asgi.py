@@ -26,9 +26,9 @@ from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
 from paddock.core.client_address import scope_client_address
+from workers.events import MAX_BODY_BYTES
 
 from .broadcast import broadcast_batch_async
-from .ingest_schema import MAX_BODY_BYTES
 from .views import Answer, ingest_answer, too_large
 
 log = logging.getLogger(__name__)

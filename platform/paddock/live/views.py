@@ -19,10 +19,10 @@ from paddock.api.errors import DomainError
 from paddock.core.client_address import request_client_address
 from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.core.ratelimit import auth_failure_record
+from workers.events import MAX_BODY_BYTES
 
 from .broadcast import broadcast_batch
 from .ingest import ingest_receive
-from .ingest_schema import MAX_BODY_BYTES
 
 
 @dataclass

@@ -16,10 +16,10 @@ from paddock.experiments.models import IngestBatch, MetricPoint, Run
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.live.consumers import BURST, MIN_INTERVAL_S
-from paddock.live.ingest_schema import MAX_BODY_BYTES
 from paddock.live.wscompression import websocket_compression_fast
 from paddock.teams.access import actor_for
 from paddock.teams.services import api_token_create
+from workers.events import MAX_BODY_BYTES
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+from workers.events import Event
 from workers.train import train
 
 
@@ -30,15 +31,15 @@ def test_a_chat_dataset_trains_and_the_samples_show_the_rendered_prompt(
               "prompt_key": "messages", "answer_key": "messages.-1.content",
               "max_prompt_tokens": 40},
     )  # fmt: skip
-    events: list[dict] = []
+    events: list[Event] = []
     outcome = train(spec, tmp_path / "run", progress=False, on_event=events.append)
     assert outcome.state == "succeeded"
-    items = [i for e in events if e["type"] == "samples" for i in e["items"]]
+    items = [i for e in events if e.type == "samples" for i in e.items]
     assert items
     for item in items:  # the template's rendering, its answer the closing assistant message
         m = re.fullmatch(r"user: (\d+)\+(\d+)=; assistant: ", item["prompt"])
         assert m, item["prompt"]
         assert item["answer"] == str(int(m[1]) + int(m[2]))
-    logs = [e["message"] for e in events if e["type"] == "log"]
+    logs = [e.message for e in events if e.type == "log"]
     assert any("dropped 1 train prompts" in m for m in logs), logs
     assert any("dropped 1 eval prompts" in m for m in logs), logs

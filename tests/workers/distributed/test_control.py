@@ -21,7 +21,7 @@ ASYNC = ["async.enabled=true", "async.max_staleness=1", *RAY]
 
 
 def status_events(events):
-    return [e["state"] for e in events if e["type"] == "status"]
+    return [e.state for e in events if e.type == "status"]
 
 
 def test_pause_with_release_checkpoints_and_frees_the_actors(make_spec, tmp_path):
@@ -47,7 +47,7 @@ def test_a_held_pause_resumes_in_place_and_abort_stops(make_spec, tmp_path):
 
     def on_event(e):
         events.append(e)
-        if e["type"] == "status" and e["state"] == "paused":
+        if e.type == "status" and e.state == "paused":
             threading.Timer(0.5, control.set, ["running"]).start()
 
     def on_metrics(step, values):

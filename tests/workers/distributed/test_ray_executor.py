@@ -12,6 +12,7 @@ import ray
 import torch
 
 from tests.workers.distributed.conftest import RAY
+from workers.events import Event
 from workers.policy.lora import read_adapter_dir
 from workers.train import train
 
@@ -27,7 +28,7 @@ def test_fsdp_ranks_and_rollout_actors_match_the_in_process_run(make_spec, tmp_p
     train(make_spec("train.steps=2"), local, progress=False)
 
     layouts: list[dict] = []
-    events: list[dict] = []
+    events: list[Event] = []
 
     def on_metrics(step, values):
         if step == 1:
@@ -38,7 +39,7 @@ def test_fsdp_ranks_and_rollout_actors_match_the_in_process_run(make_spec, tmp_p
                      "resources.rollout_replicas=2", *RAY)  # fmt: skip
     outcome = train(spec, remote, progress=False, on_metrics=on_metrics, on_event=events.append)
     assert outcome.state == "succeeded" and outcome.adapter_version == 2
-    assert [e["state"] for e in events if e["type"] == "status"] == ["running", "succeeded"]
+    assert [e.state for e in events if e.type == "status"] == ["running", "succeeded"]
 
     for a, b in zip(rows(local), rows(remote), strict=True):
         assert a.get("reward/mean") == b.get("reward/mean")  # same samples, split over actors

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from workers.events import Event
 from workers.rewards import RewardServiceError
 from workers.train import train
 
@@ -27,7 +28,7 @@ def test_each_term_is_logged_and_shown_per_sample(make_spec, tmp_path):
             {"name": "overlong_penalty", "buffer": 2, "weight": 0.1},
             {"name": "service", "url": srv.url, "label": "judge", "weight": 0.0},
         ]}  # fmt: skip
-        events: list[dict] = []
+        events: list[Event] = []
         out = tmp_path / "run"
         outcome = train(make_spec("train.steps=2", reward=reward), out, progress=False,
                         on_event=events.append)  # fmt: skip
@@ -43,9 +44,9 @@ def test_each_term_is_logged_and_shown_per_sample(make_spec, tmp_path):
     weights = {"exact_match": 1.0, "numeric_match": 0.5, "overlong_penalty": 0.1, "judge": 0.0}
     total = sum(w * last[f"reward/{k}/mean"] for k, w in weights.items())
     assert last["reward/mean"] == pytest.approx(total)
-    samples = [e for e in events if e["type"] == "samples"]
+    samples = [e for e in events if e.type == "samples"]
     assert samples
-    for item in samples[-1]["items"]:
+    for item in samples[-1].items:
         assert list(item["terms"]) == keys
         assert item["reward"] == pytest.approx(sum(weights[k] * item["terms"][k] for k in keys))
         assert item["details"]["overlong_penalty"]["max"] == 4
@@ -56,13 +57,13 @@ def test_each_term_is_logged_and_shown_per_sample(make_spec, tmp_path):
 def test_a_failing_reward_service_fails_the_run_naming_it(make_spec, tmp_path):
     url = f"http://127.0.0.1:{free_port()}/score"
     reward = {"functions": [{"name": "service", "url": url, "max_retries": 1}]}
-    events: list[dict] = []
+    events: list[Event] = []
     with pytest.raises(RewardServiceError, match=url):
         train(make_spec("train.steps=2", reward=reward), tmp_path / "run", progress=False,
               on_event=events.append)  # fmt: skip
-    failed = [e for e in events if e["type"] == "status" and e["state"] == "failed"]
-    assert failed and url in failed[-1]["detail"] and "2 attempt(s)" in failed[-1]["detail"]
-    assert not any(e["type"] == "metric" and e["step"] > 0 for e in events)  # no step trained
+    failed = [e for e in events if e.type == "status" and e.state == "failed"]
+    assert failed and url in failed[-1].detail and "2 attempt(s)" in failed[-1].detail
+    assert not any(e.type == "metric" and e.step > 0 for e in events)  # no step trained
 
 
 def test_accuracy_of_a_dataset_comes_from_the_verifier_terms(make_spec, tmp_path):
