@@ -4,14 +4,14 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from paddock.api import views_experiments, views_runs, views_teams
+from paddock.api import views_clusters, views_experiments, views_runs, views_teams
 
 router = SimpleRouter(trailing_slash=False)
 router.register("teams", views_teams.TeamViewSet, basename="team")
 router.register("experiments", views_experiments.ExperimentViewSet, basename="experiment")
 router.register("configs", views_experiments.ConfigVersionViewSet, basename="config")
 router.register("runs", views_runs.RunViewSet, basename="run")
-router.register("clusters", views_experiments.ClusterViewSet, basename="cluster")
+router.register("clusters", views_clusters.ClusterViewSet, basename="cluster")
 router.register("datasets", views_experiments.DatasetViewSet, basename="dataset")
 
 urlpatterns = [

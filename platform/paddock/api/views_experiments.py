@@ -1,5 +1,5 @@
-"""Experiments (launch, clone, edit), config versions and their diff, clusters, datasets,
-and the spec's JSON Schema."""
+"""Experiments (launch, clone, edit), config versions and their diff, datasets, and the
+spec's JSON Schema."""
 
 from __future__ import annotations
 
@@ -124,16 +124,6 @@ class ConfigVersionViewSet(ActorViewSet):
         a = selectors.config_get(actor=self.actor, config_id=ids["a"])
         b = selectors.config_get(actor=self.actor, config_id=ids["b"])
         return Response({"a": a.pk, "b": b.pk, "changes": spec_diff(a=a.spec, b=b.spec)})
-
-
-class ClusterViewSet(ActorViewSet):
-    serializer_class = s.ClusterSerializer
-
-    def get_queryset(self):
-        return selectors.cluster_list(actor=self.actor)
-
-    def list(self, request):
-        return Response(s.ClusterSerializer(self.get_queryset(), many=True).data)
 
 
 class DatasetViewSet(ActorViewSet):
