@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from paddock.api.errors import DomainError
 from paddock.experiments import hooks
-from paddock.experiments.models import Run, RunEvent
+from paddock.experiments.models import DesiredState, Run, RunEvent
 from paddock.experiments.models import RunState as S
 from workers import names
 
@@ -112,3 +112,20 @@ def run_transition(
         run_id, state = run.pk, str(target)
         transaction.on_commit(lambda: hooks.run_state_changed(run_id, state))
     return run
+
+
+def run_fail(*, run: Run, error: str, retry_reason: str, dispatch: int | None = None) -> bool:
+    """Fail the run and, while attempts remain and no abort was asked for, queue it again in
+    the same transaction, so no reader (a viewer, the API, a test polling for a final state)
+    sees a retried run as finally failed; its next dispatch resumes from the last checkpoint.
+    Whoever saw the failure (reconcile: a job that ended without a word; ingest: a job that
+    reported it) retries the same way. Returns whether the run was queued again."""
+    with transaction.atomic():
+        run_transition(run=run, to_state=S.FAILED, error=error, dispatch=dispatch)
+        run.refresh_from_db()
+        if run.attempts >= run.max_attempts or run.desired_state == DesiredState.ABORTED:
+            return False
+        run_transition(run=run, to_state=S.QUEUED, reason=f"retrying after: {retry_reason}")
+        run_id = run.pk
+        transaction.on_commit(lambda: hooks.run_enqueued(run_id))
+        return True
