@@ -121,7 +121,7 @@ def ray_head_running(num_cpus: int, name: str):
 
     try:
         wait_for(up, 120, "the local Ray head")
-        yield {"jobs_address": address, "gcs_address": f"127.0.0.1:{gcs_port}"}
+        yield {"jobs_address": address, "gcs_address": f"127.0.0.1:{gcs_port}", "pid": proc.pid}
     finally:
         import psutil
 

@@ -1,6 +1,7 @@
 """Run against a throwaway PostgreSQL (DATABASE_URL): `seed` migrates and makes a dispatched
 run with a run token (prints `run_id token`); `rows RUN` prints the run's stored ingest
-batches and metric steps as JSON."""
+batches and metric steps as JSON; `platform RAY_JOBS_ADDRESS` migrates and makes a team, a
+member with an API token and the cluster (prints `{"team": id, "token": secret}`)."""
 
 import json
 import sys
@@ -36,6 +37,25 @@ def seed() -> None:
     print(run.pk, run_token_mint(run=run, dispatch=1))
 
 
+def platform(ray_jobs_address: str) -> None:
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+
+    from paddock.clusters.models import RayCluster
+    from paddock.teams.access import actor_for
+    from paddock.teams.models import Membership, Role, Team, TeamQuota
+    from paddock.teams.services import api_token_create
+
+    user = get_user_model().objects.create_user("chaos")
+    team = Team.objects.create(name="chaos", slug="chaos")
+    Membership.objects.create(team=team, user=user, role=Role.MEMBER)
+    TeamQuota.objects.update_or_create(team=team, defaults={"max_concurrent_runs": 100})
+    RayCluster.objects.create(name="chaos", address=ray_jobs_address, backends=["torch"],
+                              labels={"embedded": True}, healthy=True)  # fmt: skip
+    _, secret = api_token_create(actor=actor_for(user=user), team=team, name="chaos")
+    print(json.dumps({"team": team.pk, "token": secret}))
+
+
 def rows(run_id: int) -> None:
     from paddock.experiments.models import IngestBatch, MetricPoint
 
@@ -46,4 +66,8 @@ def rows(run_id: int) -> None:
 
 
 if __name__ == "__main__":
-    seed() if sys.argv[1] == "seed" else rows(int(sys.argv[2]))
+    {
+        "seed": seed,
+        "rows": lambda: rows(int(sys.argv[2])),
+        "platform": lambda: platform(sys.argv[2]),
+    }[sys.argv[1]]()
