@@ -8,10 +8,14 @@
 #
 # The schema comes from `manage.py spectacular` with the default settings, which needs the
 # Python environment (PYTHON, default .venv/bin/python) but no database or broker.
+#
+# It also writes src/api/names.gen.ts, the names of workers/names.py (backends, run states)
+# as constants and unions (scripts/names_ts.py), checked the same way.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 target=$root/frontend/src/api/schema.gen.ts
+names_target=$root/frontend/src/api/names.gen.ts
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -25,6 +29,7 @@ DJANGO_SETTINGS_MODULE=paddock.settings "$python" "$root/manage.py" spectacular 
     || { cat "$tmp/openapi.log" >&2; exit 1; }
   cat "$tmp/out.ts"
 } >"$tmp/schema.gen.ts"
+"$python" "$root/frontend/scripts/names_ts.py" >"$tmp/names.gen.ts"
 
 if [[ "${1:-}" == "--check" ]]; then
   if ! diff -u "$target" "$tmp/schema.gen.ts" >"$tmp/drift.diff"; then
@@ -33,8 +38,15 @@ if [[ "${1:-}" == "--check" ]]; then
       "run frontend/scripts/api-types.sh and commit the result" >&2
     exit 1
   fi
-  echo "API types up to date (frontend/src/api/schema.gen.ts)"
+  if ! diff -u "$names_target" "$tmp/names.gen.ts" >"$tmp/names.diff"; then
+    head -n 40 "$tmp/names.diff" >&2
+    echo "frontend/src/api/names.gen.ts is out of date with workers/names.py:" \
+      "run frontend/scripts/api-types.sh and commit the result" >&2
+    exit 1
+  fi
+  echo "API types up to date (frontend/src/api/schema.gen.ts, names.gen.ts)"
 else
   cp "$tmp/schema.gen.ts" "$target"
-  echo "wrote $target"
+  cp "$tmp/names.gen.ts" "$names_target"
+  echo "wrote $target and $names_target"
 fi

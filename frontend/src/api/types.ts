@@ -11,8 +11,10 @@ type Schemas = components["schemas"];
 type Sent<T> = Required<T>;
 
 export type Role = Schemas["RoleEnum"];
+// The unions come from the OpenAPI schema; the lists of names from workers/names.py
+// (names.gen.ts), where the server's choices come from too.
 export type Backend = Schemas["BackendEnum"];
-export const BACKENDS: Backend[] = ["torch", "vllm", "trtllm"];
+export { BACKENDS, RUN_STATES, TERMINAL_RUN_STATES } from "./names.gen";
 
 export type RunState = Schemas["StateEnum"];
 export type DesiredState = Schemas["DesiredStateEnum"];

@@ -7,14 +7,12 @@ import { useExperimentStreams } from "../api/live";
 import { useMultiMetrics } from "../api/metrics";
 import { useRunPages } from "../api/runs";
 import { emptySeries, mergeHistory, type Series } from "../charts/series";
-import { BACKENDS, type Experiment, type Run, type RunState } from "../api/types";
+import { BACKENDS, RUN_STATES, type Experiment, type Run } from "../api/types";
 import { REWARD_KEY, RunsTable, withLive } from "../runs/RunsTable";
 import { TERMINAL } from "../runs/states";
 import { useSession } from "../session/SessionContext";
 import { Empty, ErrorBox, Loading } from "../ui/States";
 
-const STATES: RunState[] = ["queued", "dispatching", "starting", "running", "pausing", "paused",
-  "resuming", "succeeded", "aborting", "aborted", "failed"];
 const MAX_STREAMS = 8;
 const SPARK_KEYS = [REWARD_KEY];
 const SPARK_READ = { maxPoints: 100, sample: "stride" } as const;
@@ -115,7 +113,7 @@ export function RunsPage() {
             onChange={(e) => { setSearch(e.target.value); set("q", e.target.value); }} aria-label="Search runs" />
           <select aria-label="State" value={filters.state} onChange={(e) => set("state", e.target.value)}>
             <option value="">any state</option>
-            {STATES.map((s) => <option key={s}>{s}</option>)}
+            {RUN_STATES.map((s) => <option key={s}>{s}</option>)}
           </select>
           <select aria-label="Backend" value={filters.backend} onChange={(e) => set("backend", e.target.value)}>
             <option value="">any backend</option>

@@ -1,8 +1,8 @@
 // What the run state machine (platform/paddock/experiments/states.py) allows a user to ask
 // for, so buttons are enabled exactly where the server would accept them.
-import type { RunAction, RunState } from "../api/types";
+import { TERMINAL_RUN_STATES, type RunAction, type RunState } from "../api/types";
 
-export const TERMINAL: ReadonlySet<RunState> = new Set(["succeeded", "aborted", "failed"]);
+export const TERMINAL: ReadonlySet<RunState> = new Set(TERMINAL_RUN_STATES);
 
 const PAUSABLE: ReadonlySet<RunState> = new Set(["running"]);
 const RESUMABLE: ReadonlySet<RunState> = new Set(["paused"]);
