@@ -24,6 +24,8 @@ PADDOCK_ARTIFACTS_URI = ENV.artifacts_uri
 # Where a spec's model.path and data paths may point (experiments/spec_paths.py)
 PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "models")).split(":")
 PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
+# where a spec's logging.tensorboard.dir may point besides the run's own output (none: only there)
+PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":") if r]
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies
 PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300"))
 # a run still `starting` this long after its dispatch fails (its Ray job is stopped)

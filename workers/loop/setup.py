@@ -19,6 +19,7 @@ from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
 from .executor import LocalExecutor, TrainerExecutor
+from .mirrors import open_mirrors
 from .producer import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
 from .types import RunState
@@ -108,7 +109,11 @@ async def run_training(
         group_size=spec.algorithm.num_generations,
         strict_accuracy=spec.data.task in STRICT_ACCURACY_TASKS,
     )
+    # the spec's `logging:` mirrors (none: no thread, no import of their libraries)
+    mirrors = open_mirrors(spec.logging, out, spec.to_dict())
+    on_metrics, on_event = mirrors.hooks(on_metrics, on_event)
     emitter = Emitter(out, spec.train.steps, state.step, on_metrics, on_event, progress)
+    mirrors.warn = lambda message: emitter.log(message, level="warning")
     for split, n in task.dropped.items():
         if n:
             emitter.log(
@@ -137,4 +142,5 @@ async def run_training(
         await driver.producer.stop()
         await backend.close()
         await rollout.scorer.close()  # the math_verify process, if one started
+        mirrors.close()  # done already when the final status went out
         emitter.close()

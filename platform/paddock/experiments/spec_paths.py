@@ -15,6 +15,9 @@ dataset, not a place in one store, and a run on any cluster reads what was uploa
 state, so a path of the user's choosing would run code of the user's choosing. It may only
 name a checkpoint of one of the team's own runs in the artifact store, which only the
 team's jobs write (or `latest`, the run's own output directory).
+
+The metric mirrors of `logging:` write too: TensorBoard's directory must stay inside the
+run's output or `settings.PADDOCK_LOG_ROOTS`, and MLflow gets a tracking server only.
 """
 
 from __future__ import annotations
@@ -96,12 +99,52 @@ def spec_paths_check(*, team_id: int, spec: dict, field: str = "spec") -> None:
             {"field": f"{field}.checkpoint.resume_from",
              "message": "must be 'latest' or a checkpoint of one of the team's runs"}
         )  # fmt: skip
+    errors += _logging_errors(spec.get("logging") or {}, field)
     if errors:
         first = errors[0]
         raise DomainError(
             "path_not_allowed", f"{first['field']}: {first['message']}", field=first["field"],
             errors=errors,
         )  # fmt: skip
+
+
+def _relative_inside(path: str) -> bool:
+    """A path that stays inside whatever directory it is joined to (the run's output)."""
+    climbs = path.startswith(("/", "~")) or ".." in path.split("/")
+    return bool(path) and not climbs and not any(bad in path for bad in ("\0", "\\", "://"))
+
+
+def _tracking_server(uri: str) -> bool:
+    try:
+        parts = urlsplit(uri)
+    except ValueError:  # e.g. an unclosed [IPv6 bracket
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _logging_errors(logging: dict, field: str) -> list[dict]:
+    """The mirrors of `logging:` write where the platform allows: TensorBoard's directory
+    inside the run's own output or `settings.PADDOCK_LOG_ROOTS`, MLflow only to a tracking
+    server (a file: or sqlite: store would write anywhere on the cluster's disk)."""
+    errors = []
+    tb_dir = (logging.get("tensorboard") or {}).get("dir")
+    if tb_dir is not None and not (
+        _relative_inside(tb_dir) or _inside(tb_dir, settings.PADDOCK_LOG_ROOTS)
+    ):
+        roots = (
+            f" or inside one of {settings.PADDOCK_LOG_ROOTS}" if settings.PADDOCK_LOG_ROOTS else ""
+        )
+        errors.append(
+            {"field": f"{field}.logging.tensorboard.dir",
+             "message": f"must be relative to the run's output directory (no ..){roots}"}
+        )  # fmt: skip
+    uri = (logging.get("mlflow") or {}).get("tracking_uri")
+    if uri is not None and not _tracking_server(uri):
+        errors.append(
+            {"field": f"{field}.logging.mlflow.tracking_uri",
+             "message": "must be an http(s):// tracking server"}
+        )  # fmt: skip
+    return errors
 
 
 def spec_datasets_resolve(*, team_id: int, spec: dict) -> dict:
