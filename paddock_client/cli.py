@@ -8,7 +8,6 @@ import getpass
 import sys
 from typing import Annotated
 
-import click
 import typer
 
 from paddock_client import __version__, cli_local, cli_runs, cli_team
@@ -70,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except typer.Exit as exc:  # click.exceptions.Exit: --help, --version, typer.Exit(code)
         return exc.exit_code
-    except click.ClickException as exc:  # a usage error: click's message, exit code 2
+    except Exception as exc:
+        # a usage error: click's ClickException (vendored by typer 0.2x, click's own before),
+        # told apart by what it has rather than by a class either version may lack
+        if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
+            raise
         exc.show()
         return exc.exit_code
     return code if isinstance(code, int) else 0

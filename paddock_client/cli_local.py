@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -102,24 +103,30 @@ def spec_validate(file: Annotated[Path, typer.Argument(help="a spec file")]) -> 
     print(f"{file}: valid")
 
 
+class Source(StrEnum):  # workers.spec_import.SOURCES (not imported here: lazily, per verb)
+    verl = "verl"
+    nemo_rl = "nemo-rl"
+
+
 @spec_app.command("import")
 def spec_import(
     file: Annotated[Path, typer.Argument(help="the other framework's GRPO config (YAML)")],
-    source: Annotated[str, typer.Option("--from", help="verl or nemo-rl")],
+    source: Annotated[Source, typer.Option("--from", help="the framework that wrote it")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="write here (default: stdout)")]
     = None,
 ) -> None:  # fmt: skip
-    """Translate a verl or NeMo-RL GRPO config into a RunSpec; say which keys did not map."""
+    """Translate a verl or NeMo-RL GRPO config into a RunSpec (YAML); the keys it could not
+    map go to stderr."""
     import yaml
 
-    from workers.spec_import import import_spec  # pydantic and PyYAML only
+    from workers.spec import SpecError
+    from workers.spec_import import import_spec  # pydantic only, like workers.spec
 
-    data = yaml.safe_load(file.read_text()) or {}
     try:
-        spec, unmapped = import_spec(source, data)
-    except ValueError as exc:
-        err(f"spec import: {exc}")
-        raise typer.Exit(2) from None
+        spec, unmapped = import_spec(source.value, yaml.safe_load(file.read_text()) or {})
+    except SpecError as exc:
+        _spec_errors(str(file), exc)
+        raise typer.Exit(1) from None
     text = yaml.safe_dump(spec, sort_keys=False)
     if out:
         out.write_text(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,12 @@ from paddock_client.options import BackendsOpt, Format, LimitOpt, OutputOpt, Set
 from paddock_client.output import err, field, progress_bar, show_list, show_one
 
 RunId = Annotated[int, typer.Argument(help="run id")]
+
+
+class ExportFormat(StrEnum):
+    csv = "csv"
+    parquet = "parquet"
+
 
 EXPERIMENT_COLUMNS = [
     ("ID", field("id")), ("TEAM", field("team_slug")), ("NAME", field("name")),
@@ -263,11 +270,16 @@ def runs_metrics(
 def runs_export(
     run_id: RunId,
     out: Annotated[Path, typer.Option("--out", "-o", help="the file to write")],
-    format: Annotated[str, typer.Option("--format", help="csv or parquet")] = "csv",
+    format: Annotated[ExportFormat, typer.Option("--format")] = ExportFormat.csv,
+    keys: Annotated[str | None, typer.Option(help="comma-separated (default: all)")] = None,
 ) -> None:
-    """Every stored metric point of a run (full resolution) as CSV or Parquet."""
+    """Every stored metric point of a run (full resolution) as CSV or Parquet: columns
+    step, key, value, time."""
     with progress_bar(f"run {run_id}") as progress:
-        _client().export_metrics(run_id, out, format=format, progress=progress)
+        _client().export_metrics(
+            run_id, out, format=format.value, keys=keys.split(",") if keys else None,
+            progress=progress,
+        )  # fmt: skip
     print(f"wrote {out}")
 
 

@@ -97,7 +97,8 @@ class PaddockClient:
         return path if path.startswith("http") else f"{self.url}/api/v1/{path.lstrip('/')}"
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        reply = self.session.request(method, self._url(path), timeout=self.timeout, **kwargs)
+        kwargs.setdefault("timeout", self.timeout)
+        reply = self.session.request(method, self._url(path), **kwargs)
         _raise_for(reply)
         if reply.status_code == 204 or not reply.content:
             return None
@@ -278,11 +279,13 @@ class PaddockClient:
             return adapter_extract(reply.iter_content(1024 * 1024), dest, size, progress)
 
     def export_metrics(
-        self, run_id: int, dest: Path, *, format: str = "csv", progress: Progress | None = None
-    ) -> Path:
+        self, run_id: int, dest: Path, *, format: str = "csv", keys: list[str] | None = None,
+        progress: Progress | None = None,
+    ) -> Path:  # fmt: skip
         """Every stored point of the run (full resolution, no downsampling) as CSV or
-        Parquet, streamed to `dest`."""
-        reply, _, size = self._download(f"runs/{run_id}/metrics/export", params={"format": format})
+        Parquet (columns step, key, value, time), streamed to `dest`."""
+        params = {"format": format, **({"keys": ",".join(keys)} if keys else {})}
+        reply, _, size = self._download(f"runs/{run_id}/metrics/export", params=params)
         with reply:
             save_stream(reply.iter_content(1024 * 1024), dest, size, progress)
         return dest

@@ -57,6 +57,11 @@ class MultipartFile(io.RawIOBase):
     def __len__(self) -> int:
         return self._size
 
+    def tell(self) -> int:
+        # requests sends Content-Length = len - tell(); RawIOBase's tell() would raise, and
+        # requests then falls back to chunked encoding
+        return self._sent
+
     def readable(self) -> bool:
         return True
 

@@ -15,7 +15,7 @@ from paddock_client.cli import main
 from paddock_client.client import PaddockAPIError, PaddockClient
 from tests.platform.conftest import TINY_SPEC
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.usefixtures("quiet_hooks")
 
