@@ -31,7 +31,8 @@ _ALLOWED: dict[S, frozenset[S]] = {
     S.DISPATCHING: frozenset({S.STARTING, S.RUNNING, S.QUEUED, S.ABORTED}),
     S.STARTING: frozenset({S.RUNNING}),
     S.RUNNING: frozenset({S.PAUSING, S.SUCCEEDED}),
-    S.PAUSING: frozenset({S.PAUSED}),
+    # pausing → succeeded: the job finished its last step before it saw the pause
+    S.PAUSING: frozenset({S.PAUSED, S.SUCCEEDED}),
     # paused → queued: the job exited on pause (release_on_pause); resuming is a new dispatch
     S.PAUSED: frozenset({S.RESUMING, S.QUEUED}),
     # resuming → queued: the paused job is gone, so resume from the last checkpoint

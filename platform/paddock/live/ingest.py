@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from paddock.api.errors import DomainError
 from paddock.experiments.metrics import metric_points_store
+from paddock.monitoring.metrics import ingest_stored
 from paddock.experiments.models import (
     Checkpoint,
     IngestBatch,
@@ -54,7 +55,8 @@ _PATHS: dict[str, dict[str, list[str]]] = {
     "starting": {S.DISPATCHING: [S.STARTING]},
     "running": {S.DISPATCHING: [S.RUNNING], S.STARTING: [S.RUNNING], S.RESUMING: [S.RUNNING]},
     "paused": {S.RUNNING: [S.PAUSING, S.PAUSED], S.PAUSING: [S.PAUSED]},
-    "succeeded": {S.RUNNING: [S.SUCCEEDED]},
+    # pausing: the job took its last step before it saw the pause; the run is done
+    "succeeded": {S.RUNNING: [S.SUCCEEDED], S.PAUSING: [S.SUCCEEDED]},
     "aborted": {state: [S.ABORTING, S.ABORTED] for state in S if state not in TERMINAL}
     | {S.ABORTING: [S.ABORTED]},
     "failed": {state: [S.FAILED] for state in S if state not in TERMINAL},
@@ -218,6 +220,8 @@ def _store(run: _RunRow, batch: IngestBody, publish: Callable[..., None]) -> Ing
     transaction.on_commit(
         lambda: publish(run_id=run.id, experiment_id=experiment_id, payload=payload)
     )
+    points = sum(len(e.values) for e in metrics)
+    transaction.on_commit(lambda: ingest_stored(points))  # Prometheus: points per second
     return IngestReply(batch.seq, desired)
 
 
