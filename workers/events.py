@@ -53,8 +53,11 @@ class MetricEvent(_Strict):
     @field_validator("values")
     @classmethod
     def _finite_only(cls, values: dict[str, float | None]) -> dict[str, float]:
-        # the finite-value policy (see the module's docstring); the common case copies nothing
-        if all(v is not None and math.isfinite(v) for v in values.values()):
+        # The finite-value policy (see the module's docstring). The common case is checked in
+        # C, without a Python loop over the values: a sum is finite only if every term is
+        # (NaN and ±inf propagate; a sum that overflows merely takes the slow path).
+        numbers = values.values()
+        if None not in numbers and math.isfinite(sum(numbers)):  # type: ignore[arg-type]
             return values  # type: ignore[return-value]
         return {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
 

@@ -40,6 +40,8 @@ def test_null_and_non_finite_metric_values_are_dropped_the_rest_kept():
             {"type": "metric", "step": 1, "time": 0.0, "values": {"a": None, "b": -1e308}}]}
     )  # fmt: skip
     assert body.events[0].values == {"b": -1e308}
+    # finite values whose sum overflows are all kept (the check's fast path sums them)
+    assert MetricEvent.now(1, {"a": 1e308, "b": 1e308}).values == {"a": 1e308, "b": 1e308}
 
 
 def test_a_bad_event_is_refused_naming_its_path_and_type():
