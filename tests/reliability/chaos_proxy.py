@@ -18,6 +18,7 @@ import re
 import socket
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +92,9 @@ class IngestProxy:
     upstream_port: int
     port: int = 0
     acks: list[Ack] = field(default_factory=list)
-    swallowed: dict[int, int] = field(default_factory=dict)  # run id -> messages dropped
+    # (run id, "request" | "reply") -> how many a partition swallowed: a swallowed reply is
+    # a batch stored whose job resends it (acknowledged again, stored once)
+    swallowed: Counter = field(default_factory=Counter)
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -141,11 +144,11 @@ class IngestProxy:
         with self._lock:
             return self._cut.get(run_id) if run_id is not None else None
 
-    def _swallow(self, run_id: int, healed: threading.Event) -> None:
+    def _swallow(self, run_id: int, what: str, healed: threading.Event) -> None:
         """A partition: nothing more passes on this connection; it is closed at the heal
         (the job's request times out, or meets a closed connection, and is retried)."""
         with self._lock:
-            self.swallowed[run_id] = self.swallowed.get(run_id, 0) + 1
+            self.swallowed[(run_id, what)] += 1
         healed.wait()
 
     def _serve(self, client: socket.socket) -> None:
@@ -158,7 +161,7 @@ class IngestProxy:
                 run_id = int(found.group(1)) if found else None
                 healed = self._cut_event(run_id)
                 if healed is not None:
-                    return self._swallow(run_id, healed)  # the request is lost
+                    return self._swallow(run_id, "request", healed)
                 if upstream is None:
                     upstream = socket.create_connection(("127.0.0.1", self.upstream_port), 10)
                     upstream.settimeout(None)
@@ -167,7 +170,7 @@ class IngestProxy:
                 reply_head, reply_raw, reply_body = replies_in.message()
                 healed = self._cut_event(run_id)
                 if healed is not None:
-                    return self._swallow(run_id, healed)  # stored, but the reply is lost
+                    return self._swallow(run_id, "reply", healed)  # stored, reply lost
                 client.sendall(reply_head + reply_raw)
                 if found and found.group(2) == b"ingest":
                     self._record(run_id, reply_head, body, reply_body)

@@ -62,6 +62,7 @@ DOWN_S = 4.0  # how long Redis and PostgreSQL stay down
 PARTITION_S = 15.0  # longer than the reporter's 10 s request timeout: replies get lost
 PAUSE_S = 8.0
 PER_RUN_PATIENCE_S = 60.0  # a per-run fault waits this long for a run it can hit
+KILLED_ALONE_S = 90.0
 
 
 class Chaos:
@@ -156,13 +157,19 @@ class Chaos:
 
     def _driver_kill(self, entry, proc):
         proc.kill()
+        # left alone until its next dispatch has had time to report: that is what is timed
+        self.busy.add(entry["run"])
+        self._later(KILLED_ALONE_S, lambda: self.busy.discard(entry["run"]), wait=False)
 
     _engine_kill = _driver_kill
 
-    def _later(self, delay: float, action) -> None:
+    def _later(self, delay: float, action, wait: bool = True) -> None:
+        """Run `action` in `delay` s; the window waits for it at its end if `wait` (a heal,
+        a resume), not otherwise."""
         timer = threading.Timer(delay, action)
         timer.daemon = True
-        self.timers.append(timer)
+        if wait:
+            self.timers.append(timer)
         timer.start()
 
     def _partition(self, entry, _):
@@ -215,18 +222,26 @@ class Chaos:
         return faults
 
 
-def _recovery(entry: dict, acks: list) -> float | None:
-    """Seconds from the injection to the affected run's first acknowledged metric batch sent
-    after the fault was over (for a killed process: from a later dispatch)."""
+def _recoveries(entry: dict, acks: list) -> dict[int, float | None]:
+    """Run -> seconds from the injection to its first acknowledged metric batch sent after
+    the fault was over (for a killed process: from a later dispatch), for each run the fault
+    hit: its target, or (platform-wide) every run that had reported in the 5 s before it.
+    None: the run never trained again (it ended meanwhile, say aborted or out of attempts)."""
     if entry.get("skipped") or entry["kind"] in ("abort", "pause_resume"):
-        return None
-    after = [
-        a.at for a in acks
-        if a.at > entry["restored_at"] and any(e["type"] == "metric" for e in a.events)
-        and (entry["run"] is None or a.run_id == entry["run"])
-        and (entry["kind"] not in ("driver_kill", "engine_kill") or a.dispatch > entry["dispatch"])
-    ]  # fmt: skip
-    return round(min(after) - entry["injected_at"], 2) if after else None
+        return {}
+    t0, over = entry["injected_at"], entry["restored_at"]
+    metric = [a for a in acks if any(e["type"] == "metric" for e in a.events)]
+    if entry["run"] is not None:
+        hit = {entry["run"]}
+    else:
+        hit = {a.run_id for a in metric if t0 - 5 <= a.at <= t0}
+    out = {}
+    for run in sorted(hit):
+        after = [a.at for a in metric if a.run_id == run and a.at > over and (
+            entry["kind"] not in ("driver_kill", "engine_kill") or a.dispatch > entry["dispatch"]
+        )]  # fmt: skip
+        out[run] = round(min(after) - t0, 2) if after else None
+    return out
 
 
 def _emitted(root: Path) -> dict[tuple[int, int], set[tuple[int, float]]]:
@@ -286,12 +301,13 @@ def test_a_chaos_run_loses_nothing(tmp_path):
             stored_points=stored_points, stored_logs=stored_logs,
         )  # fmt: skip
     for entry in chaos.log:
-        entry["recovery_s"] = _recovery(entry, acks)
-    recoveries = [e["recovery_s"] for e in chaos.log if e.get("recovery_s") is not None]
+        entry["recovery_s"] = _recoveries(entry, acks)
     by_kind = {
-        kind: [e["recovery_s"] for e in chaos.log if e["kind"] == kind and e.get("recovery_s")]
+        kind: [s for e in chaos.log if e["kind"] == kind for s in e["recovery_s"].values()
+               if s is not None]
         for kind in KINDS
-    }
+    }  # fmt: skip
+    recoveries = [s for v in by_kind.values() for s in v]
     report = {
         "seed": SEED, "runs_at_once": RUNS, "window_s": SECONDS, "steps_per_run": STEPS,
         "wall_s": round(time.time() - began), "load_average_before": load_before,
@@ -316,7 +332,7 @@ def test_a_chaos_run_loses_nothing(tmp_path):
         "faults": chaos.log,
         "failed_runs": {r: e[:300] for r, s, _, _, e in runs if s == "failed"},
         "books": account.__dict__,
-        "partition_messages_swallowed": p.proxy.swallowed,
+        "partition_swallowed": {f"{r} {what}": n for (r, what), n in p.proxy.swallowed.items()},
     }  # fmt: skip
     path = Path(REPORT) if REPORT else tmp_path / "chaos-report.json"
     path.write_text(json.dumps(report, indent=2, default=str))

@@ -120,7 +120,7 @@ def test_the_proxy_records_acks_and_swallows_a_partitioned_run(upstream):
         assert post(7, 2, [_log("b", 2.0)]).json()["ack"] == 2
         assert [(a.run_id, a.seq) for a in proxy.acks] == [(7, 1), (8, 1), (7, 2)]
         # the swallowed request never reached the platform: seq 2 arrived once, after the heal
-        assert upstream.received == [1, 1, 1, 2] and proxy.swallowed == {7: 1}
+        assert upstream.received == [1, 1, 1, 2] and proxy.swallowed == {(7, "request"): 1}
     finally:
         proxy.close()
 
