@@ -9,3 +9,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddock.settings")
 app = Celery("paddock")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# task latency and failures for Prometheus (and the worker's scrape port, when set)
+import paddock.monitoring.celery_signals  # noqa: E402, F401

@@ -32,6 +32,8 @@ PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300
 PADDOCK_START_TIMEOUT_S = float(os.environ.get("PADDOCK_START_TIMEOUT_S", "900"))
 # an aborted run's job has this long to stop on its own before the Jobs API stops it
 PADDOCK_ABORT_GRACE_S = float(os.environ.get("PADDOCK_ABORT_GRACE_S", "30"))
+# the bearer token of a Prometheus scrape of /metrics; unset: loopback, unproxied only
+PADDOCK_METRICS_TOKEN = os.environ.get("PADDOCK_METRICS_TOKEN", "")
 # Peers whose X-Forwarded-For is believed (addresses or CIDRs; core/client_address.py)
 PADDOCK_TRUSTED_PROXIES = trusted_proxies_from(os.environ.get("PADDOCK_TRUSTED_PROXIES", ""))
 RAY_ADDRESS = ENV.ray_address
@@ -65,6 +67,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "paddock.monitoring.middleware.RequestMetricsMiddleware",  # outermost: times it all
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

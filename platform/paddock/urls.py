@@ -5,10 +5,12 @@ from paddock.clusters.views import bootstrap
 from paddock.core.admin_login import admin_login
 from paddock.core.views import healthz, livez, spa
 from paddock.live.views import ingest
+from paddock.monitoring.views import metrics
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("livez", livez, name="livez"),
+    path("metrics", metrics, name="prometheus-metrics"),  # not public: monitoring/views.py
     path("admin/login/", admin_login, name="admin-login"),  # rate limited (before admin's own)
     path("admin/", admin.site.urls),
     path("api/v1/session/", include("paddock.core.session_urls")),

@@ -29,6 +29,7 @@ from django.utils import timezone
 from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
 from paddock.experiments.states import run_transition
+from paddock.monitoring.metrics import dispatch_started
 from paddock.teams.models import TeamQuota
 from paddock.teams.selectors import team_usage
 
@@ -270,4 +271,5 @@ def dispatch_submit(order: DispatchOrder) -> bool:
         run = Run.objects.select_for_update().get(pk=order.run_id)
         if run.state == S.DISPATCHING and run.dispatch_count == order.dispatch:
             run_transition(run=run, to_state=S.STARTING, dispatch=order.dispatch)
+            dispatch_started(run.pk, run.created_at)  # Prometheus: queued → starting
     return started

@@ -144,6 +144,12 @@ def manage(env: dict[str, str], *args: str) -> None:
 def up(options: UpOptions) -> int:
     home = paddock_home()
     env = child_env(home)
+    if not env.get("PROMETHEUS_MULTIPROC_DIR"):
+        # one directory for the web's workers and Celery's, empty at each start, so /metrics
+        # adds them all up (paddock/monitoring/metrics.py)
+        shutil.rmtree(home / "prometheus", ignore_errors=True)
+        (home / "prometheus").mkdir(parents=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(home / "prometheus")
     sup = Supervisor(log_dir=home / "logs")
     stopping = False
 

@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from paddock.api.errors import DomainError
 from paddock.experiments.metrics import metric_points_store
-from paddock.monitoring.metrics import ingest_stored
 from paddock.experiments.models import (
     Checkpoint,
     IngestBatch,
@@ -34,6 +33,7 @@ from paddock.experiments.states import (
     transition_allowed,
 )
 from paddock.experiments.tokens import run_token_verify
+from paddock.monitoring.metrics import ingest_stored
 from workers import events
 from workers.events import (
     CheckpointEvent,
