@@ -36,12 +36,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+# the five read endpoints every REST client cycles through (server_cost.py reads them too)
+REST_PATHS = [
+    "/api/v1/runs?page_size=50", "/api/v1/runs/{run}",
+    "/api/v1/runs/{run}/metrics?keys=bench/metric_000", "/api/v1/experiments", "/api/v1/me",
+]  # fmt: skip
+
+
 async def rest_client(session, url, token, run_ids, stop_at, times, failures):
     headers = {"Authorization": f"Bearer {token}"}
-    paths = [
-        "/api/v1/runs?page_size=50", "/api/v1/runs/{run}",
-        "/api/v1/runs/{run}/metrics?keys=bench/metric_000", "/api/v1/experiments", "/api/v1/me",
-    ]  # fmt: skip
+    paths = REST_PATHS
     i = 0
     while time.monotonic() < stop_at:
         path = paths[i % len(paths)].format(run=run_ids[i % len(run_ids)])
@@ -60,7 +64,10 @@ async def rest_client(session, url, token, run_ids, stop_at, times, failures):
             times.append(time.perf_counter() - started)
 
 
-async def ws_client(url, port, token, run_ids, stop_at, times, failures):
+async def ws_client(url, port, token, run_ids, stop_at, phases, failures):
+    """Connect, wait for the snapshot, close; `phases` gets (handshake, snapshot, close)
+    seconds of each: connect + snapshot is the figure, the close is timed on its own (it
+    waits for the server's close frame and its end of the TCP connection)."""
     from websockets.asyncio.client import connect
 
     i = 0
@@ -69,31 +76,46 @@ async def ws_client(url, port, token, run_ids, stop_at, times, failures):
         i += 1
         started = time.perf_counter()
         try:
-            async with connect(f"ws://127.0.0.1:{port}/ws/runs/{run}/?token={token}",
-                               origin=url, max_size=2**24, open_timeout=10) as ws:  # fmt: skip
+            ws = await connect(f"ws://127.0.0.1:{port}/ws/runs/{run}/?token={token}",
+                               origin=url, max_size=2**24, open_timeout=10)  # fmt: skip
+            opened = time.perf_counter()
+            try:
                 await asyncio.wait_for(ws.recv(), 10)  # the snapshot
-            times.append(time.perf_counter() - started)
+                received = time.perf_counter()
+            finally:
+                await ws.close()
+            closed = time.perf_counter()
+            phases.append((opened - started, received - opened, closed - received))
         except Exception as exc:
             failures.append(type(exc).__name__)
 
 
-async def trial(url, port, token, run_ids, args) -> dict:
+async def trial(url, port, token, run_ids, args, cpu) -> dict:
+    """One trial; `cpu` (bench/live_latency.py's ServerCpu) counts the CPU seconds of the
+    server, of PostgreSQL's backends of the bench database and of this load generator."""
     import aiohttp
 
-    rest_times, rest_fail, ws_times, ws_fail = [], [], [], []
+    rest_times, rest_fail, ws_phases, ws_fail = [], [], [], []
     stop_at = time.monotonic() + args.seconds
     connector = aiohttp.TCPConnector(limit=args.rest)
     async with aiohttp.ClientSession(connector=connector) as session:
         started = time.monotonic()
+        cpu.start()
         await asyncio.gather(
             *(rest_client(session, url, token, run_ids, stop_at, rest_times, rest_fail)
               for _ in range(args.rest)),
-            *(ws_client(url, port, token, run_ids, stop_at, ws_times, ws_fail)
+            *(ws_client(url, port, token, run_ids, stop_at, ws_phases, ws_fail)
               for _ in range(args.ws)),
         )  # fmt: skip
+        cpu.stop()
         elapsed = time.monotonic() - started
     return {"elapsed": elapsed, "rest": rest_times, "rest_fail": rest_fail,
-            "ws": ws_times, "ws_fail": ws_fail, "load": os.getloadavg()[0]}  # fmt: skip
+            "ws": [h + s for h, s, _ in ws_phases], "ws_phases": ws_phases, "ws_fail": ws_fail,
+            "cpu": dict(cpu.used), "load": os.getloadavg()[0]}  # fmt: skip
+
+
+def _ms(values: list[float]) -> str:
+    return f"{percentile(values, 0.5) * 1e3:.0f}/{percentile(values, 0.99) * 1e3:.0f}"
 
 
 def _failures(reasons: list[str]) -> str:
@@ -111,6 +133,29 @@ def seed_metrics(run_ids: list[int]) -> None:
         metric_points_store(run_id=run_id, points=points)
 
 
+def start_server(tree: Path, port: int, args, env: dict, log) -> subprocess.Popen:
+    """uvicorn serving the platform of checkout `tree`, as `paddock up` runs it."""
+    tree_env = {**env, "PYTHONPATH": f"{tree / 'platform'}{os.pathsep}{tree}"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", str(args.workers), "--lifespan", "off",
+         "--ws", "websockets-sansio", "--log-level", "warning", "--no-access-log",
+         "--no-proxy-headers"],
+        env=tree_env, cwd=tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def wait_ready(url: str) -> None:
+    import requests
+
+    for _ in range(150):
+        try:
+            requests.get(f"{url}/healthz", timeout=2)
+            return
+        except requests.RequestException:
+            time.sleep(0.2)
+
+
 def stop_server(server: subprocess.Popen) -> None:
     """uvicorn and its workers (one process group). A websocket consumer blocked in Redis'
     BRPOP can hold the graceful shutdown past any wait, so SIGKILL follows after 20 s."""
@@ -122,14 +167,54 @@ def stop_server(server: subprocess.Popen) -> None:
         server.wait()
 
 
+def report(label: str, i: int, r: dict) -> None:
+    print(f"{label} trial {i}: REST {len(r['rest']) / r['elapsed']:.0f} req/s "
+          f"p50 {percentile(r['rest'], 0.5) * 1e3:.0f} ms "
+          f"p99 {percentile(r['rest'], 0.99) * 1e3:.0f} ms, {_failures(r['rest_fail'])} | "
+          f"websocket connect+snapshot {len(r['ws']) / r['elapsed']:.1f}/s "
+          f"p50 {percentile(r['ws'], 0.5) * 1e3:.0f} ms "
+          f"p99 {percentile(r['ws'], 0.99) * 1e3:.0f} ms, "
+          f"{_failures(r['ws_fail'])} | 1-min load average at its end "
+          f"{r['load']:.2f}")  # fmt: skip
+    handshake, snapshot, close = ([p[k] for p in r["ws_phases"]] for k in range(3))
+    print(f"  websocket phases p50/p99: handshake {_ms(handshake)}, snapshot after it "
+          f"{_ms(snapshot)}, close {_ms(close)} ms")  # fmt: skip
+    answered = len(r["rest"]) + len(r["ws"])
+    per = ", ".join(f"{who} {used / max(1, answered) * 1e3:.2f} ms"
+                    for who, used in r["cpu"].items())  # fmt: skip
+    share = ", ".join(f"{who} {used / r['elapsed']:.2f}" for who, used in r["cpu"].items())
+    print(f"  CPU per answered request or websocket: {per} (cores busy over the trial: "
+          f"{share})")  # fmt: skip
+
+
+def _median(results: list[dict], figure) -> float:
+    return statistics.median(figure(r) for r in results)
+
+
+FIGURES = {
+    "REST req/s": lambda r: len(r["rest"]) / r["elapsed"],
+    "REST p99 ms": lambda r: percentile(r["rest"], 0.99) * 1e3,
+    "websocket connect+snapshot/s": lambda r: len(r["ws"]) / r["elapsed"],
+    "websocket p99 ms": lambda r: percentile(r["ws"], 0.99) * 1e3,
+    "server CPU ms per answer": lambda r: (
+        r["cpu"]["server"] * 1e3 / max(1, len(r["rest"]) + len(r["ws"]))
+    ),
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rest", type=int, default=32, help="concurrent REST clients")
     parser.add_argument("--ws", type=int, default=8, help="concurrent websocket clients")
     parser.add_argument("--seconds", type=float, default=15)
-    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=3, help="per server")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    parser.add_argument(
+        "--baseline", type=Path, default=None,
+        help="another checkout (e.g. `git archive <ref> | tar -x -C DIR`): its server and this "
+        "one's are measured in alternating trials on one database, and their ratios printed",
+    )  # fmt: skip
     args = parser.parse_args()
 
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -139,12 +224,14 @@ def main() -> int:
         "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"),
         "PADDOCK_HOME": f"/tmp/paddock-bench-load-{os.getpid()}",
         "DJANGO_SETTINGS_MODULE": "paddock.settings",
-        "PYTHONPATH": f"{REPO / 'platform'}{os.pathsep}{REPO}",
     }  # fmt: skip
     os.environ.update({k: env[k] for k in ("DATABASE_URL", "REDIS_URL", "PADDOCK_HOME",
                                             "DJANGO_SETTINGS_MODULE")})  # fmt: skip
-    server = None
-    results = []
+    trees = {"this tree": REPO}
+    if args.baseline is not None:
+        trees = {"baseline": args.baseline.resolve(), **trees}
+    servers: dict[str, subprocess.Popen] = {}
+    results: dict[str, list[dict]] = {label: [] for label in trees}
     # the server's own tracebacks (see docs/reliability.md) go to a file, not over the figures
     server_log_path = Path(env["PADDOCK_HOME"]) / "uvicorn.log"
     server_log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,49 +240,42 @@ def main() -> int:
         runs, token = live.setup_runs(args.runs)
         run_ids = [run_id for run_id, _ in runs]
         seed_metrics(run_ids)
-        port = 19000 + os.getpid() % 1000
-        server = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host", "127.0.0.1",
-             "--port", str(port), "--workers", str(args.workers), "--lifespan", "off",
-             "--ws", "websockets-sansio", "--log-level", "warning", "--no-access-log"],
-            env=env, cwd=REPO, stdout=server_log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        import requests
-
-        for _ in range(150):
-            try:
-                requests.get(f"{url}/healthz", timeout=2)
-                break
-            except requests.RequestException:
-                time.sleep(0.2)
+        ports = {label: 19000 + os.getpid() % 1000 + 2 * k for k, label in enumerate(trees)}
+        for label, tree in trees.items():
+            servers[label] = start_server(tree, ports[label], args, env, server_log)
+        for port in ports.values():
+            wait_ready(f"http://127.0.0.1:{port}")
         print(f"1-min load average before the trials: {os.getloadavg()[0]:.2f}")
+        admin = live.urlunparse(live.urlparse(base)._replace(path="/postgres"))
+        admin = admin.replace("postgres://", "postgresql://")
         for _ in range(args.trials):
-            results.append(asyncio.run(trial(url, port, token, run_ids, args)))
+            for label, port in ports.items():  # alternating: both see the same neighbours
+                cpu = live.ServerCpu(servers[label].pid, name, admin)
+                url = f"http://127.0.0.1:{port}"
+                results[label].append(asyncio.run(trial(url, port, token, run_ids, args, cpu)))
     finally:
-        if server is not None:
+        for server in servers.values():
             stop_server(server)
         server_log.close()
         live.drop_database(base, name)
     tracebacks = server_log_path.read_bytes().count(b"Traceback")
     print(f"server log: {server_log_path} ({tracebacks} tracebacks)")
     print(f"concurrency: {args.rest} REST clients + {args.ws} websocket clients (closed loop), "
-          f"uvicorn workers={args.workers}, {args.trials} trials x {args.seconds:g}s, "
+          f"uvicorn workers={args.workers}, {args.trials} trials x {args.seconds:g}s per server, "
           f"{os.cpu_count()} CPUs")  # fmt: skip
-    for i, r in enumerate(results, 1):
-        print(f"trial {i}: REST {len(r['rest']) / r['elapsed']:.0f} req/s "
-              f"p50 {percentile(r['rest'], 0.5) * 1e3:.0f} ms "
-              f"p99 {percentile(r['rest'], 0.99) * 1e3:.0f} ms, {_failures(r['rest_fail'])} | "
-              f"websocket connect+snapshot {len(r['ws']) / r['elapsed']:.1f}/s "
-              f"p50 {percentile(r['ws'], 0.5) * 1e3:.0f} ms "
-              f"p99 {percentile(r['ws'], 0.99) * 1e3:.0f} ms, "
-              f"{_failures(r['ws_fail'])} | 1-min load average at its end "
-              f"{r['load']:.2f}")  # fmt: skip
-    rates = [len(r["rest"]) / r["elapsed"] for r in results]
-    print(f"REST req/s over trials: mean {statistics.fmean(rates):.0f}, "
-          f"min {min(rates):.0f}, max {max(rates):.0f}")  # fmt: skip
-    failed = sum(len(r["rest_fail"]) + len(r["ws_fail"]) for r in results)
+    for label, trials in results.items():
+        for i, r in enumerate(trials, 1):
+            report(label, i, r)
+    for label, trials in results.items():
+        medians = ", ".join(f"{k} {_median(trials, f):.1f}" for k, f in FIGURES.items())
+        print(f"{label}, median of its trials: {medians}")
+    if "baseline" in results:
+        ratios = ", ".join(
+            f"{k} {_median(results['this tree'], f) / _median(results['baseline'], f):.2f}"
+            for k, f in FIGURES.items()
+        )  # fmt: skip
+        print(f"this tree / baseline: {ratios}")
+    failed = sum(len(r["rest_fail"]) + len(r["ws_fail"]) for t in results.values() for r in t)
     return 1 if failed else 0
 
 

@@ -1,19 +1,73 @@
-"""ASGI entry: HTTP goes to Django, websockets to the Channels routes of paddock.live."""
+"""ASGI entry: HTTP goes to Django, websockets to the Channels routes of paddock.live.
+
+HTTP is served by `LanedASGIHandler`, Django's ASGI handler with a few long-lived request
+threads per process instead of a new thread per request, and the middleware chain and view
+in one hop. Why (bench/load/rest_ws.py, docs/reliability.md "Load"): every API view is
+synchronous. Django's handler gives each request a thread of its own (a
+`ThreadSensitiveContext` per request), created and joined for that request, so 16
+concurrent requests in one process were 16 threads taking turns at the GIL with the event
+loop, which waited up to the GIL's switch interval behind each of them before it could
+accept a connection, answer a websocket handshake or send a reply. And its async
+middleware chain ran each MiddlewareMixin hook through `sync_to_async` and WhiteNoise (sync
+only) through `async_to_sync`: about fifteen crossings between the loop and the request's
+thread per request, each waiting for the loop.
+
+Here a request runs in one of `LANES` single-thread executors, the least busy when it
+arrives (its thread-sensitive calls all go to that thread, as in Django's own context, so
+the ORM keeps its connection), and the whole middleware chain and view are one call in it.
+A slow request holds up only the requests queued on its lane. Reading the body, building
+the ASGIRequest and sending the answer stay in the event loop, as before."""
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
-from django.core.asgi import get_asgi_application
+import django
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddock.settings")
-django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs apps ready)
+# Two: a request waits on PostgreSQL part of its time, and a second lane fills it; more
+# lanes only bring back the contention for the GIL (bench/load/rest_ws.py).
+LANES = 2
+
+
+class LanedASGIHandler(ASGIHandler):
+    def __init__(self, lanes: int = LANES):
+        super().__init__()
+        self.lanes = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"http-lane-{i}") for i in range(lanes)
+        ]
+        self.queued = [0] * lanes  # requests on each lane now (only the loop touches it)
+
+    def load_middleware(self, is_async=False):
+        super().load_middleware(is_async=False)  # the sync chain: no crossing inside it
+
+    async def get_response_async(self, request):
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        lane = min(range(len(self.lanes)), key=self.queued.__getitem__)
+        self.queued[lane] += 1
+        try:
+            async with ThreadSensitiveContext(executor=self.lanes[lane]):
+                await self.handle(scope, receive, send)
+        finally:
+            self.queued[lane] -= 1
+
+
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
+django_asgi_app = LanedASGIHandler()
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from paddock.live.handshake import (  # noqa: E402
     malformed_handshakes_answered,
     origin_policy,
     refuse_unrouted,
+    session_users,
 )
 from paddock.live.ingest_asgi import ingest_router  # noqa: E402
 from paddock.live.routing import websocket_urlpatterns  # noqa: E402
@@ -28,7 +82,7 @@ application = ProtocolTypeRouter(
         "http": ingest_router(django_asgi_app),
         # live/handshake.py: unknown paths refused, the Origin rule, then the session
         "websocket": origin_policy(
-            AuthMiddlewareStack(refuse_unrouted(URLRouter(websocket_urlpatterns)))
+            session_users(refuse_unrouted(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

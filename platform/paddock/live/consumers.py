@@ -23,7 +23,6 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from paddock.api.errors import DomainError
 from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.control import RUN_CONTROLS
-from paddock.experiments.models import Run
 
 from .access import parse_cursors, scope_actor, stream_experiment, stream_run
 from .groups import experiment_group, run_group
@@ -196,9 +195,8 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
 class RunStreamConsumer(_StreamConsumer):
     async def connect(self):
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        actor = await database_sync_to_async(scope_actor)(self.scope)
-        run: Run | None = await database_sync_to_async(stream_run)(actor, self.run_id)
-        if run is None:
+        # the actor and the access check in one hop: each hop queues for the consumers' thread
+        if not await database_sync_to_async(self._still_allowed)():
             await self.close(code=FORBIDDEN)
             return
         cursors = parse_cursors(self.scope)
@@ -216,14 +214,19 @@ class RunStreamConsumer(_StreamConsumer):
 class ExperimentStreamConsumer(_StreamConsumer):
     async def connect(self):
         experiment_id = self.experiment_id = int(self.scope["url_route"]["kwargs"]["experiment_id"])
-        actor = await database_sync_to_async(scope_actor)(self.scope)
-        experiment = await database_sync_to_async(stream_experiment)(actor, experiment_id)
-        if experiment is None:
+        run_ids = await database_sync_to_async(self._runs_if_allowed)()
+        if run_ids is None:
             await self.close(code=FORBIDDEN)
             return
-        self.run_ids = await database_sync_to_async(experiment_run_ids)(experiment_id)
+        self.run_ids = run_ids
         cursors = parse_cursors(self.scope)
         await self._start(experiment_group(experiment_id), self.run_ids, cursors)
+
+    def _runs_if_allowed(self) -> list[int] | None:
+        """The experiment's run ids if the scope's actor may watch it (one hop for both)."""
+        if not self._still_allowed():
+            return None
+        return experiment_run_ids(self.experiment_id)
 
     def _control_target(self, content: dict) -> int | None:
         run_id = content.get("run_id")

@@ -9,13 +9,16 @@
   hijacking), so a handshake with an `Origin` must come from one of ALLOWED_HOSTS, as
   Channels checks it. A handshake without `Origin` is a program, not a browser (the CLI,
   a script with `?token=`, docs/live-protocol.md): it is let through, but its cookies are
-  dropped first, so only a token can authenticate it."""
+  dropped first, so only a token can authenticate it.
+- The session: read only when the handshake carries a session cookie (`session_users`)."""
 
 from __future__ import annotations
 
 from urllib.parse import urlparse
 
 from channels.security.websocket import AllowedHostsOriginValidator
+from django.conf import settings
+from django.http.cookie import parse_cookie
 from django.urls import register_converter
 
 MAX_ID = 2**63 - 1
@@ -89,6 +92,28 @@ def origin_policy(application):
             return
         without_cookies = [(name, value) for name, value in headers if name != b"cookie"]
         await application(dict(scope, headers=without_cookies), receive, send)
+
+    return app
+
+
+def session_users(application):
+    """An ASGI app: Channels' AuthMiddlewareStack (the session's user in `scope["user"]`)
+    around `application` for a handshake that carries a session cookie; an anonymous user
+    for one that carries none (a program with a token, or a browser not logged in). The
+    stack looks the user up in a thread hop even when there is no session to read, and that
+    hop queues behind every other consumer's database work in the process."""
+    from channels.auth import AuthMiddlewareStack  # needs the apps loaded
+    from django.contrib.auth.models import AnonymousUser
+
+    with_session = AuthMiddlewareStack(application)
+    cookie_name = settings.SESSION_COOKIE_NAME
+
+    async def app(scope, receive, send):
+        cookies = b"; ".join(v for k, v in scope.get("headers") or [] if k == b"cookie")
+        if cookie_name in parse_cookie(cookies.decode("latin-1")):
+            await with_session(scope, receive, send)
+            return
+        await application(dict(scope, user=AnonymousUser()), receive, send)
 
     return app
 

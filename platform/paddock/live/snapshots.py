@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import Q
+from django.db import connection
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 
 from paddock.experiments.models import MetricPoint, Run, RunEvent
 from paddock.experiments.selectors import sample_sets_newest
@@ -45,21 +47,61 @@ def _log_row(event: RunEvent) -> dict[str, Any]:
     }
 
 
+# The newest `n` points of every key of a run in one statement, whatever the number of keys
+# (a query per key made a snapshot cost grow with them). The keys come from a walk of the
+# (run, key, step) index, one step per key, where DISTINCT read every point of the run; then
+# each key's newest points are a backward scan of the same index.
+_TABLE = MetricPoint._meta.db_table
+_RECENT_POINTS = f"""
+WITH RECURSIVE keys(key) AS (
+    (SELECT key FROM {_TABLE} WHERE run_id = %(run)s ORDER BY key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT p.key FROM {_TABLE} p WHERE p.run_id = %(run)s AND p.key > keys.key
+            ORDER BY p.key LIMIT 1)
+    FROM keys WHERE keys.key IS NOT NULL
+)
+SELECT keys.key, recent.step, recent.value, recent.time
+FROM keys CROSS JOIN LATERAL (
+    SELECT p.step, p.value, p.time FROM {_TABLE} p
+    WHERE p.run_id = %(run)s AND p.key = keys.key ORDER BY p.step DESC LIMIT %(n)s
+) AS recent
+WHERE keys.key IS NOT NULL
+ORDER BY keys.key, recent.step
+"""
+
+
+def recent_points(run_id: int, per_key: int) -> dict[str, list[list]]:
+    """Each key's newest `per_key` points as [step, value, time], oldest first; one query."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_RECENT_POINTS, {"run": run_id, "n": per_key})
+            rows = cursor.fetchall()
+    else:  # SQLite (`paddock up` alone)
+        rows = recent_points_rows_portable(run_id, per_key)
+    points: dict[str, list[list]] = {}
+    for key, step, value, at in rows:
+        points.setdefault(key, []).append([step, value, at])
+    return points
+
+
+def recent_points_rows_portable(run_id: int, per_key: int):
+    """(key, step, value, time) rows of `recent_points` for any database: a window over all
+    of the run's points, so for SQLite's small deployments only."""
+    rank = Window(RowNumber(), partition_by=[F("key")], order_by=F("step").desc())
+    return (
+        MetricPoint.objects.filter(run_id=run_id)
+        .annotate(rank=rank)
+        .filter(rank__lte=per_key)
+        .order_by("key", "step")
+        .values_list("key", "step", "value", "time")
+    )
+
+
 def run_snapshot(run_id: int, points_per_key: int = SNAPSHOT_POINTS) -> dict[str, Any]:
+    """Four queries however many keys, points, logs and samples the run has."""
     run = Run.objects.get(pk=run_id)
-    keys = list(MetricPoint.objects.filter(run_id=run_id).values_list("key", flat=True).distinct())
-    points: dict[str, list] = {}
-    latest: dict[str, float] = {}
-    for key in keys:
-        rows = list(
-            MetricPoint.objects.filter(run_id=run_id, key=key)
-            .order_by("-step")
-            .values_list("step", "value", "time")[:points_per_key]
-        )
-        rows.reverse()
-        points[key] = [list(r) for r in rows]
-        if rows:
-            latest[key] = rows[-1][1]
+    points = recent_points(run_id, points_per_key)
+    latest = {key: rows[-1][1] for key, rows in points.items()}
     logs = list(RunEvent.objects.filter(run_id=run_id).order_by("-id")[:SNAPSHOT_LOGS])
     logs.reverse()
     samples = sample_sets_newest(run_id=run_id, limit=SNAPSHOT_SAMPLES)

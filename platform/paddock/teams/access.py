@@ -51,10 +51,15 @@ class Actor:
 def actor_for(
     *, user, token: ApiToken | None = None, ip: str | None = None, user_agent: str = ""
 ) -> Actor:
-    """The actor of `user` (one query). With a token, only the token's team counts, with
-    the user's current role there (removing a member disarms their tokens at once)."""
+    """The actor of `user` (one query; none for a token just authenticated, which carries
+    the role it was read with). With a token, only the token's team counts, with the user's
+    current role there (removing a member disarms their tokens at once)."""
     if user is None or not user.is_authenticated:
         return Actor(user=user, ip=ip, user_agent=user_agent[:300])
+    role = getattr(token, "member_role", None)  # read with the token (api_token_authenticate)
+    if token is not None and role is not None and token.user_id == user.pk:
+        roles = {token.team_id: role}
+        return Actor(user=user, roles=roles, token=token, ip=ip, user_agent=user_agent[:300])
     memberships = Membership.objects.filter(user=user)
     if token is not None:
         memberships = memberships.filter(team_id=token.team_id)

@@ -221,8 +221,11 @@ def api_token_authenticate(*, raw: str) -> ApiToken:
     prefix = secret_prefix(raw, API_TOKEN_KIND)
     # only while its user is in its team (the same query): a removed member's token is dead
     # even where a removal skipped revocation (member_tokens_revoke)
-    live = ApiToken.objects.select_related("user").filter(
-        prefix=prefix, user__memberships__team_id=F("team_id")
+    live = (
+        ApiToken.objects.select_related("user")
+        .filter(prefix=prefix, user__memberships__team_id=F("team_id"))
+        # the user's role in the token's team, from the same row: actor_for needs no query
+        .annotate(member_role=F("user__memberships__role"))
     )
     token = live.first() if prefix else None
     if token is None or not secret_matches(raw, token.hashed):
