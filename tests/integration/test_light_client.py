@@ -1,0 +1,176 @@
+"""`pip install paddock` without extras, as a user on a laptop gets it: a clean virtual
+environment with the client's real dependencies and nothing else (no torch, no Django), and
+its `paddock` command driving a live platform through a whole run: login, launch, watch,
+pause, resume, abort, export, and the adapter download that `peft` loads (here, in the
+suite's environment, where peft is).
+
+The platform is the real stack of tests/integration/test_dispatch.py: uvicorn, a Celery
+worker with beat, the local Ray head, PostgreSQL; the run is a real `python -m workers.job`
+training the tiny model. The light environment is built once per session (about a minute:
+pip resolves requests, pydantic, PyYAML, typer and rich from the index or its cache)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from paddock.clusters.models import RayCluster
+from paddock.experiments.models import Checkpoint, MetricPoint, Run
+from paddock.teams.access import actor_for
+from paddock.teams.models import Role
+from paddock.teams.services import api_token_create
+from tests.conftest import REPO, wait_for
+from tests.integration.test_dispatch import FAST_SPEC, stack  # noqa: F401 (the fixture)
+from tests.platform.factories import MembershipFactory, TeamFactory, UserFactory
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SOURCES = ("pyproject.toml", "README.md", "paddock_client", "workers", "platform")
+
+
+@pytest.fixture(scope="session")
+def light_bin(tmp_path_factory) -> Path:
+    """bin/ of a fresh venv holding `pip install <this repository>` with no extras."""
+    root = tmp_path_factory.mktemp("light-client")
+    src = root / "src"  # a copy: pip builds in the source tree, the shared checkout stays clean
+    src.mkdir()
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, src / name)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+           "--disable-pip-version-check", "-c", str(REPO / "constraints-cpu.txt"),
+           str(src)]  # fmt: skip
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return venv / "bin"
+
+
+def light_env(home: Path) -> dict[str, str]:
+    # nothing of the suite's environment: no PYTHONPATH, no Django settings, no token
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_CONFIG_HOME": str(home / "cfg"),
+            "LANG": "C.UTF-8", "TERM": "dumb"}  # fmt: skip
+
+
+def run_light(bin_dir: Path, home: Path, *argv, check: bool = True):
+    done = subprocess.run(
+        [str(bin_dir / "paddock"), *map(str, argv)], env=light_env(home), cwd=home,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if check:
+        assert done.returncode == 0, f"paddock {' '.join(map(str, argv))}: {done.stderr}"
+    return done
+
+
+def test_the_light_install_has_the_cli_and_neither_torch_nor_django(light_bin, tmp_path):
+    python = str(light_bin / "python")
+    for module in ("torch", "django", "ray", "transformers"):
+        probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
+        assert probe.returncode != 0, f"{module} is importable in the light install"
+    version = run_light(light_bin, tmp_path, "--version")
+    assert version.stdout.strip() == "paddock 0.1.0"
+    up = run_light(light_bin, tmp_path, "up", check=False)
+    assert up.returncode == 2 and "pip install 'paddock[all]'" in up.stderr
+    train = run_light(light_bin, tmp_path, "train", "x.yaml", check=False)
+    assert train.returncode == 2 and "pip install 'paddock[workers]'" in train.stderr
+    doctor = run_light(light_bin, tmp_path, "doctor", check=False)
+    assert doctor.returncode == 2 and "pip install 'paddock[platform]'" in doctor.stderr
+    # the spec verbs are light: pydantic and PyYAML
+    spec = tmp_path / "s.yaml"
+    spec.write_text("train:\n  steps: 0\n")
+    invalid = run_light(light_bin, tmp_path, "spec", "validate", spec, check=False)
+    assert invalid.returncode == 1 and "train.steps" in invalid.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_from_the_light_cli(stack, light_bin, tmp_path):  # noqa: F811
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from workers.models.tiny import tiny_model_dir
+    from workers.spec import parse_spec
+
+    team = TeamFactory(slug="light")
+    user = UserFactory()
+    MembershipFactory(team=team, user=user, role=Role.MEMBER)
+    _, secret = api_token_create(actor=actor_for(user=user), team=team, name="laptop")
+    RayCluster.objects.update_or_create(
+        name="test-local",
+        defaults={"address": stack["ray"]["jobs_address"], "backends": ["torch"],
+                  "labels": {"embedded": True}, "healthy": True},
+    )  # fmt: skip
+
+    def paddock(*argv, check=True):
+        return run_light(light_bin, tmp_path, *argv, check=check)
+
+    def run_json(run_id):
+        return json.loads(paddock("runs", "get", run_id, "-o", "json").stdout)
+
+    def until(run_id, what, predicate, timeout=240):
+        def check():
+            run = run_json(run_id)
+            return run if predicate(run) else None
+
+        return wait_for(check, timeout, f"run {run_id}: {what}", 1.0)
+
+    login = paddock("login", "--url", stack["server"].url, "--token", secret)
+    assert "light (member)" in login.stdout
+    spec = {**FAST_SPEC, "train": {**FAST_SPEC["train"], "steps": 400}}
+    spec_file = tmp_path / "light.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    launched = paddock("experiments", "launch", spec_file, "--backends", "torch")
+    assert "experiment" in launched.stdout
+    (run,) = json.loads(paddock("runs", "list", "-o", "json").stdout)
+    run_id = run["id"]
+    try:
+        until(run_id, "running past step 2", lambda r: r["state"] == "running" and r["step"] >= 2)
+        assert "paused" in paddock("runs", "pause", run_id).stdout
+        paused = until(run_id, "paused", lambda r: r["state"] == "paused", 120)
+        checkpoints = json.loads(paddock("checkpoints", "list", run_id, "-o", "json").stdout)
+        assert [c["step"] for c in checkpoints] == [paused["step"]]
+        paddock("runs", "resume", run_id)
+        until(run_id, "training again", lambda r: r["state"] == "running"
+              and r["step"] > paused["step"], 120)  # fmt: skip
+        logs = paddock("runs", "logs", run_id).stdout
+        assert "pausing → paused" in logs and "resuming → running" in logs
+    finally:
+        paddock("runs", "abort", run_id, check=False)
+    until(run_id, "aborted", lambda r: r["state"] == "aborted", 180)
+
+    # the export holds every point the platform stored, at full resolution
+    exported = tmp_path / "run.csv"
+    paddock("runs", "export", run_id, "--format", "csv", "-o", exported)
+    with open(exported, newline="") as fh:
+        rows = {(r["key"], int(r["step"]), float(r["value"])) for r in csv.DictReader(fh)}
+    stored = set(MetricPoint.objects.filter(run_id=run_id).values_list("key", "step", "value"))
+    assert rows == stored and any(key == "reward/mean" for key, _, _ in rows)
+
+    # the pause checkpoint's adapter, downloaded by the light CLI, loads in peft as it is
+    adapter = tmp_path / "adapter"
+    paddock("checkpoints", "download", run_id, checkpoints[0]["id"], "-o", adapter)
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(os.listdir(adapter))
+    assert not (adapter / "optimizer.pt").exists()
+    uri = Checkpoint.objects.get(pk=checkpoints[0]["id"]).uri
+    on_store = load_file(str(Path(uri.removeprefix("file://")) / "adapter" /
+                             "adapter_model.safetensors"))  # fmt: skip
+    downloaded = load_file(str(adapter / "adapter_model.safetensors"))
+    assert downloaded.keys() == on_store.keys()
+    assert all(torch.equal(downloaded[k], on_store[k]) for k in on_store)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir(parse_spec(spec).model.tiny))
+    model = PeftModel.from_pretrained(base, str(adapter))
+    loaded = [n for n, _ in model.named_parameters() if "lora_" in n]
+    assert len(loaded) == len(on_store) > 0
+    assert Run.objects.get(pk=run_id).state == "aborted"
