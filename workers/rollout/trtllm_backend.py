@@ -40,7 +40,7 @@ from .eos import eos_token_ids
 from .gate import RequestGate
 
 _FINISH = {"stop": "stop", "length": "length", "cancelled": "abort"}
-_TRTLLM_RANKS = tuple(2**i for i in range(11))  # any rank works; round to a power of two
+TRTLLM_RANKS = tuple(2**i for i in range(11))  # any rank works; round to a power of two
 
 
 def _import_trtllm() -> Any:
@@ -55,20 +55,51 @@ def _import_trtllm() -> Any:
     return tensorrt_llm
 
 
+async def start_engine(
+    trt: Any,
+    spec: RunSpec,
+    model_dir: str,
+    dtype: str,
+    max_lora_rank: int,
+    max_loras: int,
+    max_cpu_loras: int,
+) -> Any:
+    """TensorRT-LLM's async engine with LoRA: `max_loras` adapters in GPU slots, an LRU of
+    `max_cpu_loras` on the host; adapters come per request (`lora_dir` stays empty)."""
+    from tensorrt_llm.lora_manager import LoraConfig
+
+    lora_config = LoraConfig(
+        lora_dir=[],
+        max_lora_rank=max_lora_rank,
+        max_loras=max_loras,
+        max_cpu_loras=max_cpu_loras,
+    )
+    kv = trt.llmapi.KvCacheConfig(
+        free_gpu_memory_fraction=getattr(spec.rollout, "kv_cache_free_gpu_memory_fraction", 0.5)
+    )
+    return await trt.AsyncLLM(
+        model=model_dir,
+        backend="pytorch",
+        dtype=dtype,
+        lora_config=lora_config,
+        kv_cache_config=kv,
+    )
+
+
 class TrtllmBackend:
     needs_probe = True  # the version handshake checks the trainer's probe
     name = "trtllm"
+    # A lane of a pool engine (TrtllmLane) pauses its own requests, never the engine.
+    _pauses_engine = True
 
     def __init__(self, spec: RunSpec, model_dir: str | Path):
         self.spec = spec
         self.model_dir = str(model_dir)
         self._trt = _import_trtllm()
         from tensorrt_llm.executor.request import LoRARequest
-        from tensorrt_llm.lora_manager import LoraConfig
         from transformers import AutoTokenizer
 
         self._LoRARequest = LoRARequest
-        self._LoraConfig = LoraConfig
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         # end_id takes one id; the model's other EOS ids go in stop_token_ids, whose
         # tokens include_stop_str_in_output keeps in the output like the end id's
@@ -91,6 +122,7 @@ class TrtllmBackend:
         self._gate = RequestGate()
         self._engine_paused = False
         self._live = 0  # engine requests in flight
+        self._handles: set[Any] = set()  # their RequestOutputs (each can abort itself)
         self._failed: BaseException | None = None
         self.handshakes: list[dict[str, float]] = []
 
@@ -101,21 +133,14 @@ class TrtllmBackend:
     async def _engine(self) -> Any:
         if self._llm is None:
             r = self.spec.rollout
-            lora_config = self._LoraConfig(
-                lora_dir=[],
-                max_lora_rank=adapter_files.supported_rank(self.spec.lora.r, _TRTLLM_RANKS),
+            self._llm = await start_engine(
+                self._trt,
+                self.spec,
+                self.model_dir,
+                self.dtype,
+                max_lora_rank=adapter_files.supported_rank(self.spec.lora.r, TRTLLM_RANKS),
                 max_loras=getattr(r, "max_loras", 2),
                 max_cpu_loras=getattr(r, "max_cpu_loras", 4),
-            )
-            kv = self._trt.llmapi.KvCacheConfig(
-                free_gpu_memory_fraction=getattr(r, "kv_cache_free_gpu_memory_fraction", 0.5)
-            )
-            self._llm = await self._trt.AsyncLLM(
-                model=self.model_dir,
-                backend="pytorch",
-                dtype=self.dtype,
-                lora_config=lora_config,
-                kv_cache_config=kv,
             )
         return self._llm
 
@@ -167,10 +192,7 @@ class TrtllmBackend:
             await self._gate.idle()
 
     async def resume(self) -> None:
-        llm = await self._engine()
-        if self._engine_paused:
-            await llm.resume_generation()
-            self._engine_paused = False
+        await self._resume_engine(await self._engine())
         await self._gate.reopen()
 
     async def abort(self) -> list[GroupResult]:
@@ -182,8 +204,7 @@ class TrtllmBackend:
             await self._gate.idle()
         finally:
             if not was_paused:
-                await llm.resume_generation()
-                self._engine_paused = False
+                await self._resume_engine(llm)
             await self._gate.change(aborting=False)
         return list(self._gate.aborted)
 
@@ -203,10 +224,15 @@ class TrtllmBackend:
         # Before TensorRT-LLM #13784 pause returned before the engine drained.
         await self._gate.wait(lambda: self._live == 0)
 
+    async def _resume_engine(self, llm: Any) -> None:
+        if self._engine_paused:
+            await llm.resume_generation()
+            self._engine_paused = False
+
     async def _handshake(self, llm: Any, version: int, probe: AdapterProbe, lora: Any) -> float:
         """New id, new path: the engine loads it on first use. Probe logprobs: one request per
         probe position with the generation logits of its single step (temperature 1)."""
-        paused = self._engine_paused
+        paused = self._engine_paused and self._pauses_engine
         if paused:
             await llm.resume_generation()
         try:
@@ -281,14 +307,22 @@ class TrtllmBackend:
         llm, lora, version = self._llm, self._lora, self._lora_version
         params = self._params(req, max_tokens, seed)
         self._live += 1
+        handle = None
         try:
-            out = await llm.generate_async(req.prompt_ids + s.token_ids, params, lora_request=lora)
+            if self._engine_paused and not self._pauses_engine:
+                s.finish_reason = "abort"  # the lane is paused: nothing new reaches the engine
+                return
+            # a RequestOutput: awaitable, and abortable on its own (`abort()`)
+            handle = llm.generate_async(req.prompt_ids + s.token_ids, params, lora_request=lora)
+            self._handles.add(handle)
+            out = await handle
         except RuntimeError:
             if not self._engine_paused:
                 raise
             s.finish_reason = "abort"  # submitted in the instant the engine paused
             return
         finally:
+            self._handles.discard(handle)
             async with self._gate.cond:  # waited on through the gate (_pause_engine)
                 self._live -= 1
                 self._gate.cond.notify_all()

@@ -3,7 +3,9 @@
 machines. It reproduces the documented behaviours the backend depends on, and nothing more:
 
 - `await AsyncLLM(...)`: construction must be awaited; an engine not awaited refuses work;
-- `generate_async(prompt_token_ids, sampling_params, lora_request=...)` → `RequestOutput`;
+- `generate_async(prompt_token_ids, sampling_params, lora_request=...)` returns at once a
+  `RequestOutput` that is awaited for the result and can `abort()` its own request
+  (finish reason "cancelled", partial tokens kept), as the LLM API's `GenerationResult`;
   logprobs are raw (before temperature), as the pytorch backend reports them; a request
   stops at `end_id` or any of `stop_token_ids`, the stopping token kept in the output;
   `return_generation_logits` gives the raw logits of each generated step;
@@ -12,7 +14,8 @@ machines. It reproduces the documented behaviours the backend depends on, and no
   `resume_generation()`;
 - LoRA only from a path that exists, cached by `lora_int_id` in an LRU of `max_cpu_loras`
   entries: a reused id serves the cached (old) weights, as the real cache does; every id
-  seen is recorded so a test can check none is reused.
+  seen is recorded so a test can check none is reused; so is the largest number of distinct
+  ids decoding at once (`max_concurrent_loras`), which shows several adapters in one batch.
 
 Decoding is per request, a full forward per token (no KV cache), yielding to the event loop
 between tokens so pauses interleave with generation as they do on a real engine.
@@ -99,6 +102,9 @@ class AsyncLLM:
         self.ids_seen: dict[int, str] = {}  # lora id → the path it was first loaded from
         self.loads: list[int] = []
         self.submitted_while_paused = 0
+        self._decoding: dict[int, int] = {}  # lora id → requests decoding under it now
+        self.max_concurrent_loras = 0
+        self.tokens_out: dict[int, int] = {}  # lora id → tokens generated under it
 
     def __await__(self):
         return self._start().__await__()
@@ -163,24 +169,38 @@ class AsyncLLM:
 
     # ------------------------------------------------------------ generation
 
-    async def generate_async(
+    def generate_async(
         self,
         prompt_token_ids: list[int],
         sampling_params: SamplingParams | None = None,
         lora_request: LoRARequest | None = None,
-    ) -> RequestOutput:
+    ) -> PendingOutput:
         if not self._ready:
             raise RuntimeError("AsyncLLM was not awaited (or was shut down)")
         if self._paused:
             self.submitted_while_paused += 1
             raise RuntimeError("generation is paused; call resume_generation() first")
+        cancel = asyncio.Event()
+        task = asyncio.ensure_future(
+            self._generate(list(prompt_token_ids), sampling_params, lora_request, cancel)
+        )
+        return PendingOutput(task, cancel)
+
+    async def _generate(
+        self,
+        prompt_token_ids: list[int],
+        sampling_params: SamplingParams | None,
+        lora_request: LoRARequest | None,
+        cancel: asyncio.Event,
+    ) -> RequestOutput:
         p = sampling_params or SamplingParams()
         adapter = self._adapter(lora_request)
+        lid = lora_request.lora_int_id if lora_request else 0
         gen = torch.Generator().manual_seed(p.seed if p.seed is not None else 0)
         out = CompletionOutput(0)
         logits_rows = []
-        cancel = asyncio.Event()
         self._inflight.add(cancel)
+        self._decoding[lid] = self._decoding.get(lid, 0) + 1
         try:
             ids = list(prompt_token_ids)
             while out.finish_reason is None:
@@ -188,6 +208,8 @@ class AsyncLLM:
                 if cancel.is_set():
                     out.finish_reason = "cancelled"
                     break
+                decoding = sum(1 for k, n in self._decoding.items() if n and k)
+                self.max_concurrent_loras = max(self.max_concurrent_loras, decoding)
                 logits = self._logits(ids, adapter)  # [V] raw
                 if p.top_k == 1:
                     tok = int(logits.argmax())
@@ -195,6 +217,7 @@ class AsyncLLM:
                     probs = torch.softmax(logits / p.temperature, -1)
                     tok = int(torch.multinomial(probs, 1, generator=gen))
                 ids.append(tok)
+                self.tokens_out[lid] = self.tokens_out.get(lid, 0) + 1
                 out.token_ids.append(tok)
                 out.logprobs.append(float(torch.log_softmax(logits, -1)[tok]))  # raw
                 logits_rows.append(logits)
@@ -206,10 +229,25 @@ class AsyncLLM:
                     out.finish_reason = "length"
         finally:
             self._inflight.discard(cancel)
+            self._decoding[lid] -= 1
         out.text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
         if p.return_generation_logits and logits_rows:
             out.generation_logits = torch.stack(logits_rows)  # [T, V]
         return RequestOutput(list(prompt_token_ids), [out])
+
+
+class PendingOutput:
+    """What generate_async returns: awaitable for the RequestOutput; abort() cancels only
+    this request."""
+
+    def __init__(self, task: asyncio.Future, cancel: asyncio.Event):
+        self._task, self._cancel = task, cancel
+
+    def abort(self) -> None:
+        self._cancel.set()
+
+    def __await__(self):
+        return self._task.__await__()
 
 
 def install() -> types.ModuleType:

@@ -1,0 +1,186 @@
+"""One trainer, many adapters: a step of one run touches nothing of another, and equals the
+step of the run alone (the single-run LoraPolicy) for the same batch, seed and state."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from workers.loop.executor import LocalExecutor
+from workers.policy import LoraPolicy, TrainSample, collate
+from workers.policy.multi import MultiLoraTrainer
+from workers.spec import parse_spec
+
+ANSWERS = {"12+34=": "46", "7+8=": "15", "40+41=": "81", "3+4=": "7"}
+
+
+def batch_for(tok, version: int, flip: bool = False):
+    """Groups of 4 samples per prompt with mixed advantages (a fixed, made-up batch)."""
+    samples = []
+    for k, (prompt, answer) in enumerate(ANSWERS.items()):
+        for j in range(4):
+            text = answer if j % 2 else answer[::-1]
+            resp = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+            adv = (1.0 if j % 2 else -1.0) * (-1 if flip else 1) * (1 + 0.1 * k)
+            samples.append(
+                TrainSample(
+                    tok.encode(prompt, add_special_tokens=False),
+                    resp,
+                    [-0.7] * len(resp),
+                    [version] * len(resp),
+                    adv,
+                )
+            )
+    return collate(samples, tok.pad_token_id)
+
+
+@pytest.fixture
+def specs(make_spec):
+    a = parse_spec(make_spec("seed=5", "lora.dropout=0.1", "train.lr=0.01"))
+    b = parse_spec(make_spec("seed=9", "train.lr=0.003", "algorithm.advantage=rloo"))
+    return a, b
+
+
+@pytest.fixture
+def trainer(specs):
+    a, b = specs
+    t = MultiLoraTrainer(a, a.model.path)
+    t.add_run("a", a)
+    t.add_run("b", b)
+    return t
+
+
+def snapshot(trainer: MultiLoraTrainer, run: str):
+    r = trainer.runs[run]
+    params = [p.detach().clone() for p in r.params]
+    state = {
+        i: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+        for i, s in r.optimizer.state_dict()["state"].items()
+    }
+    return params, state
+
+
+def assert_same(before, after):
+    (p0, s0), (p1, s1) = before, after
+    assert all(torch.equal(x, y) for x, y in zip(p0, p1, strict=True))
+    assert s0.keys() == s1.keys()
+    for i in s0:
+        for k in s0[i]:
+            assert torch.equal(torch.as_tensor(s0[i][k]), torch.as_tensor(s1[i][k])), (i, k)
+
+
+def test_a_step_of_one_run_leaves_the_other_bit_identical(trainer):
+    tok = trainer.policy.tokenizer
+    trainer.train_step("b", batch_for(tok, 0, flip=True))  # b has optimizer state now
+    before_b = snapshot(trainer, "b")
+    before_a = snapshot(trainer, "a")
+    for _ in range(2):
+        trainer.train_step("a", batch_for(tok, trainer.runs["a"].adapter_version))
+    assert_same(before_b, snapshot(trainer, "b"))
+    moved = snapshot(trainer, "a")[0]
+    assert not all(torch.equal(x, y) for x, y in zip(before_a[0], moved, strict=True))
+    assert (trainer.runs["a"].adapter_version, trainer.runs["a"].step) == (2, 2)
+    assert (trainer.runs["b"].adapter_version, trainer.runs["b"].step) == (1, 1)
+    # the host's placeholder adapter never trains either
+    assert all(p.grad is None and not p.requires_grad for p in trainer.policy.params)
+
+
+def test_a_pooled_run_steps_as_the_run_alone(trainer, specs):
+    """Interleaved with b's steps, a's adapter after each step is the one a LoraPolicy of
+    a's spec computes alone, dropout's random draws included (a's RNG stream is its own,
+    whatever the process's global one does in between)."""
+    spec_a, _ = specs
+    solo = LoraPolicy(spec_a, spec_a.model.path)
+    tok = solo.tokenizer
+    pooled = trainer.adapter_tensors("a")
+    start = solo.adapter_tensors()
+    assert pooled.keys() == start.keys()
+    assert all(torch.equal(pooled[k], start[k]) for k in start)  # the same fresh adapter
+    batches = [batch_for(tok, step, flip=step == 1) for step in range(3)]
+    torch.manual_seed(12345)
+    got = []
+    for batch in batches:
+        torch.rand(7)  # someone else draws from the global stream between steps
+        trainer.train_step("b", batch_for(tok, 0, flip=True))
+        metrics = trainer.train_step("a", batch)
+        got.append((metrics, trainer.adapter_tensors("a")))
+    torch.manual_seed(spec_a.seed)  # a run alone: its global stream starts at its seed
+    for batch, (metrics, pooled) in zip(batches, got, strict=True):
+        assert metrics == pytest.approx(solo.train_step(batch), rel=1e-5, abs=1e-7)
+        alone = solo.adapter_tensors()
+        for k in alone:
+            torch.testing.assert_close(pooled[k], alone[k], rtol=1e-5, atol=1e-7)
+    assert trainer.runs["a"].adapter_version == solo.adapter_version == 3
+    # dropout draws do matter here: another stream gives another adapter
+    torch.manual_seed(999)
+    solo.train_step(batches[0])
+    trainer.train_step("a", batches[0])
+    other, pooled = solo.adapter_tensors(), trainer.adapter_tensors("a")
+    assert not all(torch.allclose(other[k], pooled[k], rtol=1e-5, atol=1e-7) for k in other)
+
+
+async def test_adapter_update_is_what_the_run_alone_publishes(trainer, specs):
+    """Same keys, same tensors and the same handshake probe as a solo run's update: the
+    probe is computed under a's adapter, not b's or the placeholder's."""
+    spec_a, _ = specs
+    tok = trainer.policy.tokenizer
+    trainer.train_step("a", batch_for(tok, 0))
+    trainer.train_step("b", batch_for(tok, 0, flip=True))
+    solo = LoraPolicy(spec_a, spec_a.model.path)
+    solo.load_adapter_tensors(trainer.adapter_tensors("a"), 1)
+    want = await LocalExecutor(solo).adapter_update()
+    got = trainer.adapter_update("a")
+    assert got.version == want.version == 1
+    assert got.tensors.keys() == want.tensors.keys()
+    assert all(torch.equal(got.tensors[k], want.tensors[k].cpu()) for k in want.tensors)
+    assert got.probe.token_ids == want.probe.token_ids
+    assert got.probe.logprobs == pytest.approx(want.probe.logprobs, abs=1e-6)
+    other = trainer.adapter_update("b")
+    assert other.probe.logprobs != pytest.approx(want.probe.logprobs, abs=1e-6)
+
+
+def test_checkpoint_restores_one_run_and_resumes_alone(trainer, specs, tmp_path):
+    spec_a, _ = specs
+    tok = trainer.policy.tokenizer
+    trainer.train_step("a", batch_for(tok, 0))
+    ckpt = trainer.save("a", tmp_path / "a")
+    b_before = snapshot(trainer, "b")
+    trainer.train_step("a", batch_for(tok, 1, flip=True))
+    after_two = trainer.adapter_tensors("a")
+    trainer.load("a", ckpt)
+    assert (trainer.runs["a"].step, trainer.runs["a"].adapter_version) == (1, 1)
+    trainer.train_step("a", batch_for(tok, 1, flip=True))  # optimizer state and RNG restored
+    again = trainer.adapter_tensors("a")
+    assert all(torch.equal(again[k], after_two[k]) for k in after_two)
+    assert_same(b_before, snapshot(trainer, "b"))
+    # the same checkpoint resumes the run alone (a solo executor's layout)
+    solo = LoraPolicy(spec_a, spec_a.model.path)
+    asyncio.run(LocalExecutor(solo).load(ckpt))
+    trainer.load("a", ckpt)
+    assert solo.adapter_version == 1
+    alone, pooled = solo.adapter_tensors(), trainer.adapter_tensors("a")
+    assert all(torch.equal(alone[k], pooled[k]) for k in alone)
+
+
+def test_admission_and_leaving(trainer, make_spec):
+    with pytest.raises(ValueError, match="already in the pool"):
+        trainer.add_run("a", trainer.runs["a"].spec)
+    other_base = parse_spec(make_spec("model.dtype=bfloat16"))
+    with pytest.raises(ValueError, match="model.dtype"):
+        trainer.add_run("c", other_base)
+    # another rank and other target modules share the base model fine
+    small = parse_spec(make_spec("lora.r=4", "seed=1"))
+    small = small.model_copy(
+        update={"lora": small.lora.model_copy(update={"target_modules": ["q_proj", "v_proj"]})}
+    )
+    trainer.add_run("c", small)
+    tok = trainer.policy.tokenizer
+    trainer.train_step("c", batch_for(tok, 0))
+    assert trainer.runs["c"].adapter_version == 1
+    assert {p.shape[0] for k, p in trainer.adapter_tensors("c").items() if "lora_A" in k} == {4}
+    trainer.remove_run("c")
+    assert "c" not in trainer.runs and len(trainer.model.peft_config) == 3  # default, a, b
+    with pytest.raises(KeyError, match="no run 'c'"):
+        trainer.train_step("c", batch_for(tok, 1))

@@ -1,0 +1,186 @@
+"""The multi-adapter engine protocol: one engine holds the base model once and serves the
+LoRA adapters of several runs, rows of different adapters decoding in one batch.
+
+Each run is a *lane*: a single-adapter `RolloutBackend` (its own gate, requests in flight,
+adapter version and version handshake) on the shared engine, in an adapter slot of its own.
+The pool engine routes each request to its run's lane and submits every lane's requests to
+the engine together, which batches them (vLLM's scheduler, TensorRT-LLM's in-flight
+batching); it also admits runs into slots and frees them.
+
+The promises of `base.py` hold per run:
+- a sample of run A is labelled `(A, v)` only if the engine had acknowledged serving A's
+  adapter at version v (A's `load_adapter` passed A's probe) when it produced the tokens;
+- an adapter of run A changes only while A is paused (`pause(A, mode)`, as a single engine
+  is paused around `load_adapter`), and pausing A touches no other run's requests: `keep`
+  is emulated per run (A's requests are cut, their partial tokens kept, and continued under
+  the new adapter once A resumes), never a freeze of the whole engine.
+
+Admission is refused, with the reason, beyond the engine's adapter slots or above the LoRA
+rank the engine was started with (adapters of a smaller rank are zero-padded to it by the
+engine; see docs/pools.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ..spec import LoraSpec
+from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, RolloutBackend
+
+
+class PoolAdmissionError(ValueError):
+    """A run cannot join the pool engine (no free adapter slot, or a rank above the pool's)."""
+
+
+@dataclass
+class PoolRequest:
+    """One group for one run's adapter. `version`, when set, is the adapter version the
+    caller last had acknowledged for that run: the engine refuses the request if it serves
+    another one (the caller's view is stale). The tokens' labels are always the versions the
+    engine served them with."""
+
+    run_id: str
+    group: GroupRequest
+    version: int | None = None
+
+
+@runtime_checkable
+class PoolEngine(Protocol):
+    name: str
+    needs_probe: bool
+    capacity: int  # adapter slots (vLLM `max_loras`, TensorRT-LLM `LoraConfig.max_loras`)
+    max_lora_rank: int
+
+    def served_versions(self) -> dict[str, int]:
+        """Run id → the adapter version the engine acknowledged for it."""
+
+    async def load_adapter(self, run_id: str, update: AdapterUpdate, lora: LoraSpec) -> int:
+        """Admit the run (first call: takes a slot) or update its adapter (the run must be
+        paused); returns the version the engine now serves for it, after its handshake."""
+
+    async def unload_adapter(self, run_id: str) -> None:
+        """Abort the run's requests, remove its adapter from the engine, free its slot."""
+
+    async def generate(self, requests: list[PoolRequest]) -> list[GroupResult]:
+        """Every request, in one batch across runs; results in the order of `requests`."""
+
+    async def pause(self, run_id: str, mode: PauseMode) -> None: ...
+
+    async def resume(self, run_id: str) -> None: ...
+
+    async def abort(self, run_id: str) -> list[GroupResult]: ...
+
+    async def close(self) -> None: ...
+
+
+class LanePool:
+    """What the pool engines share: runs' lanes by id, admission, and request routing.
+    Subclasses start the engine and make a lane for a run (`_new_lane`) in a free slot and
+    take it out again (`_drop_lane`)."""
+
+    name = "pool"
+    needs_probe = True
+
+    def __init__(self, capacity: int, max_lora_rank: int):
+        self.capacity = capacity
+        self.max_lora_rank = max_lora_rank
+        self.lanes: dict[str, RolloutBackend] = {}
+        self._lora: dict[str, LoraSpec] = {}
+        self._slots: dict[str, int] = {}  # run id → slot (1 … capacity)
+        self._admitting = asyncio.Lock()
+
+    # ---------------------------------------------------------------- hooks
+
+    async def _new_lane(self, run_id: str, lora: LoraSpec, slot: int) -> RolloutBackend:
+        raise NotImplementedError
+
+    async def _drop_lane(self, run_id: str, lane: RolloutBackend) -> None:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- protocol
+
+    def served_versions(self) -> dict[str, int]:
+        return {run: lane.served_version for run, lane in self.lanes.items()}
+
+    def check_admission(self, run_id: str, lora: LoraSpec) -> None:
+        """Raise PoolAdmissionError unless `run_id` could join now."""
+        if lora.r > self.max_lora_rank:
+            raise PoolAdmissionError(
+                f"{self.name} pool: run {run_id!r} has lora.r={lora.r}, above the pool's "
+                f"max LoRA rank {self.max_lora_rank} (fixed when the engine started)"
+            )
+        if run_id not in self.lanes and len(self.lanes) >= self.capacity:
+            raise PoolAdmissionError(
+                f"{self.name} pool: run {run_id!r} cannot join: all {self.capacity} adapter "
+                f"slots are taken (runs {', '.join(sorted(self.lanes))}); unload one first"
+            )
+
+    async def load_adapter(self, run_id: str, update: AdapterUpdate, lora: LoraSpec) -> int:
+        lane = self.lanes.get(run_id)
+        if lane is None:
+            async with self._admitting:
+                self.check_admission(run_id, lora)
+                slot = min(set(range(1, self.capacity + 1)) - set(self._slots.values()))
+                lane = await self._new_lane(run_id, lora, slot)
+                self.lanes[run_id], self._lora[run_id], self._slots[run_id] = lane, lora, slot
+            try:
+                return await lane.load_adapter(update)
+            except BaseException:
+                await self.unload_adapter(run_id)  # a run joins with a served adapter or not at all
+                raise
+        if lora != self._lora[run_id]:
+            raise ValueError(
+                f"{self.name} pool: run {run_id!r}: the LoRA settings of a run are fixed when "
+                "it joins (rank, alpha, target modules)"
+            )
+        return await lane.load_adapter(update)
+
+    async def unload_adapter(self, run_id: str) -> None:
+        lane = self._lane(run_id)
+        async with self._admitting:
+            await self._drop_lane(run_id, lane)
+            del self.lanes[run_id], self._lora[run_id], self._slots[run_id]
+
+    async def generate(self, requests: list[PoolRequest]) -> list[GroupResult]:
+        by_run: dict[str, list[int]] = {}
+        for i, r in enumerate(requests):
+            lane = self._lane(r.run_id)
+            if r.version is not None and r.version != lane.served_version:
+                raise RuntimeError(
+                    f"{self.name} pool: request {r.group.request_id} names run {r.run_id!r} at "
+                    f"adapter version {r.version}, but the engine serves version "
+                    f"{lane.served_version} for it"
+                )
+            by_run.setdefault(r.run_id, []).append(i)
+        # every lane's requests go to the engine at once: one batch across adapters
+        outs = await asyncio.gather(
+            *(
+                self.lanes[run].generate([requests[i].group for i in idx])
+                for run, idx in by_run.items()
+            )
+        )
+        results: list[GroupResult | None] = [None] * len(requests)
+        for idx, out in zip(by_run.values(), outs, strict=True):
+            for i, res in zip(idx, out, strict=True):
+                results[i] = res
+        return results  # type: ignore[return-value]
+
+    async def pause(self, run_id: str, mode: PauseMode) -> None:
+        await self._lane(run_id).pause(mode)
+
+    async def resume(self, run_id: str) -> None:
+        await self._lane(run_id).resume()
+
+    async def abort(self, run_id: str) -> list[GroupResult]:
+        return await self._lane(run_id).abort()
+
+    def _lane(self, run_id: str) -> RolloutBackend:
+        lane = self.lanes.get(run_id)
+        if lane is None:
+            known = ", ".join(sorted(self.lanes)) or "none"
+            raise KeyError(
+                f"{self.name} pool: no adapter loaded for run {run_id!r} (runs: {known})"
+            )
+        return lane
