@@ -53,7 +53,13 @@ from .models import BatchSummary, SampleSet
 # signal) walks running → pausing → paused; one that reports what is already true is a no-op.
 _PATHS: dict[str, dict[str, list[str]]] = {
     "starting": {S.DISPATCHING: [S.STARTING]},
-    "running": {S.DISPATCHING: [S.RUNNING], S.STARTING: [S.RUNNING], S.RESUMING: [S.RUNNING]},
+    # paused: a resume came while the run was pausing, so the job paused and went on
+    "running": {
+        S.DISPATCHING: [S.RUNNING],
+        S.STARTING: [S.RUNNING],
+        S.RESUMING: [S.RUNNING],
+        S.PAUSED: [S.RESUMING, S.RUNNING],
+    },
     "paused": {S.RUNNING: [S.PAUSING, S.PAUSED], S.PAUSING: [S.PAUSED]},
     # pausing: the job took its last step before it saw the pause; the run is done
     "succeeded": {S.RUNNING: [S.SUCCEEDED], S.PAUSING: [S.SUCCEEDED]},
