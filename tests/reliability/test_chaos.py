@@ -61,7 +61,7 @@ JOB_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 DOWN_S = 4.0  # how long Redis and PostgreSQL stay down
 PARTITION_S = 15.0  # longer than the reporter's 10 s request timeout: replies get lost
 PAUSE_S = 8.0
-PER_RUN_PATIENCE_S = 60.0  # a per-run fault waits this long for a run it can hit
+PER_RUN_PATIENCE_S = 180.0  # a per-run fault waits this long for a run it can hit
 KILLED_ALONE_S = 90.0
 
 
