@@ -155,7 +155,7 @@ def clusters_health(
     cluster_id: Annotated[int, typer.Argument(help="cluster id (clusters list)")],
     output: OutputOpt = Format.table,
 ) -> None:
-    """Check a cluster's Jobs API now (a team admin's cluster, or staff for shared ones)."""
+    """Check a cluster's Jobs API now and print what it found; exit 1 when unhealthy."""
     cluster = _client().cluster_health(cluster_id)
     show_one(cluster, output)
     if not cluster["healthy"]:
