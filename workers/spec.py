@@ -719,6 +719,15 @@ class ResourcesSpec(_Section):
         "decoding and training do not take turns on one Python interpreter (on two GPUs, "
         "what lets async overlap them); executor ray: actors are processes already",
     )
+    gpu_share: Literal["streams", "engine_first", "trainer_first", "split"] = Field(
+        "split",
+        description="async, trainer and torch engine on one GPU in one process: how they "
+        "share it (workers/loop/gpu_share.py): own streams, one side's stream first, or "
+        "the SMs split between them (CUDA green contexts)",
+    )
+    engine_sm_share: float = Field(
+        0.36, gt=0, lt=1, description="gpu_share split: the engine's share of the SMs"
+    )
     max_attempts: int = Field(3, ge=1, le=100, description="dispatches the control plane may start")
 
 
