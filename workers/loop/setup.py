@@ -18,7 +18,8 @@ from .checkpoint import latest_checkpoint, load_checkpoint
 from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
-from .executor import LocalExecutor, TrainerExecutor
+from .executor import TrainerExecutor
+from .gpu_share import StreamExecutor, open_share, share_for
 from .mirrors import open_mirrors
 from .producer import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
@@ -86,12 +87,21 @@ async def run_training(
     tokenizer = load_tokenizer(model_dir)
     task = load_task(spec.data, tokenizer)
     trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
-    executor = executor or LocalExecutor(LoraPolicy(spec, model_dir, trainer_device))
+    # async with trainer and torch engine on one GPU: each side its stream (gpu_share.py)
+    own = executor is None and backend is None
+    plan = share_for(spec, trainer_device, engine_device) if own else None
+    share = open_share(plan, trainer_device) if plan is not None else None
+    trainer_stream = share.trainer if share is not None else None
+    executor = executor or StreamExecutor(
+        LoraPolicy(spec, model_dir, trainer_device), trainer_stream
+    )
     if backend is None and spec.resources.engine_process:
         from ..rollout.process_backend import ProcessBackend
 
         backend = ProcessBackend(spec, model_dir, engine_device)
     backend = backend or make_backend(spec, model_dir, device=engine_device)
+    if share is not None:
+        backend.use_stream(share.engine)
     buffer = TrajectoryBuffer(buffer_capacity(spec))
     state = RunState()
     src = resume_path(spec, out)
@@ -113,6 +123,8 @@ async def run_training(
     mirrors = open_mirrors(spec.logging, out, spec.to_dict())
     on_metrics, on_event = mirrors.hooks(on_metrics, on_event)
     emitter = Emitter(out, spec.train.steps, state.step, on_metrics, on_event, progress)
+    if share is not None:
+        emitter.log(share.note, share.level)
     mirrors.warn = lambda message: emitter.log(message, level="warning")
     for split, n in task.dropped.items():
         if n:

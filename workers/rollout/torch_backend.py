@@ -85,6 +85,11 @@ class TorchBackend:
     def served_version(self) -> int:
         return self._version
 
+    def use_stream(self, stream: torch.cuda.Stream) -> None:
+        """Decode and load adapters on `stream` instead of the engine's own (one that shares
+        the GPU with the trainer on a plan: workers/loop/gpu_share.py). Before generating."""
+        self._stream = stream
+
     # ---------------------------------------------------------------- protocol
 
     async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:

@@ -1,0 +1,85 @@
+"""One GPU shared by trainer and engine (workers/loop/gpu_share.py), on the GPU: a green
+context's stream runs on its share of the SMs only and computes what the whole GPU does, and
+an async run on the split GPU keeps the engine's logprobs those of a trainer forward.
+
+    python3 -m pytest -c /dev/null --noconftest -p no:cacheprovider -q tests/workers/gpu
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from workers.loop.gpu_share import open_share, plan_share
+from workers.train import train
+
+from .small_qwen3 import build_small_qwen3
+
+pytestmark = pytest.mark.gpu
+
+
+def matmul_ms(stream: torch.cuda.Stream, a: torch.Tensor, b: torch.Tensor, reps: int = 10):
+    with torch.cuda.stream(stream):
+        a @ b  # warm-up: cuBLAS picks its kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            out = a @ b
+        end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps, out
+
+
+def test_split_confines_the_engine_to_its_sms_and_computes_the_same():
+    dev = torch.device("cuda", 0)
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    share = open_share(plan_share("split", 0.25, sms), dev)
+    assert share.plan.engine_sms + share.plan.trainer_sms <= sms
+    assert share.plan.engine_sms <= sms // 4 + 8
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    whole, ref = matmul_ms(torch.cuda.current_stream(dev), a, b)
+    engine, out = matmul_ms(share.engine, a, b)
+    trainer, out_t = matmul_ms(share.trainer, a, b)
+    # a quarter of the SMs: a compute-bound product takes well over 1.5x as long
+    assert engine > 1.5 * whole, (engine, whole)
+    assert trainer < engine, (trainer, engine)
+    for got in (out, out_t):
+        assert float((got.float() - ref.float()).norm() / ref.float().norm()) < 1e-3
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return build_small_qwen3(
+        tmp_path_factory.mktemp("qwen3-share"), vocab_size=4096, hidden_size=256,
+        num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
+    )  # fmt: skip
+
+
+def run_rows(model_dir: Path, out: Path, **over) -> list[dict]:
+    spec = {
+        "model": {"path": str(model_dir)},
+        "lora": {"r": 16, "alpha": 32},
+        "algorithm": {"num_generations": 4},
+        "rollout": {"backend": "torch", "max_new_tokens": 24, "temperature": 1.0},
+        "data": {"task": "arithmetic", "eval_size": 4},
+        "train": {"steps": 3, "prompts_per_step": 4, "eval_every": 0, "lr": 1e-3},
+        "resources": {"trainer_gpus": 1, "rollout_gpus": 1, **over.pop("resources", {})},
+        **over,
+    }
+    train(spec, out, progress=False)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "loss/total" in r]
+
+
+def test_async_on_a_split_gpu_keeps_the_engine_honest(model_dir, tmp_path):
+    split = {"gpu_share": "split", "engine_sm_share": 0.36}
+    rows = run_rows(model_dir, tmp_path / "a1", resources=split, **{"async": {"enabled": True}})
+    assert [r["adapter_version"] for r in rows] == [1.0, 2.0, 3.0]
+    assert all(r["staleness/max"] <= 1 for r in rows)
+    # the engine decodes on its green context: its logprobs are still the trainer's
+    errors = [r["token_mult_prob_error"] for r in rows if "token_mult_prob_error" in r]
+    assert errors and max(errors) <= 1.05, errors

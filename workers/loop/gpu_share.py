@@ -1,0 +1,191 @@
+"""One GPU, two workloads: how an async run's in-process trainer and torch engine share it.
+
+Both sides run in threads of one process (the trainer's step in `asyncio.to_thread`, the
+engine's decode in its own) and issue their kernels on CUDA streams of their own, so the GPU
+can run them side by side. What decides how well is the block scheduler: a kernel's thread
+blocks go to SMs as SMs free up, and blocks of the kernel that came first go first, so a
+decode step (a chain of small memory-bound kernels) can wait behind a train matmul that
+fills every SM, and the other way round. `resources.gpu_share` says how the two share:
+
+- `streams`: each side its own stream, at the same priority (the hardware's own order);
+- `engine_first` / `trainer_first`: that side's stream at the highest priority the device
+  has, the other's at the lowest: the scheduler hands freed SMs to its waiting blocks first
+  (no preemption of running blocks);
+- `split`: the SMs split in two with CUDA green contexts (through NVIDIA's `cuda-bindings`
+  package): the engine's stream runs on `resources.engine_sm_share` of them, the
+  trainer's on the rest. Neither waits for the other's blocks; they still share memory
+  bandwidth and L2, and a side that has nothing to do leaves its SMs idle.
+
+`split` is the default: at G ≈ T on one H200 (docs/performance.md, "Async on one GPU")
+it gave 1.23-1.44x sync per step where `streams` gave 1.03-1.17x and the priorities no
+more; 48 of the 132 SMs for the engine (`engine_sm_share` 0.36) was best of 32-64.
+
+Only async runs share (a sync run runs one side at a time, on the whole GPU), and only
+where trainer and engine are on the same GPU in one process. `plan_share` is the pure part
+(which stream gets which priority and how many SMs), `open_share` makes the streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..policy import LoraPolicy
+from ..policy.batch import TrainBatch
+from .executor import LocalExecutor
+
+SHARE_MODES = ("streams", "engine_first", "trainer_first", "split")
+# Hopper splits SMs in groups of 8 (a green context's smallest share; CUDA rounds up to it)
+SM_GRANULE = 8
+
+
+@dataclass(frozen=True)
+class SharePlan:
+    """Streams for one GPU's two sides. Priorities are CUDA's (lower is served first);
+    SM counts are None without a split (the whole GPU)."""
+
+    mode: str
+    engine_priority: int
+    trainer_priority: int
+    engine_sms: int | None = None
+    trainer_sms: int | None = None
+
+
+def plan_share(
+    mode: str, engine_share: float, sm_count: int, priority_range: tuple[int, int] = (0, -1)
+) -> SharePlan:
+    """The plan for `mode` on a GPU of `sm_count` SMs whose stream priorities run from
+    `priority_range` = (least, greatest) (CUDA's order: greatest is the smaller number).
+    A split gives the engine `engine_share` of the SMs, rounded to the granule, and each
+    side at least one granule."""
+    if mode not in SHARE_MODES:
+        raise ValueError(f"unknown gpu_share {mode!r}; known: {', '.join(SHARE_MODES)}")
+    least, greatest = priority_range
+    if mode == "engine_first":
+        return SharePlan(mode, engine_priority=greatest, trainer_priority=least)
+    if mode == "trainer_first":
+        return SharePlan(mode, engine_priority=least, trainer_priority=greatest)
+    if mode == "streams":
+        return SharePlan(mode, engine_priority=least, trainer_priority=least)
+    if sm_count < 2 * SM_GRANULE:
+        raise ValueError(f"gpu_share split: {sm_count} SMs cannot be split in two")
+    granules = round(engine_share * sm_count / SM_GRANULE)
+    engine = min(max(granules, 1), sm_count // SM_GRANULE - 1) * SM_GRANULE
+    return SharePlan(mode, least, least, engine_sms=engine, trainer_sms=sm_count - engine)
+
+
+@dataclass
+class GpuShare:
+    """The two streams of a plan (and, for a split, the green contexts they belong to,
+    which must outlive them); `note` says what was made, for the run's log, and `level`
+    is "warning" where a split could not be made."""
+
+    plan: SharePlan
+    trainer: torch.cuda.Stream
+    engine: torch.cuda.Stream
+    note: str = ""
+    level: str = "debug"
+    _keep: tuple = ()
+
+
+def open_share(plan: SharePlan, device: torch.device) -> GpuShare:
+    """Make the plan's streams on `device` (a CUDA device). A split that this machine cannot
+    make (no cuda-bindings, a driver without green contexts) falls back to `streams`, with
+    a warning in `note`: the run goes on, slower."""
+    if plan.engine_sms is not None:
+        try:
+            share = _green_share(plan, device)
+        except (ImportError, AttributeError, RuntimeError) as exc:
+            streams = plan_share("streams", 0.0, 0)
+            share = _streams(streams, device)
+            share.note = f"resources.gpu_share: split unavailable, using streams ({exc})"
+            share.level = "warning"
+            return share
+        p = share.plan
+        share.note = f"gpu_share split: engine on {p.engine_sms} SMs, trainer on {p.trainer_sms}"
+        return share
+    share = _streams(plan, device)
+    share.note = f"gpu_share {plan.mode}: priorities engine {plan.engine_priority}, trainer "
+    share.note += f"{plan.trainer_priority}"
+    return share
+
+
+def _streams(plan: SharePlan, device: torch.device) -> GpuShare:
+    return GpuShare(
+        plan,
+        trainer=torch.cuda.Stream(device, priority=plan.trainer_priority),
+        engine=torch.cuda.Stream(device, priority=plan.engine_priority),
+    )
+
+
+def _green_share(plan: SharePlan, device: torch.device) -> GpuShare:
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise RuntimeError(
+            "resources.gpu_share: split needs NVIDIA's cuda-bindings package "
+            f"(pip install cuda-bindings): {exc}"
+        ) from exc
+
+    def check(result):
+        err, *out = result
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"resources.gpu_share: split: CUDA driver error {err}")
+        return out[0] if len(out) == 1 else out
+
+    torch.zeros(1, device=device)  # the primary context exists before the driver calls
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    dev = check(driver.cuDeviceGet(index))
+    sm_type = driver.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+    whole = check(driver.cuDeviceGetDevResource(dev, sm_type))
+    # one split call: its group and its remainder are disjoint sets of SMs
+    groups, _, rest = check(driver.cuDevSmResourceSplitByCount(1, whole, 0, plan.engine_sms))
+    keep, streams = [], []
+    for part, priority in ((groups[0], plan.engine_priority), (rest, plan.trainer_priority)):
+        desc = check(driver.cuDevResourceGenerateDesc([part], 1))
+        flags = driver.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
+        green = check(driver.cuGreenCtxCreate(desc, dev, flags))
+        raw = check(
+            driver.cuGreenCtxStreamCreate(
+                green, driver.CUstream_flags.CU_STREAM_NON_BLOCKING, priority
+            )
+        )
+        keep += [green, raw]
+        streams.append(torch.cuda.ExternalStream(int(raw), device=device))
+    sms = (groups[0].sm.smCount, rest.sm.smCount)
+    actual = SharePlan(plan.mode, plan.engine_priority, plan.trainer_priority, *sms)
+    return GpuShare(actual, trainer=streams[1], engine=streams[0], _keep=tuple(keep))
+
+
+def share_for(spec, trainer: torch.device, engine: torch.device) -> SharePlan | None:
+    """The plan an in-process run uses, or None where nothing is shared: a sync run, the
+    engine in a child process or on another device, or no GPU."""
+    r = spec.resources
+    if not spec.async_.enabled or r.engine_process or trainer != engine:
+        return None
+    if trainer.type != "cuda":
+        return None
+    if spec.rollout.backend != "torch":  # another engine keeps its own streams
+        return None
+    sms = torch.cuda.get_device_properties(trainer).multi_processor_count
+    # (least, greatest): torch.cuda.Stream clamps a priority to its pools, -1 the high one
+    return plan_share(r.gpu_share, r.engine_sm_share, sms, (0, -1))
+
+
+class StreamExecutor(LocalExecutor):
+    """The in-process executor, its train steps issued on `stream`. Each step waits for its
+    kernels before it returns, so that the adapter the driver then publishes (copied on
+    the default stream) is the stepped one."""
+
+    def __init__(self, policy: LoraPolicy, stream: torch.cuda.Stream | None):
+        super().__init__(policy)
+        self.stream = stream
+
+    def _train_step(self, batch: TrainBatch) -> dict[str, float]:
+        if self.stream is None:
+            return super()._train_step(batch)
+        with torch.cuda.stream(self.stream):
+            out = super()._train_step(batch)
+        self.stream.synchronize()
+        return out
