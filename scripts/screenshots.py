@@ -1,0 +1,169 @@
+"""Regenerate the quickstart's screenshots (docs/images/*.png) from a running Paddock.
+
+Start the platform as the quickstart does (`make up`, which launches the demo experiments),
+then, from the repository root, while it runs:
+
+    .venv/bin/python scripts/screenshots.py            # --url, --credentials, --out
+
+It drives Debian's Chromium through Playwright along the quickstart's browser journey: the
+login page, the run list with the demo runs, an API token created on the team page (and
+revoked again at the end), an experiment launched from the form, its run page while it
+trains, the same run paused (with the checkpoint the pause wrote) and resumed, and the
+demo's torch and vLLM runs compared. Each step waits for what its picture must show (a run
+running, points on a chart, a badge that says paused), so a picture never shows a page
+still loading. It launches one experiment of its own ("quickstart tour") and aborts it at
+the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from playwright.sync_api import Locator, Page, expect, sync_playwright
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run"]
+VIEWPORT = {"width": 1280, "height": 800}
+TIMEOUT_MS = 180_000  # a step of the tour on a loaded 2-core machine
+START_MS = 1_800_000  # a launched run waits for the demo runs to free the local cluster
+NAME = "quickstart tour"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument(
+        "--credentials",
+        type=Path,
+        default=REPO / ".paddock" / "admin-credentials",
+        help="the `admin / password` file `paddock up` writes under PADDOCK_HOME",
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "images")
+    args = parser.parse_args(argv)
+    username, _, password = args.credentials.read_text().strip().partition(" / ")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            tour(page, args.url.rstrip("/"), username, password, args.out)
+        finally:
+            browser.close()
+    if errors:
+        print(f"uncaught errors in the page: {errors}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def shot(page: Page, out: Path, name: str, part: Locator | None = None) -> None:
+    """The top of the page as a 1280×800 window shows it, or one part of the page."""
+    page.evaluate("window.scrollTo(0, 0)")  # else the sticky top bar lands mid-page
+    page.wait_for_timeout(500)  # let charts finish their resize
+    path = out / f"{name}.png"
+    if part is None:
+        page.screenshot(path=str(path))
+    else:
+        part.screenshot(path=str(path))
+    print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+
+def api(page: Page, base: str, path: str) -> dict | list:
+    """A GET of the REST API with the browser's session cookie."""
+    response = page.request.get(f"{base}/api/v1{path}")
+    assert response.ok, f"GET {path}: {response.status} {response.text()[:200]}"
+    return json.loads(response.text())
+
+
+def items(body: dict | list) -> list[dict]:
+    return body["results"] if isinstance(body, dict) else body
+
+
+def tour(page: Page, base: str, username: str, password: str, out: Path) -> None:
+    # 1. log in
+    page.goto(f"{base}/")
+    expect(page).to_have_url(f"{base}/login")
+    page.get_by_label("Username").fill(username)
+    shot(page, out, "login")
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+
+    # 2. the run list (its picture is taken at the end, with the tour's run in it)
+    table = page.get_by_test_id("runs-table")
+    expect(table.locator("tbody tr").first).to_be_visible()
+
+    # 3. an API token for the CLI, shown once
+    page.get_by_role("link", name="Team", exact=True).click()
+    page.get_by_label("Token name").fill("laptop")
+    page.get_by_role("button", name="Create token").click()
+    expect(page.get_by_test_id("token-secret")).to_be_visible()
+    shot(page, out, "token")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("tokens-table").get_by_role("button", name="Revoke").first.click()
+    expect(page.get_by_test_id("tokens-table").get_by_text("revoked").first).to_be_visible()
+
+    # 4. launch from the form: the tiny arithmetic task, long enough to pause and resume
+    page.get_by_role("link", name="Launch", exact=True).click()
+    page.get_by_label("Experiment name").fill(NAME)
+    page.get_by_label("Steps", exact=True).fill("2000")
+    expect(page.get_by_test_id("validation")).to_have_text("✓ valid")
+    shot(page, out, "launcher")
+    page.get_by_test_id("launch").click()
+
+    # 5. one run launched: the app opens its page, which fills in live once it trains (it
+    # waits in queued while the demo runs hold the local cluster's CPUs)
+    expect(page).to_have_url(re.compile(r"/runs/\d+$"))
+    run_id = int(page.url.rsplit("/", 1)[1])
+    badge = page.locator(".run-head [data-testid='state-badge']")
+    expect(badge).to_have_attribute("data-state", "running", timeout=START_MS)
+    reward = page.get_by_test_id("chart-Reward")
+    expect(reward.locator("canvas")).to_be_visible()
+    page.wait_for_function(
+        "el => Number(el.dataset.points) >= 20", arg=reward.element_handle(), timeout=TIMEOUT_MS
+    )
+    shot(page, out, "run")
+
+    # 6. pause: the job checkpoints and stops; then resume from that checkpoint
+    page.get_by_test_id("run-pause").click()
+    expect(badge).to_have_attribute("data-state", "paused")
+    shot(page, out, "run-paused")
+    page.get_by_role("tab", name="checkpoints").click()
+    expect(page.get_by_role("link", name="Download").first).to_be_visible()
+    shot(page, out, "run-checkpoints", page.locator(".run-tabs"))
+    page.get_by_test_id("run-resume").click()
+    expect(badge).to_have_attribute("data-state", "running")
+
+    # 7. compare the demo's torch and vLLM runs of one experiment (one that has trained)
+    demo = [r for r in items(api(page, base, "/runs")) if r["experiment_name"] != NAME]
+    trained: dict[int, set[str]] = {}
+    for run in demo:
+        if run["step"]:
+            trained.setdefault(run["experiment"], set()).add(run["backend"])
+    pairs = [e for e, backends in trained.items() if {"torch", "vllm"} <= backends]
+    experiment = (pairs or list(trained))[0]
+    page.goto(f"{base}/experiments/{experiment}/compare")
+    expect(page.locator(".compare-page")).to_have_attribute("data-stage", "full")
+    expect(page.get_by_test_id("chart-Reward").locator("canvas")).to_be_visible()
+    shot(page, out, "compare")
+
+    # the run list again: the tour's run training beside the demo's
+    page.get_by_role("link", name="Runs", exact=True).click()
+    row = table.locator(f'tr[data-run-id="{run_id}"]')
+    expect(row.get_by_test_id("last-reward")).not_to_have_text("—")
+    shot(page, out, "runs")
+
+    # leave nothing of the tour running
+    page.goto(f"{base}/runs/{run_id}")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("run-abort").click()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
