@@ -302,9 +302,28 @@ def time_adapter_sync(executor, backend, reps: int) -> dict:
     }
 
 
+def jsonl_without_datasets() -> None:
+    """The GPU machine has no `datasets` package: where it is missing, the data loader reads
+    the benchmarks' own JSONL files (flat rows of prompt and answer) with `json` instead."""
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        from workers.data import sources
+
+        class Rows(list):
+            column_names = ("prompt", "answer")
+
+        def read_table(path: Path, fmt: str, split: str, field: str) -> Rows:
+            lines = Path(path).read_text().splitlines()
+            return Rows(json.loads(x) for x in lines if x.strip())
+
+        sources.read_table = read_table
+
+
 def long_prompt_task(root: Path, chars: int) -> dict:
     """A JSONL task whose prompts are `chars` characters (= tokens: the char tokenizer), so
     that a step's training time can be made to match its generation time."""
+    jsonl_without_datasets()
     rng = torch.Generator().manual_seed(0)
     for name in ("train", "eval"):
         with open(root / f"{name}.jsonl", "w") as f:
