@@ -140,6 +140,21 @@ class ChaosPlatform:
                 continue
         return found
 
+    def job_processes(self) -> list[tuple[int, str]]:
+        """Every process on the machine a job of this platform started (its environment
+        names this platform's proxy and a run), wherever it was reparented: a driver, or an
+        engine process whose driver was killed. (pid, command line)."""
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                env, cmdline = proc.environ(), " ".join(proc.info["cmdline"] or [])
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            ours = env.get("PADDOCK_PUBLIC_URL") == self.proxy.url and "PADDOCK_RUN_ID" in env
+            if ours and ("workers.job" in cmdline or "multiprocessing" in cmdline):
+                found.append((proc.pid, cmdline[:200]))
+        return found
+
     @staticmethod
     def engine_of(driver: psutil.Process) -> psutil.Process | None:
         """The rollout engine process of a run with `resources.engine_process` (a spawned

@@ -281,7 +281,7 @@ def test_a_chaos_run_loses_nothing(tmp_path):
         _settle(p, deadline_s=900)
         jobs = _jobs(p)
         time.sleep(2)  # a driver that ended with its job is reaped
-        left = [(key, proc.pid) for key, proc in p.drivers().items()]
+        left = p.job_processes()
         runs = p.query("SELECT id, state, attempts, max_attempts, error FROM experiments_run")
         user_aborts = {int(t) for (t,) in p.query(
             "SELECT target_id FROM teams_auditevent WHERE action = 'run.abort'")}  # fmt: skip
