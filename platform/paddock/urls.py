@@ -10,7 +10,8 @@ from paddock.monitoring.views import metrics
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("livez", livez, name="livez"),
-    path("metrics", metrics, name="prometheus-metrics"),  # not public: monitoring/views.py
+    # answered ahead of the host check by monitoring/middleware.py; this route is the same view
+    path("metrics", metrics, name="prometheus-metrics"),
     path("admin/login/", admin_login, name="admin-login"),  # rate limited (before admin's own)
     path("admin/", admin.site.urls),
     path("api/v1/session/", include("paddock.core.session_urls")),

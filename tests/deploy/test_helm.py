@@ -230,3 +230,47 @@ def test_values_schema_refuses_typos_and_wrong_urls(helm):
         ):
             with pytest.raises(Exception, match=where):
                 chart.validate_schema({**VALUES, **bad})
+
+
+def test_metrics_off_by_default(docs):
+    assert not by_kind(docs, "ServiceMonitor")
+    assert "PADDOCK_METRICS_TOKEN" not in by_kind(docs, "Secret")["paddock-env"]["stringData"]
+
+
+def test_metrics_and_service_monitors(helm):
+    metrics = {"enabled": True, "token": "scrape-token",
+               "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}  # fmt: skip
+    docs = render(helm, {**VALUES, "metrics": metrics})
+    secret = by_kind(docs, "Secret")["paddock-env"]["stringData"]
+    assert secret["PADDOCK_METRICS_TOKEN"] == "scrape-token"
+    monitors = by_kind(docs, "ServiceMonitor")
+    assert set(monitors) == {"paddock-web", "paddock-worker"}
+    services = by_kind(docs, "Service")
+    for name, monitor in monitors.items():
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["labels"]["release"] == "prom"
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics"
+        assert endpoint["authorization"]["credentials"] == {
+            "name": "paddock-env", "key": "PADDOCK_METRICS_TOKEN"}  # fmt: skip
+        # the monitor's selector and port find exactly one Service's named port
+        wanted = monitor["spec"]["selector"]["matchLabels"]
+        chosen = [s for s in services.values()
+                  if wanted.items() <= s["metadata"]["labels"].items()]  # fmt: skip
+        assert len(chosen) == 1, name
+        assert endpoint["port"] in [p["name"] for p in chosen[0]["spec"]["ports"]], name
+    for name, pod in _pods(docs):  # every process of a pod writes to one emptyDir
+        if name not in ("paddock-web", "paddock-worker"):
+            continue  # beat and the migrations job record nothing
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["PROMETHEUS_MULTIPROC_DIR"] == "/var/run/paddock-prometheus", name
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["prometheus"] == env["PROMETHEUS_MULTIPROC_DIR"], name
+        assert {"name": "prometheus", "emptyDir": {}} in pod["volumes"], name
+    worker = by_kind(docs, "Deployment")["paddock-worker"]["spec"]["template"]["spec"]
+    (container,) = worker["containers"]
+    assert {"name": "PADDOCK_WORKER_METRICS_PORT", "value": "9808"} in container["env"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9808}]
+    with pytest.raises(Exception, match="metrics.token"):
+        render(helm, {**VALUES, "metrics": {"enabled": True}})

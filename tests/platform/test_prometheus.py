@@ -164,6 +164,12 @@ def test_without_a_token_only_an_unproxied_loopback_peer_gets_in(client, setting
     assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
     ok = client.get("/metrics", REMOTE_ADDR="10.0.0.7", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert ok.status_code == 200 and b"paddock_runs" in ok.content
+    # a scraper reaches a pod by its IP over plain http: no allowed Host, no https redirect
+    settings.SECURE_SSL_REDIRECT = True
+    by_ip = client.get("/metrics", REMOTE_ADDR="10.0.0.7", HTTP_HOST="10.1.2.3:8000",
+                       HTTP_AUTHORIZATION=f"Bearer {TOKEN}")  # fmt: skip
+    assert by_ip.status_code == 200 and b"paddock_runs" in by_ip.content
+    assert client.get("/healthz", HTTP_HOST="10.1.2.3:8000").status_code == 400  # the rest: no
 
 
 def test_dispatch_latency_counts_from_the_last_entry_into_queued(launched, db):
@@ -209,7 +215,7 @@ def test_a_celery_worker_serves_its_task_latency_and_failures(prom_env, world):
             return False
 
     try:
-        wait_for(up, 90, "the Celery worker's scrape port")
+        wait_for(up, 180, "the Celery worker's scrape port")
         assert requests.get(f"{url}/metrics", timeout=5).status_code == 403
         # a real task of the platform, sent through the broker: dispatch of a run that is
         # not there finds nothing to do, and one of a malformed id raises

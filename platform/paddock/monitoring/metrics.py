@@ -23,6 +23,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 log = logging.getLogger(__name__)
 
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a series' first value creates its file there
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
 # every series this module defines is written to this registry (in multiprocess mode, to
 # the directory's files as well, which is what a scrape then reads)
 RECORDED = CollectorRegistry(auto_describe=True)

@@ -68,6 +68,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   mountPath: /var/lib/paddock
 - name: tmp
   mountPath: /tmp
+{{- if .Values.metrics.enabled }}
+- name: prometheus
+  mountPath: /var/run/paddock-prometheus
+{{- end }}
 {{- if .Values.artifacts.persistence.enabled }}
 - name: artifacts
   mountPath: {{ .Values.artifacts.mountPath }}
@@ -79,6 +83,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   emptyDir: {}
 - name: tmp
   emptyDir: {}
+{{- if .Values.metrics.enabled }}
+{{- /* each process of the pod writes its Prometheus files here; empty at every start */}}
+- name: prometheus
+  emptyDir: {}
+{{- end }}
 {{- if .Values.artifacts.persistence.enabled }}
 - name: artifacts
   persistentVolumeClaim:
@@ -124,4 +133,13 @@ affinity:
 {{- define "paddock.configChecksum" -}}
 checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
 checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end -}}
+
+{{/* prometheus-client's multiprocess directory: the web's uvicorn workers and Celery's pool
+     processes each write their series there, a scrape adds them up (web and worker pods). */}}
+{{- define "paddock.metricsEnv" -}}
+{{- if .Values.metrics.enabled }}
+- name: PROMETHEUS_MULTIPROC_DIR
+  value: /var/run/paddock-prometheus
+{{- end }}
 {{- end -}}
