@@ -300,6 +300,28 @@ def _is_vllm(spec: dict[str, Any]) -> bool:
 _BACKENDS = _choice({"vllm": "vllm", "hf": "torch"}, unmappable=("sglang", "megatron", "trtllm"))
 
 
+def _optimizer_rules(prefix: str) -> list[_Rule]:
+    """AdamW's settings, under `prefix` in both frameworks."""
+    return [
+        _Rule(f"{prefix}.lr", "train.lr", _float),
+        _Rule(f"{prefix}.weight_decay", "train.weight_decay", _float),
+        _Rule(f"{prefix}.betas", "train.betas", _float_list),
+    ]
+
+
+def _sampling_rules(prefix: str, backend: str, vllm: str) -> list[_Rule]:
+    """The engine and its sampling settings under `prefix`; the vLLM engine's own settings
+    under `vllm`, which map only when the engine is vLLM."""
+    return [
+        _Rule(f"{prefix}.{backend}", "rollout.backend", _BACKENDS),
+        _Rule(f"{prefix}.temperature", "rollout.temperature", _float),
+        _Rule(f"{prefix}.top_p", "rollout.top_p", _float),
+        _Rule(f"{prefix}.top_k", "rollout.top_k", _top_k),
+        _Rule(f"{vllm}.gpu_memory_utilization", "rollout.gpu_memory_utilization", _float, _is_vllm),
+        _Rule(f"{vllm}.enforce_eager", "rollout.enforce_eager", _bool, _is_vllm),
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # verl (ppo_trainer.yaml and its GRPO recipes)
 # --------------------------------------------------------------------------------------------
@@ -331,9 +353,7 @@ _VERL_RULES = [
     _Rule(f"{_V_MODEL}.enable_gradient_checkpointing", "train.activation_checkpointing", _bool),
     _Rule(f"{_V_MODEL}.trust_remote_code", None, _only(False, _bool)),
     _Rule(f"{_V_MODEL}.use_remove_padding", None, _bool),  # packing is Paddock's own choice
-    _Rule(f"{_V_ACTOR}.optim.lr", "train.lr", _float),
-    _Rule(f"{_V_ACTOR}.optim.weight_decay", "train.weight_decay", _float),
-    _Rule(f"{_V_ACTOR}.optim.betas", "train.betas", _float_list),
+    *_optimizer_rules(f"{_V_ACTOR}.optim"),
     _Rule(f"{_V_ACTOR}.grad_clip", "train.grad_clip", _float),
     # clip_ratio is the symmetric default; clip_ratio_low / _high, when set, win (as in verl)
     _Rule(f"{_V_ACTOR}.clip_ratio", "algorithm.clip_eps_low", _float),
@@ -346,14 +366,9 @@ _VERL_RULES = [
     _Rule(f"{_V_ACTOR}.ppo_epochs", None, _only(1, _int)),  # one optimizer step per batch
     _Rule(f"{_V_ACTOR}.entropy_coeff", None, _only(0.0, _float)),
     _Rule(f"{_V_ACTOR}.policy_loss.loss_mode", None, _only("vanilla")),
-    _Rule(f"{_V_ROLL}.name", "rollout.backend", _BACKENDS),
+    *_sampling_rules(_V_ROLL, "name", _V_ROLL),
     _Rule(f"{_V_ROLL}.n", "algorithm.num_generations", _int),
-    _Rule(f"{_V_ROLL}.temperature", "rollout.temperature", _float),
-    _Rule(f"{_V_ROLL}.top_p", "rollout.top_p", _float),
-    _Rule(f"{_V_ROLL}.top_k", "rollout.top_k", _top_k),
     _Rule(f"{_V_ROLL}.do_sample", None, _only(True, _bool)),
-    _Rule(f"{_V_ROLL}.gpu_memory_utilization", "rollout.gpu_memory_utilization", _float, _is_vllm),
-    _Rule(f"{_V_ROLL}.enforce_eager", "rollout.enforce_eager", _bool, _is_vllm),
     _Rule(f"{_V_ROLL}.multi_turn.enable", None, _only(False, _bool)),
     _Rule("data.train_batch_size", "train.prompts_per_step", _int),
     # rollout.response_length is what the engine uses; verl fills it from data's by default
@@ -474,22 +489,10 @@ _NEMO_RULES = [
     _Rule("policy.logprob_chunk_size", "train.logprob_chunk_size", _int),
     _Rule("policy.dtensor_cfg.activation_checkpointing", "train.activation_checkpointing", _bool),
     _Rule("policy.optimizer.name", None, _only("torch.optim.AdamW")),
-    _Rule("policy.optimizer.kwargs.lr", "train.lr", _float),
-    _Rule("policy.optimizer.kwargs.weight_decay", "train.weight_decay", _float),
-    _Rule("policy.optimizer.kwargs.betas", "train.betas", _float_list),
-    _Rule(f"{_N_GEN}.backend", "rollout.backend", _BACKENDS),
+    *_optimizer_rules("policy.optimizer.kwargs"),
+    *_sampling_rules(_N_GEN, "backend", f"{_N_GEN}.vllm_cfg"),
     _Rule(f"{_N_GEN}.max_new_tokens", "rollout.max_new_tokens", _int),
-    _Rule(f"{_N_GEN}.temperature", "rollout.temperature", _float),
-    _Rule(f"{_N_GEN}.top_p", "rollout.top_p", _float),
-    _Rule(f"{_N_GEN}.top_k", "rollout.top_k", _top_k),
     _Rule(f"{_N_GEN}.stop_strings", "rollout.stop", _str_list),
-    _Rule(
-        f"{_N_GEN}.vllm_cfg.gpu_memory_utilization",
-        "rollout.gpu_memory_utilization",
-        _float,
-        _is_vllm,
-    ),  # fmt: skip
-    _Rule(f"{_N_GEN}.vllm_cfg.enforce_eager", "rollout.enforce_eager", _bool, _is_vllm),
     _Rule("grpo.num_prompts_per_step", "train.prompts_per_step", _int),
     _Rule("grpo.num_generations_per_prompt", "algorithm.num_generations", _int),
     _Rule("grpo.max_num_steps", "train.steps", _int),
