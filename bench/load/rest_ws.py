@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import math
 import os
 import signal
 import statistics
@@ -187,6 +188,10 @@ def report(label: str, i: int, r: dict) -> None:
           f"{share})")  # fmt: skip
 
 
+def _ratio(new: float, old: float) -> str:
+    return f"{new / old:.2f}" if old and not math.isnan(old) and not math.isnan(new) else "n/a"
+
+
 def _median(results: list[dict], figure) -> float:
     return statistics.median(figure(r) for r in results)
 
@@ -271,7 +276,7 @@ def main() -> int:
         print(f"{label}, median of its trials: {medians}")
     if "baseline" in results:
         ratios = ", ".join(
-            f"{k} {_median(results['this tree'], f) / _median(results['baseline'], f):.2f}"
+            f"{k} {_ratio(_median(results['this tree'], f), _median(results['baseline'], f))}"
             for k, f in FIGURES.items()
         )  # fmt: skip
         print(f"this tree / baseline: {ratios}")

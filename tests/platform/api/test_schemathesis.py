@@ -4,7 +4,8 @@ is a 4xx). Signed in with a token of team A's owner, so most operations get past
 
 A third pass takes inputs that fit the schema and makes them hostile in the two ways a
 schema cannot describe and a probe of the platform found 500s with: every integer (body,
-query, path) replaced by one outside signed 64 bits, and a body value (or the whole body)
+query, path) replaced by one outside signed 64 bits, and text query values by such numbers
+as text, or a body value (or the whole body, also for an operation that takes none)
 replaced by JSON nested thousands of levels deep."""
 
 import json
@@ -25,6 +26,9 @@ from paddock.teams.services import api_token_create
 CASES = 8  # per operation and mode: ~30 operations × 2 modes × 8 ≈ 500 requests
 HOSTILE_CASES = 6  # per operation: half out-of-range integers, half deep nesting
 BIG_INTS = [2**63, -(2**63) - 1, 2**64, 10**30, 2**1000]
+# a query string is text: a parameter the schema calls a string may still be read as numbers
+# (`?runs=1,2`, `?state=…`), so its value is sometimes one of these instead
+BIG_INT_TEXTS = [str(2**63), f"1,{2**64}", str(-(2**63) - 1), "9" * 400]
 DEEP = ["[" * 5000 + "]" * 5000, '{"a":' * 3000 + "0" + "}" * 3000, "[" * 300 + "]" * 300]
 
 
@@ -39,6 +43,17 @@ def _big_ints(value: Any, draw) -> Any:
     if isinstance(value, list):
         return [_big_ints(v, draw) for v in value]
     return value
+
+
+def _big_query(query: dict, draw) -> dict:
+    """`query` with its integers past 64 bits and each text value, half the time, a number
+    past 64 bits as text."""
+    query = _big_ints(query, draw)
+    return {
+        k: draw(st.sampled_from(BIG_INT_TEXTS)) if isinstance(v, str) and draw(st.booleans())
+        else v
+        for k, v in query.items()
+    }  # fmt: skip
 
 
 def _deep_body(body: Any, draw) -> bytes:
@@ -101,15 +116,20 @@ def test_no_input_makes_a_server_error(wsgi_app, bearer):
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         def hostile(case, data, deep):
             kwargs: dict[str, Any] = {}
-            if deep and case.body is not None and "json" in (case.media_type or ""):
+            json_body = case.body is not None and "json" in (case.media_type or "")
+            # an operation that takes no body gets one too: it must not read it into a 500
+            bodiless = case.body is None and case.method.upper() in ("POST", "PUT", "PATCH")
+            if deep and (json_body or bodiless):
                 kwargs["data"] = _deep_body(case.body, data.draw)
                 headers = {**bearer, "Content-Type": "application/json"}
             else:
                 deep = False
-                for name in ("body", "query", "path_parameters"):
+                for name in ("body", "path_parameters"):
                     value = getattr(case, name, None)
                     if isinstance(value, dict | list):
                         setattr(case, name, _big_ints(value, data.draw))
+                if isinstance(case.query, dict):
+                    case.query = _big_query(case.query, data.draw)
                 headers = bearer
             response = case.call(headers=headers, **kwargs)
             ApiToken.objects.update(revoked_at=None)
