@@ -274,7 +274,9 @@ class PaddockClient:
         """The checkpoint's LoRA adapter alone, unpacked into the directory `dest`
         (adapter_config.json + adapter_model.safetensors): what `peft.PeftModel
         .from_pretrained(base, dest)` and vLLM's LoRARequest load as it is."""
-        reply, _, size = self._download(f"runs/{run_id}/checkpoints/{checkpoint_id}/download")
+        reply, _, size = self._download(
+            f"runs/{run_id}/checkpoints/{checkpoint_id}/download", params={"part": "adapter"}
+        )
         with reply:
             return adapter_extract(reply.iter_content(1024 * 1024), dest, size, progress)
 

@@ -1972,7 +1972,10 @@ export interface operations {
     };
     runs_checkpoints_download_retrieve: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description adapter: the PEFT adapter folder alone (a tar), no optimizer state */
+                part?: "adapter" | "all";
+            };
             header?: never;
             path: {
                 checkpoint_id: string;

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.decorators import action, api_view
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
@@ -17,7 +17,7 @@ from paddock.api.pagination import NewestFirst
 from paddock.api.streaming import streaming_response
 from paddock.api.views_teams import ERRORS
 from paddock.experiments import selectors
-from paddock.experiments.artifacts import checkpoint_download
+from paddock.experiments.artifacts import CHECKPOINT_PARTS, checkpoint_download
 from paddock.experiments.control import RUN_CONTROLS
 from paddock.experiments.metrics import Series, Window, metric_keys, metric_series_many
 from paddock.experiments.metrics_export import CONTENT_TYPES as EXPORT_CONTENT_TYPES
@@ -149,7 +149,15 @@ class RunViewSet(ActorViewSet):
         checkpoints = selectors.checkpoint_list(actor=self.actor, run=self._run(pk))
         return Response(s.CheckpointSerializer(checkpoints, many=True).data)
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **ERRORS})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "part", enum=[*CHECKPOINT_PARTS], default="all",  # (`list` is a method here)
+                description="adapter: the PEFT adapter folder alone (a tar), no optimizer state",
+            )
+        ],
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **ERRORS},
+    )  # fmt: skip
     @action(
         detail=True,
         methods=["get"],
@@ -161,7 +169,8 @@ class RunViewSet(ActorViewSet):
             run_id=parse_id(pk, "run"),
             checkpoint_id=parse_id(checkpoint_id, "checkpoint"),
         )
-        download = checkpoint_download(checkpoint=checkpoint)
+        part = request.query_params.get("part", "all")
+        download = checkpoint_download(checkpoint=checkpoint, part=part)
         response = StreamingHttpResponse(download.chunks, content_type=download.content_type)
         response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
         if download.size is not None:

@@ -90,9 +90,26 @@ def _file_chunks(fs, path: str) -> Iterator[bytes]:
             yield chunk
 
 
-def checkpoint_download(*, checkpoint: Checkpoint) -> Download:
-    """Stream a checkpoint from the artifact store: a file as is, a directory as a tar.
-    The caller has checked that the actor may read the checkpoint's run."""
+# a checkpoint directory keeps its LoRA adapter, as PEFT writes one, in this folder
+# (workers/loop/executor.py); the rest is the optimizer, RNG and buffer state
+ADAPTER_DIR = "adapter"
+CHECKPOINT_PARTS = ("all", ADAPTER_DIR)
+
+
+def _adapter_root(fs, path: str) -> str:
+    for root in (posixpath.join(path, ADAPTER_DIR), path):
+        if fs.isfile(posixpath.join(root, "adapter_config.json")):
+            return root
+    raise DomainError("artifact_missing", "this checkpoint holds no PEFT adapter", status=404)
+
+
+def checkpoint_download(*, checkpoint: Checkpoint, part: str = "all") -> Download:
+    """Stream a checkpoint from the artifact store: a file as is, a directory as a tar;
+    `part="adapter"`, its adapter folder alone (`<name>/adapter/…`: a PEFT directory, what
+    peft and vLLM load), without the optimizer state. The caller has checked that the actor
+    may read the checkpoint's run."""
+    if part not in CHECKPOINT_PARTS:
+        raise DomainError("invalid", f"one of {list(CHECKPOINT_PARTS)}", field="part")
     if not artifact_uri_allowed(checkpoint.uri):
         raise DomainError(
             "artifact_outside_store", "this checkpoint is not in the artifact store", status=404
@@ -101,6 +118,10 @@ def checkpoint_download(*, checkpoint: Checkpoint) -> Download:
     if not fs.exists(path):
         raise DomainError("artifact_missing", "the checkpoint's files are gone", status=404)
     name = f"run{checkpoint.run_id}-step{checkpoint.step}"
+    if part == ADAPTER_DIR:
+        root, top = _adapter_root(fs, path), posixpath.join(name, ADAPTER_DIR)
+        return Download(f"{name}-adapter.tar", "application/x-tar", None,
+                        _tar_chunks(fs, root, top))  # fmt: skip
     if fs.isdir(path):
         return Download(f"{name}.tar", "application/x-tar", None, _tar_chunks(fs, path, name))
     ext = posixpath.splitext(path)[1]
