@@ -194,22 +194,27 @@ class MultiLoraTrainer:
         """The run's adapter as CPU tensors under PEFT's file keys (a copy)."""
         return lora_io.move_tensors(self._run(run_id).index, torch.device("cpu"))
 
+    @contextlib.contextmanager
+    def active(self, run_id: str):
+        """The shared model computing with `run_id`'s adapter (an eval forward, the
+        handshake's probe); no parameter of the run is trainable meanwhile."""
+        run = self._run(run_id)
+        self.model.set_adapter(run.adapter)
+        for param in run.params:
+            param.requires_grad_(False)
+        yield self.model
+
     def adapter_update(self, run_id: str, with_probe: bool = True) -> AdapterUpdate:
         """The run's adapter as an engine loads it, labelled with its version, with the
         version handshake's probe computed under this run's adapter."""
         from ..loop.executor import adapter_probe  # the loop imports the policy
 
         run = self._run(run_id)
-        tensors = self.adapter_tensors(run_id)
         probe = None
         if with_probe:
-            self.model.set_adapter(run.adapter)
-            try:
-                probe = adapter_probe(self.model, len(self.policy.tokenizer))
-            finally:
-                for param in run.params:
-                    param.requires_grad_(False)
-        return AdapterUpdate(run.adapter_version, tensors=tensors, probe=probe)
+            with self.active(run_id) as model:
+                probe = adapter_probe(model, len(self.policy.tokenizer))
+        return AdapterUpdate(run.adapter_version, tensors=self.adapter_tensors(run_id), probe=probe)
 
     def load_adapter_tensors(self, run_id: str, tensors: dict[str, torch.Tensor], version: int):
         run = self._run(run_id)

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from ..spec import LoraSpec
+from ..spec import LoraSpec, RunSpec
+from . import adapter_files
 from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, RolloutBackend
 
 
@@ -77,26 +79,43 @@ class PoolEngine(Protocol):
 
 class LanePool:
     """What the pool engines share: runs' lanes by id, admission, and request routing.
-    Subclasses start the engine and make a lane for a run (`_new_lane`) in a free slot and
-    take it out again (`_drop_lane`)."""
+    Subclasses start the engine (`_start`), make a lane for a run in a free slot
+    (`_new_lane`) and stop the engine (`_shutdown`); a lane's `close` takes it out."""
 
     name = "pool"
     needs_probe = True
 
-    def __init__(self, capacity: int, max_lora_rank: int):
-        self.capacity = capacity
-        self.max_lora_rank = max_lora_rank
+    ranks: tuple[int, ...] = (1,)  # the LoRA ranks the engine supports
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        model_dir: str | Path,
+        capacity: int | None = None,
+        max_lora_rank: int | None = None,
+    ):
+        """`capacity` adapters (default `rollout.max_loras`) of rank up to `max_lora_rank`
+        (default `spec.lora.r`, rounded up to one of the engine's `ranks`); `spec` gives
+        what the runs share (model, dtype, seed, the engine's settings)."""
+        self.spec, self.model_dir = spec, str(model_dir)
+        self.capacity = capacity or getattr(spec.rollout, "max_loras", 1)
+        self.max_lora_rank = adapter_files.supported_rank(max_lora_rank or spec.lora.r, self.ranks)
         self.lanes: dict[str, RolloutBackend] = {}
         self._lora: dict[str, LoraSpec] = {}
         self._slots: dict[str, int] = {}  # run id → slot (1 … capacity)
         self._admitting = asyncio.Lock()
+        self._closed = False
+        self._start()
 
     # ---------------------------------------------------------------- hooks
 
-    async def _new_lane(self, run_id: str, lora: LoraSpec, slot: int) -> RolloutBackend:
+    def _start(self) -> None:
+        """Start the engine (or prepare to, for engines whose construction is awaited)."""
+
+    async def _shutdown(self) -> None:
         raise NotImplementedError
 
-    async def _drop_lane(self, run_id: str, lane: RolloutBackend) -> None:
+    async def _new_lane(self, run_id: str, lora: LoraSpec, slot: int) -> RolloutBackend:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- protocol
@@ -140,7 +159,7 @@ class LanePool:
     async def unload_adapter(self, run_id: str) -> None:
         lane = self._lane(run_id)
         async with self._admitting:
-            await self._drop_lane(run_id, lane)
+            await lane.close()  # a lane's close is its leaving: its adapter goes
             del self.lanes[run_id], self._lora[run_id], self._slots[run_id]
 
     async def generate(self, requests: list[PoolRequest]) -> list[GroupResult]:
@@ -175,6 +194,15 @@ class LanePool:
 
     async def abort(self, run_id: str) -> list[GroupResult]:
         return await self._lane(run_id).abort()
+
+    async def close(self) -> None:
+        """Every run leaves (its requests aborted), then the engine stops."""
+        if self._closed:
+            return
+        self._closed = True
+        for lane in list(self.lanes.values()):
+            await lane.close()
+        await self._shutdown()
 
     def _lane(self, run_id: str) -> RolloutBackend:
         lane = self.lanes.get(run_id)

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from pathlib import Path
 from typing import Any
 
 from ..spec import LoraSpec, RunSpec
-from . import adapter_files
 from .pool_engine import LanePool
 from .trtllm_backend import TRTLLM_RANKS, TrtllmBackend, _import_trtllm, start_engine
 
@@ -58,26 +56,15 @@ class TrtllmLane(TrtllmBackend):
 
 
 class TrtllmPoolEngine(LanePool):
-    """`capacity` adapters (default `rollout.max_loras`) of rank up to `max_lora_rank`
-    (default `lora.r`) on one engine, started when the first run joins."""
+    """The pool's adapters on one TensorRT-LLM engine, started when the first run joins."""
 
     name = "trtllm"
+    ranks = TRTLLM_RANKS
 
-    def __init__(
-        self,
-        spec: RunSpec,
-        model_dir: str | Path,
-        capacity: int | None = None,
-        max_lora_rank: int | None = None,
-    ):
-        capacity = capacity or getattr(spec.rollout, "max_loras", 2)
-        super().__init__(
-            capacity, adapter_files.supported_rank(max_lora_rank or spec.lora.r, TRTLLM_RANKS)
-        )
-        self.spec, self.model_dir = spec, str(model_dir)
-        self.dtype = "float32" if spec.model.dtype == "float32" else "bfloat16"
+    def _start(self) -> None:
+        self.dtype = "float32" if self.spec.model.dtype == "float32" else "bfloat16"
         self._trt = _import_trtllm()
-        self.llm: Any = None
+        self.llm: Any = None  # started when the first run joins (construction is awaited)
         self.int_ids = itertools.count(1)
 
     async def _new_lane(self, run_id: str, lora: LoraSpec, slot: int) -> TrtllmLane:
@@ -95,12 +82,6 @@ class TrtllmPoolEngine(LanePool):
             )
         return TrtllmLane(self, run_id, self.spec.model_copy(update={"lora": lora}), self.llm)
 
-    async def _drop_lane(self, run_id: str, lane: TrtllmLane) -> None:  # type: ignore[override]
-        await lane.close()
-
-    async def close(self) -> None:
-        for lane in self.lanes.values():
-            await lane.close()
+    async def _shutdown(self) -> None:
         if self.llm is not None:
             self.llm.shutdown()
-            self.llm = None

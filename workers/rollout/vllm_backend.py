@@ -84,38 +84,61 @@ def _cpu_batch_args(model_dir: str) -> dict[str, Any]:
     }
 
 
+def _start_engine(spec: RunSpec, model_dir: str, max_loras: int, max_lora_rank: int):
+    """vLLM's async engine for `spec`'s base model with LoRA enabled; (vllm, engine, dtype)."""
+    on_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
+    if not on_gpu:
+        _configure_cpu_env(spec)
+    vllm = _import_vllm()
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    dtype = "bfloat16" if on_gpu and spec.model.dtype != "float32" else "float32"
+    r = spec.rollout
+    args = vllm.AsyncEngineArgs(
+        model=model_dir,
+        dtype=dtype,
+        seed=spec.seed,
+        enable_lora=True,
+        max_lora_rank=max_lora_rank,
+        max_loras=max_loras,
+        logprobs_mode="processed_logprobs",
+        # torch.compile on a CPU takes minutes to start for little gain on small models.
+        enforce_eager=getattr(r, "enforce_eager", False) or not on_gpu,
+        gpu_memory_utilization=getattr(r, "gpu_memory_utilization", 0.5),
+        disable_log_stats=True,
+        **({} if on_gpu else _cpu_batch_args(model_dir)),
+    )
+    return vllm, AsyncLLM.from_engine_args(args), dtype
+
+
 class VllmBackend:
     needs_probe = True  # the version handshake checks the trainer's probe
     name = "vllm"
+    # A lane of a pool engine (VllmLane) cannot freeze its own requests alone: it cuts
+    # them and continues them after resume, and labels tokens by its own version.
+    _emulates_keep = False
 
     def __init__(self, spec: RunSpec, model_dir: str | Path):
+        vllm, engine, dtype = _start_engine(
+            spec,
+            str(model_dir),
+            max_loras=getattr(spec.rollout, "max_loras", 1),
+            max_lora_rank=adapter_files.supported_rank(spec.lora.r),
+        )
+        self._init_lane(spec, model_dir, vllm, engine, dtype, LORA_ID)
+
+    def _init_lane(
+        self, spec: RunSpec, model_dir: str | Path, vllm: Any, engine: Any, dtype: str, lora_id: int
+    ) -> None:
+        """The state of one adapter served on `engine` under `lora_id`."""
+        from transformers import AutoTokenizer
+
         self.spec = spec
         self.model_dir = str(model_dir)
-        on_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
-        if not on_gpu:
-            _configure_cpu_env(spec)
-        vllm = _import_vllm()
-        from transformers import AutoTokenizer
-        from vllm.v1.engine.async_llm import AsyncLLM
-
         self._vllm = vllm
-        self.dtype = "bfloat16" if on_gpu and spec.model.dtype != "float32" else "float32"
-        r = spec.rollout
-        args = vllm.AsyncEngineArgs(
-            model=self.model_dir,
-            dtype=self.dtype,
-            seed=spec.seed,
-            enable_lora=True,
-            max_lora_rank=adapter_files.supported_rank(spec.lora.r),
-            max_loras=getattr(r, "max_loras", 1),
-            logprobs_mode="processed_logprobs",
-            # torch.compile on a CPU takes minutes to start for little gain on small models.
-            enforce_eager=getattr(r, "enforce_eager", False) or not on_gpu,
-            gpu_memory_utilization=getattr(r, "gpu_memory_utilization", 0.5),
-            disable_log_stats=True,
-            **({} if on_gpu else _cpu_batch_args(self.model_dir)),
-        )
-        self.engine = AsyncLLM.from_engine_args(args)
+        self.engine = engine
+        self.dtype = dtype
+        self.lora_id = lora_id
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         # vLLM stops on the tokenizer's eos and, by default, on generation_config.json's;
         # passed explicitly, every EOS id stops a sample whatever the engine's defaults
@@ -132,6 +155,7 @@ class VllmBackend:
         self._live: set[str] = set()  # engine request ids in flight
         self._failed: BaseException | None = None
         self.handshakes: list[dict[str, float]] = []  # {version, probe_err} (for tests)
+        self.tokens_streamed = 0  # sampled tokens received so far (tests wait on it)
 
     @property
     def served_version(self) -> int:
@@ -147,8 +171,6 @@ class VllmBackend:
         return await self._gate.run(requests, self._group)
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
-        from vllm.lora.request import LoRARequest
-
         if update.probe is None:
             raise ValueError(
                 f"vllm backend: adapter update {update.version} carries no probe; the version "
@@ -157,16 +179,8 @@ class VllmBackend:
         path = adapter_files.write_version(
             update, self._root, self.spec.lora, base_model=self.model_dir
         )
-        lora = LoRARequest(f"paddock-v{update.version}", LORA_ID, str(path), load_inplace=True)
         try:
-            if not await self.engine.add_lora(lora):
-                raise RuntimeError(f"vLLM refused to load adapter {update.version} from {path}")
-            # KV blocks computed under the previous adapter must never be reused; running
-            # (kept) requests are recomputed under the new one when they continue.
-            if not await self.engine.reset_prefix_cache(reset_running_requests=True):
-                raise RuntimeError("vLLM did not reset its prefix cache after an adapter change")
-            await self.engine.update_weight_version(str(update.version))
-            self._lora = LoRARequest(lora.lora_name, LORA_ID, str(path))
+            await self._swap_in(update, path)
             err = await self._handshake(update)
         except BaseException as exc:
             self._failed = exc  # no token may leave labelled with an unacknowledged version
@@ -178,6 +192,25 @@ class VllmBackend:
         self._version = update.version
         self.handshakes.append({"version": update.version, "probe_err": err})
         return self._version
+
+    async def _add_lora(self, name: str, path: Path) -> None:
+        """Load the adapter at `path` in place under our LoRA id; requests name it as
+        `self._lora` from then on (without load_inplace, which would reload it each step)."""
+        from vllm.lora.request import LoRARequest
+
+        if not await self.engine.add_lora(
+            LoRARequest(name, self.lora_id, str(path), load_inplace=True)
+        ):
+            raise RuntimeError(f"vLLM refused to load adapter {name} from {path}")
+        self._lora = LoRARequest(name, self.lora_id, str(path))
+
+    async def _swap_in(self, update: AdapterUpdate, path: Path) -> None:
+        await self._add_lora(f"paddock-v{update.version}", path)
+        # KV blocks computed under the previous adapter must never be reused; running
+        # (kept) requests are recomputed under the new one when they continue.
+        if not await self.engine.reset_prefix_cache(reset_running_requests=True):
+            raise RuntimeError("vLLM did not reset its prefix cache after an adapter change")
+        await self.engine.update_weight_version(str(update.version))
 
     async def pause(self, mode: PauseMode) -> None:
         if mode not in ("abort", "keep", "wait"):
@@ -200,15 +233,18 @@ class VllmBackend:
     async def abort(self) -> list[GroupResult]:
         await self._gate.change(aborting=True, aborted=[])
         try:
-            if self._gate.mode == "keep":  # frozen requests end only once the engine runs again
-                await self.engine.resume_generation()
-                await self._drain()
-                await self.engine.pause_generation(mode="keep", clear_cache=False)
-            else:
-                await self._drain()
+            await self._abort_in_flight()
         finally:
             await self._gate.change(aborting=False)
         return list(self._gate.aborted)
+
+    async def _abort_in_flight(self) -> None:
+        if self._gate.mode == "keep":  # frozen requests end only once the engine runs again
+            await self.engine.resume_generation()
+            await self._drain()
+            await self.engine.pause_generation(mode="keep", clear_cache=False)
+        else:
+            await self._drain()
 
     async def close(self) -> None:
         if self.engine is None:
@@ -226,9 +262,7 @@ class VllmBackend:
         sequence match the trainer's. Runs while our gate is closed; a paused engine is
         resumed for the probe (kept requests continue, under v, labelled v by the engine)
         and paused again."""
-        loaded = await self.engine.list_loras()
-        if LORA_ID not in loaded:
-            raise RuntimeError(f"vLLM does not list adapter id {LORA_ID} after loading it")
+        await self._check_listed()
         reported = await self.engine.get_weight_version()
         if reported != str(update.version):
             raise RuntimeError(f"vLLM reports weight version {reported!r}, not {update.version}")
@@ -241,6 +275,10 @@ class VllmBackend:
             if paused:
                 await self.engine.pause_generation(mode="keep", clear_cache=False)
         return adapter_files.check_probe("vllm", update.version, update.probe, got, self.probe_atol)
+
+    async def _check_listed(self) -> None:
+        if self.lora_id not in await self.engine.list_loras():
+            raise RuntimeError(f"vLLM does not list adapter id {self.lora_id} after loading it")
 
     async def _probe_logprobs(self, probe) -> list[float]:
         vllm = self._vllm
@@ -306,29 +344,43 @@ class VllmBackend:
                 Sample(list(s.token_ids), list(s.logprobs), list(s.versions), s.finish_reason)
                 for s in req.partial
             ]
-            jobs = []
-            for j, s in enumerate(samples):
-                if s.done:
-                    continue
-                s.finish_reason = None
-                left = p.max_new_tokens - len(s.token_ids)
-                if left <= 0:
-                    s.finish_reason = "length"
-                    continue
-                # A seed of its own per (sample, length) so a continuation is reproducible.
-                seed = (req.seed + j + 1_000_003 * len(s.token_ids)) % (1 << 63)
-                prompt = req.prompt_ids + s.token_ids
-                jobs.append(self._stream(req, prompt, self._params(p, 1, left, seed), [s]))
-            await asyncio.gather(*jobs)
+            await self._continue(req, samples)
+        # emulated keep (a lane of a pool engine): samples cut by the pause continue, under
+        # the adapter served then, once the gate opens again
+        while self._emulates_keep and not all(s.done for s in samples) and not self._gate.cut:
+            await self._gate.wait(lambda: self._gate.open or self._gate.cut)
+            if self._gate.cut:
+                break
+            await self._continue(req, samples)
         for s in samples:
             s.text = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
         return GroupResult(req.request_id, req.prompt_ids, samples)
+
+    async def _continue(self, req: GroupRequest, samples: list[Sample]) -> None:
+        """One engine request per unfinished sample, continuing from its tokens so far."""
+        p = req.params
+        jobs = []
+        for j, s in enumerate(samples):
+            if s.done:
+                continue
+            s.finish_reason = None
+            left = p.max_new_tokens - len(s.token_ids)
+            if left <= 0:
+                s.finish_reason = "length"
+                continue
+            # A seed of its own per (sample, length) so a continuation is reproducible.
+            seed = (req.seed + j + 1_000_003 * len(s.token_ids)) % (1 << 63)
+            prompt = req.prompt_ids + s.token_ids
+            jobs.append(self._stream(req, prompt, self._params(p, 1, left, seed), [s]))
+        await asyncio.gather(*jobs)
 
     async def _stream(
         self, req: GroupRequest, prompt: list[int], params: Any, targets: list[Sample]
     ) -> None:
         eid = f"{req.request_id}#{next(self._ids)}"
-        if self._gate.cut:  # the gate closed behind this call
+        # the gate closed behind this call (a lane submits nothing while it keeps either: its
+        # adapter may be reloaded meanwhile)
+        if self._gate.cut or (self._emulates_keep and self._gate.mode == "keep"):
             for s in targets:
                 s.finish_reason = "abort"
             return
@@ -344,6 +396,7 @@ class VllmBackend:
             ):
                 for c in out.outputs:
                     s = targets[c.index]
+                    self.tokens_streamed += len(c.token_ids)
                     for tok, lp in zip(c.token_ids, c.logprobs or (), strict=True):
                         s.token_ids.append(tok)
                         s.logprobs.append(lp[tok].logprob)  # by token id, never the first entry
@@ -352,7 +405,8 @@ class VllmBackend:
                         if c.finish_reason not in _FINISH:
                             raise RuntimeError(f"vLLM request {eid} ended with {c.finish_reason!r}")
                         s.finish_reason = _FINISH[c.finish_reason]
-                        if c.weight_versions:
+                        # a lane's adapter never changes under a request: its label stands
+                        if c.weight_versions and not self._emulates_keep:
                             for span in c.weight_versions:
                                 a, b = starts[c.index] + span.start, starts[c.index] + span.end
                                 if span.version.isdigit():

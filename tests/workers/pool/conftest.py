@@ -4,7 +4,6 @@ handshake checks."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import os
@@ -12,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 import torch
 
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
-from workers.rollout.pool_engine import PoolRequest
+from workers.rollout.base import AdapterUpdate, GroupResult, SamplingParams
 from workers.spec import LoraSpec, RunSpec, parse_spec
 
 LORA = {
@@ -30,30 +27,7 @@ PROMPTS = ["12+34=", "7+8=", "40+41="]
 GREEDY = SamplingParams(max_new_tokens=8, greedy=True)
 SEEDED = SamplingParams(temperature=1.0, max_new_tokens=8)
 LONG = SamplingParams(temperature=2.0, max_new_tokens=48)  # long enough for a pause to cut
-SEED_A, SEED_B, SEED_A2, SEED_A3 = 11, 22, 33, 44
 RUN_LORA = LoraSpec(**LORA)
-
-
-def groups(maker: AdapterMaker, tag: str) -> list[GroupRequest]:
-    greedy = [
-        GroupRequest(f"{tag}-g{i}", maker.ids(p), 1, i, GREEDY) for i, p in enumerate(PROMPTS)
-    ]
-    seeded = [
-        GroupRequest(f"{tag}-s{i}", maker.ids(p), 2, 100 + i, SEEDED) for i, p in enumerate(PROMPTS)
-    ]
-    return greedy + seeded
-
-
-def tokens(results: list[GroupResult]) -> list[list[int]]:
-    return [s.token_ids for r in results for s in r.samples]
-
-
-def logprobs(results: list[GroupResult]) -> list[float]:
-    return [lp for r in results for s in r.samples for lp in s.logprobs]
-
-
-def versions(results: list[GroupResult]) -> set[int]:
-    return {v for r in results for s in r.samples for v in s.versions}
 
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -124,73 +98,6 @@ class AdapterMaker:
 @pytest.fixture(scope="session")
 def maker(tiny_dir: Path) -> AdapterMaker:
     return AdapterMaker(tiny_dir)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def updates(maker: AdapterMaker):
-    return {
-        seed: await maker.update(seed, version=1) for seed in (SEED_A, SEED_B, SEED_A2, SEED_A3)
-    }
-
-
-async def update_run(pool, run: str, update, mode: str = "abort") -> None:
-    if run in pool.lanes:
-        await pool.pause(run, mode)
-        try:
-            assert await pool.load_adapter(run, update, RUN_LORA) == update.version
-        finally:
-            await pool.resume(run)
-    else:
-        assert await pool.load_adapter(run, update, RUN_LORA) == update.version
-
-
-def mixed(maker: AdapterMaker, runs: list[str], tag: str) -> list[PoolRequest]:
-    """The runs' requests interleaved row by row, in one generate call."""
-    per_run = {run: groups(maker, f"{tag}-{run}") for run in runs}
-    rows = zip(*per_run.values(), strict=True)
-    return [PoolRequest(run, g) for row in rows for run, g in zip(runs, row, strict=True)]
-
-
-def split(reqs: list[PoolRequest], results: list[GroupResult], run: str) -> list[GroupResult]:
-    return [res for q, res in zip(reqs, results, strict=True) if q.run_id == run]
-
-
-async def keep_on_one_run(pool, maker: AdapterMaker, updates, streamed, n: int) -> None:
-    """Run a is updated (keep) while rows of a and b decode in one batch: b's rows run on
-    untouched at version 1; a's continue under version 3 once a resumes, each token's
-    logprob that of the trainer's forward of the version it is labelled with. `streamed()`
-    counts the tokens the engine has produced for a so far."""
-    await update_run(pool, "a", maker.relabel(updates[SEED_A2], 2))
-    await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
-    reqs = [
-        PoolRequest(run, GroupRequest(f"keep-{run}{i}", maker.ids(p), n, 7 + i, LONG))
-        for i, p in enumerate(PROMPTS)
-        for run in ("a", "b")
-    ]
-    start = streamed()
-    task = asyncio.create_task(pool.generate(reqs))
-    # a's rows have a few tokens each (they decode together) before the pause cuts them
-    async with asyncio.timeout(120):
-        while streamed() - start < 4 * n * len(PROMPTS) and not task.done():
-            await asyncio.sleep(0.01)
-    assert not task.done(), "generation finished before the test could interrupt it"
-    await update_run(pool, "a", maker.relabel(updates[SEED_A3], 3), mode="keep")
-    results = await task
-    assert all(s.done for r in results for s in r.samples)  # nothing was cut short for good
-    a, b = split(reqs, results, "a"), split(reqs, results, "b")
-    assert versions(b) == {1}
-    a_versions = [s.versions for r in a for s in r.samples]
-    assert all(v == sorted(v) and set(v) <= {2, 3} for v in a_versions)
-    assert any(2 in v and 3 in v for v in a_versions), "the keep pause cut no row of run a"
-    lp = {seed: maker.logprobs(seed, a, LONG.temperature) for seed in (SEED_A2, SEED_A3)}
-    a_samples = [s for r in a for s in r.samples if s.token_ids]
-    by_label = [
-        [lp[SEED_A2 if v == 2 else SEED_A3][i][t] for t, v in enumerate(s.versions)]
-        for i, s in enumerate(a_samples)
-    ]
-    assert mean_exp_diff([s.logprobs for s in a_samples], by_label) <= 1.01
-    b_samples = [s.logprobs for r in b for s in r.samples if s.token_ids]
-    assert mean_exp_diff(b_samples, maker.logprobs(SEED_B, b, LONG.temperature)) <= 1.01
 
 
 def mean_exp_diff(engine: list[list[float]], trainer: list[list[float]]) -> float:

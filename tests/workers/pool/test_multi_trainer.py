@@ -184,3 +184,31 @@ def test_admission_and_leaving(trainer, make_spec):
     assert "c" not in trainer.runs and len(trainer.model.peft_config) == 3  # default, a, b
     with pytest.raises(KeyError, match="no run 'c'"):
         trainer.train_step("c", batch_for(tok, 1))
+
+
+def test_exported_adapters_load_as_peft_directories(trainer, specs, tmp_path):
+    """The engines' file format (rollout/adapter_files.py) and the checkpoint's adapter
+    directory both load into PEFT and compute the pooled model's logits for that run."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from workers.rollout.adapter_files import write_version
+
+    spec_a, _ = specs
+    tok = trainer.policy.tokenizer
+    trainer.train_step("a", batch_for(tok, 0))
+    trainer.train_step("b", batch_for(tok, 0, flip=True))
+    ids = torch.tensor([tok.encode("12+34=46", add_special_tokens=False)])
+    engine_dir = write_version(
+        trainer.adapter_update("a"), tmp_path, spec_a.lora, spec_a.model.path
+    )
+    ckpt_dir = trainer.save("a", tmp_path / "ckpt") / "adapter"
+    with trainer.active("a") as model, torch.no_grad():
+        want = model.eval()(input_ids=ids).logits
+    model.train()
+    for path in (engine_dir, ckpt_dir):
+        base = AutoModelForCausalLM.from_pretrained(spec_a.model.path, dtype=torch.float32)
+        loaded = PeftModel.from_pretrained(base, str(path)).eval()
+        with torch.no_grad():
+            got = loaded(input_ids=ids).logits
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

