@@ -7,7 +7,6 @@ the machine) reads it."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +18,7 @@ from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.monitoring import metrics as prom
 from tests.conftest import REPO, free_port, service_env, wait_for
+from tests.serving import serving
 
 TOKEN = "scrape-secret"
 
@@ -29,15 +29,6 @@ def samples(text: str) -> dict[tuple, float]:
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, 15)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
 
 
 @pytest.fixture
@@ -54,26 +45,14 @@ def prom_env(django_db_setup, tmp_path):
 @pytest.fixture
 def two_workers(prom_env):
     """uvicorn as in production: two worker processes behind one port."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "2", "--lifespan", "off",
-         "--ws", "websockets-sansio", "--no-proxy-headers", "--log-level", "warning"],
-        env=prom_env, cwd=REPO, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return requests.get(f"{url}/livez", timeout=5).status_code == 200
-        except requests.RequestException:
-            return False
-
-    try:
-        wait_for(up, 90, "uvicorn with two workers")
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "uvicorn", "paddock.asgi:application", "--host", "127.0.0.1",
+            "--port", url.rsplit(":", 1)[1], "--workers", "2", "--lifespan", "off",
+            "--ws", "websockets-sansio", "--no-proxy-headers",
+            "--log-level", "warning"]  # fmt: skip
+    with serving(argv, ready_url=f"{url}/livez", what="uvicorn with two workers", env=prom_env,
+                 cwd=REPO, timeout_s=90):  # fmt: skip
         yield url
-    finally:
-        _stop(proc)
 
 
 def scrape(url: str) -> dict[tuple, float]:
@@ -199,23 +178,12 @@ def test_a_celery_worker_serves_its_task_latency_and_failures(prom_env, world):
     port = free_port()
     env = {**prom_env, "PADDOCK_WORKER_METRICS_PORT": str(port)}
     app.control.purge()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "paddock", "worker", "--loglevel=WARNING",
-         "--concurrency=2", "--pool=prefork", f"--hostname=prom-{os.getpid()}@%h"],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {TOKEN}"}
-
-    def up():
-        try:
-            return requests.get(f"{url}/metrics", headers=headers, timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    try:
-        wait_for(up, 180, "the Celery worker's scrape port")
+    argv = [sys.executable, "-m", "celery", "-A", "paddock", "worker", "--loglevel=WARNING",
+            "--concurrency=2", "--pool=prefork", f"--hostname=prom-{os.getpid()}@%h"]  # fmt: skip
+    with serving(argv, ready_url=f"{url}/metrics", headers=headers, env=env, cwd=REPO,
+                 what="the Celery worker's scrape port", timeout_s=180):  # fmt: skip
         assert requests.get(f"{url}/metrics", timeout=5).status_code == 403
         # a real task of the platform, sent through the broker: dispatch of a run that is
         # not there finds nothing to do, and one of a malformed id raises
@@ -232,5 +200,3 @@ def test_a_celery_worker_serves_its_task_latency_and_failures(prom_env, world):
         wait_for(both_seen, 60, "the worker's task series")
         got = samples(requests.get(f"{url}/metrics", headers=headers, timeout=5).text)
         assert not any(name == "paddock_runs" for name, _ in got)  # the web's scrape has it
-    finally:
-        _stop(proc)

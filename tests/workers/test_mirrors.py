@@ -8,7 +8,6 @@ log, never the end of the run; a run without `logging:` imports none of the libr
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -17,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port, wait_for
+from tests.conftest import REPO, free_port
+from tests.serving import serving
 from workers.loop.mirrors import MAX_FAILURES, Mirrors
 from workers.train import train
 
@@ -27,36 +27,15 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """`mlflow server` on a free port, its sqlite store and artifacts in a tmp directory."""
-    import requests
-
     home = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log = open(home / "server.log", "wb")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
-         "--default-artifact-root", str(home / "artifacts")],
-        cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return requests.get(f"{url}/health", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    try:
-        wait_for(up, 120, "the MLflow tracking server")
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+            "--port", url.rsplit(":", 1)[1], "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+            "--default-artifact-root", str(home / "artifacts")]  # fmt: skip
+    with serving(argv, ready_url=f"{url}/health", what="the MLflow tracking server",
+                 cwd=home, log=home / "server.log"):  # fmt: skip
         yield url
-    finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-        log.close()
 
 
 def wandb_history(run_dir: Path) -> list[dict]:
