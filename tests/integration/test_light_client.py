@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,8 @@ def test_the_light_install_has_the_cli_and_neither_torch_nor_django(light_bin, t
         probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
         assert probe.returncode != 0, f"{module} is importable in the light install"
     version = run_light(light_bin, tmp_path, "--version")
-    assert version.stdout.strip() == "paddock 0.1.0"
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert version.stdout.strip() == f"paddock {declared}"
     up = run_light(light_bin, tmp_path, "up", check=False)
     assert up.returncode == 2 and "pip install 'paddock[all]'" in up.stderr
     train = run_light(light_bin, tmp_path, "train", "x.yaml", check=False)
