@@ -120,7 +120,10 @@ def start_ray(sup: Supervisor, home: Path, env: dict[str, str], cpus: int | None
     if ray_bin is None:
         raise SystemExit("paddock: `ray` is not installed; pip install 'ray[default]'")
     dashboard_port = free_port()
-    ray_env = {k: v for k, v in env.items() if not k.startswith("RAY_ADDRESS")}
+    # the platform's Prometheus directory is not Ray's: Ray's own metrics (prometheus_client
+    # too) and the jobs' processes must not write their series there
+    ray_env = {k: v for k, v in env.items()
+               if not k.startswith("RAY_ADDRESS") and k != "PROMETHEUS_MULTIPROC_DIR"}  # fmt: skip
     # jobs run `python -m workers.job`: the `python` on the head's PATH must be this one
     ray_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     argv = [
