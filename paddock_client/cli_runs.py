@@ -12,8 +12,12 @@ import typer
 from paddock_client.client import PaddockClient
 from paddock_client.options import BackendsOpt, Format, LimitOpt, OutputOpt, SetOpt, TeamOpt
 from paddock_client.output import err, field, progress_bar, show_list, show_one
+from workers.names import RUN_STATES, TERMINAL_RUN_STATES
 
 RunId = Annotated[int, typer.Argument(help="run id")]
+# `--active`: every state of a run that has not finished (queued, dispatching, starting,
+# running, pausing, paused, resuming, aborting), in the state machine's order
+ACTIVE_STATES = [s for s in RUN_STATES if s not in TERMINAL_RUN_STATES]
 
 
 class ExportFormat(StrEnum):
@@ -171,8 +175,12 @@ runs = typer.Typer(no_args_is_help=True, help="List, watch, control and export r
 
 @runs.command("list")
 def runs_list(
-    state: Annotated[str | None, typer.Option(help="a state, or several: queued,running")]
+    state: Annotated[str | None, typer.Option(
+        help="exactly these states, one or several: queued,running (a run in starting, "
+        "dispatching, pausing... is not running; --active for every unfinished one)")]
     = None,
+    active: Annotated[bool, typer.Option(
+        "--active", help=f"every run not finished: {','.join(ACTIVE_STATES)}")] = False,
     backend: Annotated[str | None, typer.Option()] = None,
     tag: Annotated[str | None, typer.Option()] = None,
     creator: Annotated[str | None, typer.Option(help="username")] = None,
@@ -182,6 +190,10 @@ def runs_list(
     output: OutputOpt = Format.table,
 ) -> None:  # fmt: skip
     """Runs, newest first."""
+    if active and state:
+        raise typer.BadParameter("give --state or --active, not both", param_hint="--active")
+    if active:
+        state = ",".join(ACTIVE_STATES)
     client = _client()
     found = client.runs(
         state=state, backend=backend, tag=tag, creator=creator, experiment=experiment,

@@ -103,6 +103,29 @@ def test_runs_get_control_metrics_export(cli, launched, tmp_path):
                .splitlines())  # fmt: skip
 
 
+def test_runs_list_state_is_exact_and_active_is_every_unfinished_state(cli, world, tmp_path):
+    spec = tmp_path / "five.yaml"
+    spec.write_text("train:\n  steps: 5\n")
+    code, out, _ = cli("experiments", "launch", spec, "--backends", "torch", "--seeds", "5")
+    assert code == 0, out
+    runs = list(Run.objects.order_by("pk"))
+    paths = [[], ["dispatching"], ["dispatching", "starting"],
+             ["dispatching", "running", "pausing"], ["aborted"]]  # fmt: skip
+    for run, path in zip(runs, paths, strict=True):
+        for state in path:
+            run_transition(run=run, to_state=state)
+    by_state = {(path or ["queued"])[-1]: run.pk for run, path in zip(runs, paths, strict=True)}
+    exact = cli.json("runs", "list", "--state", "queued,running")
+    assert [r["id"] for r in exact] == [by_state["queued"]]  # starting is not running
+    active = cli.json("runs", "list", "--active")
+    assert {r["state"] for r in active} == {"queued", "dispatching", "starting", "pausing"}
+    assert by_state["aborted"] not in {r["id"] for r in active}
+    code, _, err = cli("runs", "list", "--active", "--state", "running")
+    assert code == 2 and "--active" in err
+    code, out, _ = cli("runs", "list", "--help")
+    assert code == 0 and "--active" in out and "not finished" in out
+
+
 def test_checkpoints_download_an_adapter_peft_loads(cli, checkpointed, tmp_path):
     from peft import PeftModel
 
