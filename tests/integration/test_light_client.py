@@ -121,7 +121,7 @@ def test_a_run_from_the_light_cli(stack, light_bin, tmp_path):  # noqa: F811
     def run_json(run_id):
         return json.loads(paddock("runs", "get", run_id, "-o", "json").stdout)
 
-    def until(run_id, what, predicate, timeout=240):
+    def until(run_id, what, predicate, timeout=300):  # a loaded CI machine: the job's start
         def check():
             run = run_json(run_id)
             return run if predicate(run) else None
@@ -140,12 +140,12 @@ def test_a_run_from_the_light_cli(stack, light_bin, tmp_path):  # noqa: F811
     try:
         until(run_id, "running past step 2", lambda r: r["state"] == "running" and r["step"] >= 2)
         assert "paused" in paddock("runs", "pause", run_id).stdout
-        paused = until(run_id, "paused", lambda r: r["state"] == "paused", 120)
+        paused = until(run_id, "paused", lambda r: r["state"] == "paused", 180)
         checkpoints = json.loads(paddock("checkpoints", "list", run_id, "-o", "json").stdout)
         assert [c["step"] for c in checkpoints] == [paused["step"]]
         paddock("runs", "resume", run_id)
         until(run_id, "training again", lambda r: r["state"] == "running"
-              and r["step"] > paused["step"], 120)  # fmt: skip
+              and r["step"] > paused["step"], 180)  # fmt: skip
         logs = paddock("runs", "logs", run_id).stdout
         assert "pausing → paused" in logs and "resuming → running" in logs
     finally:
