@@ -12,10 +12,9 @@ from rest_framework.authentication import (
 )
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied, Throttled
 
-from paddock.api.errors import DomainError
 from paddock.core.client_address import request_client_address
-from paddock.core.csrf import CODE as CSRF_CODE
 from paddock.core.csrf import csrf_message
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.core.ratelimit import auth_failure_record
 from paddock.teams.services import api_token_authenticate
 
@@ -28,11 +27,13 @@ class BearerTokenAuthentication(BaseAuthentication):
         if not parts or parts[0].lower() != self.keyword.encode():
             return None
         if len(parts) != 2:
-            raise AuthenticationFailed("use 'Authorization: Bearer <token>'", code="token_invalid")
+            raise AuthenticationFailed(
+                "use 'Authorization: Bearer <token>'", code=ErrorCode.TOKEN_INVALID
+            )
         try:
             token = api_token_authenticate(raw=parts[1].decode("ascii"))
         except UnicodeDecodeError:
-            raise _refusal(request, "unknown API token", "token_invalid") from None
+            raise _refusal(request, "unknown API token", ErrorCode.TOKEN_INVALID) from None
         except DomainError as exc:
             raise _refusal(request, exc.message, exc.code) from None
         return token.user, token
@@ -41,7 +42,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         return 'Bearer realm="paddock"'
 
 
-def _refusal(request, message: str, code: str) -> Exception:
+def _refusal(request, message: str, code: ErrorCode) -> Exception:
     """401, or 429 once the client's address has failed too often (core/ratelimit.py)."""
     wait = auth_failure_record(ip=request_client_address(request))
     if wait:
@@ -58,7 +59,7 @@ class SessionCsrfAuthentication(SessionAuthentication):
             super().enforce_csrf(request)
         except PermissionDenied as exc:
             reason = str(exc.detail).removeprefix("CSRF Failed: ")
-            raise PermissionDenied(csrf_message(reason), code=CSRF_CODE) from None
+            raise PermissionDenied(csrf_message(reason), code=ErrorCode.CSRF_FAILED) from None
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import viewsets
 
-from paddock.api.errors import DomainError, not_found
 from paddock.core.client_address import request_client_address
+from paddock.core.errors import DomainError, ErrorCode, not_found
 from paddock.teams.access import Actor, actor_for
 from paddock.teams.models import ApiToken
 
@@ -51,14 +51,15 @@ def body(serializer_class, request) -> dict:
     `seed` or `validate_only`)."""
     data = request.data
     if not hasattr(data, "keys"):
-        raise DomainError("invalid", "the body must be a JSON object", field=None)
+        raise DomainError(ErrorCode.INVALID, "the body must be a JSON object", field=None)
     serializer = serializer_class(data=data)
     unknown = [key for key in data if key not in serializer.fields]
     if unknown:
         raise DomainError(
-            "unknown_field", f"{unknown[0]}: unknown key; one of {sorted(serializer.fields)}",
+            ErrorCode.UNKNOWN_FIELD,
+            f"{unknown[0]}: unknown key; one of {sorted(serializer.fields)}",
             field=str(unknown[0]),
-        )  # fmt: skip
+        )
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
 

@@ -1,5 +1,7 @@
 """The one exception handler: every error of the API is `{"code", "message", "field"}`
-(plus `errors`, every problem, when there are several), with a stable machine code."""
+(plus `errors`, every problem, when there are several), its code one of `ErrorCode`'s:
+a `DomainError` as it is, DRF's own exceptions (authentication, permission, method, media
+type, throttling) under their DRF code, validation errors flattened to dotted fields."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode, error_body
 
 
 def _flatten(detail, prefix: str, out: list[dict]) -> list[dict]:
@@ -21,16 +23,12 @@ def _flatten(detail, prefix: str, out: list[dict]) -> list[dict]:
             _flatten(value, f"{prefix}.{name}" if prefix and name else prefix or name, out)
     elif isinstance(detail, list):
         if all(isinstance(d, str) for d in detail):
-            for d in detail:
-                out.append({"field": prefix or None, "message": str(d),
-                            "code": getattr(d, "code", "invalid")})  # fmt: skip
+            out += [{"field": prefix or None, "message": str(d)} for d in detail]
         else:
             for i, d in enumerate(detail):
                 _flatten(d, f"{prefix}[{i}]" if prefix else f"[{i}]", out)
     else:
-        out.append(
-            {"field": prefix or None, "message": str(detail), "code": getattr(detail, "code", "")}
-        )
+        out.append({"field": prefix or None, "message": str(detail)})
     return out
 
 
@@ -39,7 +37,8 @@ def exception_handler(exc, context):
         return Response(exc.as_dict(), status=exc.status)
     if isinstance(exc, RequestDataTooBig):  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE, read by DRF
         message = f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 2**20} MiB"
-        return Response({"code": "body_too_large", "message": message, "field": None}, status=413)
+        code = ErrorCode.BODY_TOO_LARGE
+        return Response(error_body(code, message), status=code.status)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -50,12 +49,18 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.ValidationError):
         errors = _flatten(exc.detail, "", [])
         first = errors[0] if errors else {"field": None, "message": "invalid input"}
-        body = {"code": "invalid", "message": first["message"], "field": first["field"]}
+        body = error_body(ErrorCode.INVALID, first["message"], first["field"])
         if len(errors) > 1:
             body["errors"] = [{"field": e["field"], "message": e["message"]} for e in errors]
         response.data = body
         return response
-    codes = exc.get_codes()
-    code = codes if isinstance(codes, str) else "error"
-    response.data = {"code": code, "message": str(exc.detail), "field": None}
+    response.data = error_body(_code(exc), str(exc.detail))
     return response
+
+
+def _code(exc: exceptions.APIException) -> ErrorCode:
+    """DRF's code for its exception (`not_authenticated`, `method_not_allowed`, …) or the one
+    a view gave it; a code outside the catalogue is a bug, answered as `error`."""
+    codes = exc.get_codes()
+    known = isinstance(codes, str) and codes in ErrorCode._value2member_map_
+    return ErrorCode(codes) if known else ErrorCode.ERROR

@@ -4,12 +4,15 @@ from urllib.parse import parse_qs
 from rest_framework.pagination import CursorPagination
 
 from paddock.api.base import MAX_ID
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 
 
 def _bad_cursor() -> DomainError:
-    return DomainError("invalid_cursor", "the cursor is malformed; use a `next` link as given",
-                       field="cursor")  # fmt: skip
+    return DomainError(
+        ErrorCode.INVALID_CURSOR,
+        "the cursor is malformed; use a `next` link as given",
+        field="cursor",
+    )
 
 
 def _digits(value: str, most: int) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework.parsers import JSONParser
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.core.jsonbody import JsonBodyError, json_parse
 
 
@@ -19,12 +19,12 @@ class BoundedJSONParser(JSONParser):
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
             raise DomainError(
-                "body_too_large", f"the body is larger than {limit // 2**20} MiB", status=413
+                ErrorCode.BODY_TOO_LARGE, f"the body is larger than {limit // 2**20} MiB"
             )
         try:
             return json_parse(raw)
         except JsonBodyError as exc:
-            raise DomainError("invalid_json", _sentence(exc), field=exc.field) from None
+            raise DomainError(ErrorCode.INVALID_JSON, _sentence(exc), field=exc.field) from None
 
 
 def _sentence(exc: JsonBodyError) -> str:

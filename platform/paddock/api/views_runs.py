@@ -12,10 +12,10 @@ from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, parse_id, query, request_actor
-from paddock.api.errors import DomainError, not_found
 from paddock.api.pagination import NewestFirst
 from paddock.api.streaming import streaming_response
 from paddock.api.views_teams import ERRORS
+from paddock.core.errors import DomainError, ErrorCode, not_found
 from paddock.experiments import selectors
 from paddock.experiments.artifacts import CHECKPOINT_PARTS, checkpoint_download
 from paddock.experiments.control import RUN_CONTROLS
@@ -230,9 +230,11 @@ def multi_metrics(request):
         run_ids = selectors.experiment_run_ids(actor=actor, experiment_id=params["experiment"])
         if len(run_ids) > s.MAX_COMPARED_RUNS:
             raise DomainError(
-                "invalid", f"the experiment has {len(run_ids)} runs; name at most "
-                f"{s.MAX_COMPARED_RUNS} with ?runs=", field="experiment",
-            )  # fmt: skip
+                ErrorCode.INVALID,
+                f"the experiment has {len(run_ids)} runs; name at most "
+                f"{s.MAX_COMPARED_RUNS} with ?runs=",
+                field="experiment",
+            )
     else:
         run_ids = params["runs"]
         visible = set(

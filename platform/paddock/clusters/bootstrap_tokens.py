@@ -13,7 +13,7 @@ import hmac
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.models import Checkpoint, Run
 from paddock.experiments.spec_paths import spec_datasets_resolve
 from paddock.experiments.states import TERMINAL
@@ -36,23 +36,21 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> dict:
     what the job needs to start (effective spec, where to write, what to resume from)."""
     expected = bootstrap_token_for(run_id=run_id, dispatch=dispatch)
     if not hmac.compare_digest(expected, raw):
-        raise DomainError("token_invalid", "unknown bootstrap token", status=401)
+        raise DomainError(ErrorCode.TOKEN_INVALID, "unknown bootstrap token")
     run = Run.objects.select_related("config").filter(pk=run_id).first()
     if run is None or run.dispatch_count != dispatch:
-        raise DomainError("dispatch_superseded", "this dispatch is no longer current", status=409)
+        raise DomainError(ErrorCode.DISPATCH_SUPERSEDED, "this dispatch is no longer current")
     if run.state in TERMINAL:
         # a job placed only after its run ended (aborted or failed while it was pending, its
         # stop still queued in Ray): it must not start training for nobody
-        raise DomainError("run_finished", f"run {run_id} has finished ({run.state})", status=409)
+        raise DomainError(ErrorCode.RUN_FINISHED, f"run {run_id} has finished ({run.state})")
     spec = spec_datasets_resolve(team_id=run.team_id, spec=run.config.spec)  # dataset://<id>
     try:
         with transaction.atomic():
             BootstrapUse.objects.create(run_id=run_id, dispatch=dispatch)
             token = run_token_mint(run=run, dispatch=dispatch)
     except IntegrityError:
-        raise DomainError(
-            "token_spent", "this bootstrap token was already used", status=401
-        ) from None
+        raise DomainError(ErrorCode.TOKEN_SPENT, "this bootstrap token was already used") from None
     last = Checkpoint.objects.filter(run_id=run_id).order_by("-step").first()
     return {
         "token": token,

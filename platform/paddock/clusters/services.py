@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from paddock.api.errors import DomainError, forbidden
+from paddock.core.errors import DomainError, ErrorCode, forbidden
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team
 from paddock.teams.services import audit_record
@@ -33,21 +33,20 @@ def _http_url(value: str, field: str, *, required: bool) -> str:
         return ""
     parsed = urlparse(value)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise DomainError("invalid", "an http(s) URL, e.g. http://head:8265", field=field)
+        raise DomainError(ErrorCode.INVALID, "an http(s) URL, e.g. http://head:8265", field=field)
     return value.rstrip("/")
 
 
 def _capacity(value: dict) -> dict:
     unknown = sorted(set(value) - set(CAPACITY_KEYS))
     if unknown:
-        raise DomainError(
-            "invalid", f"{unknown[0]}: unknown; one of {list(CAPACITY_KEYS)}",
+        raise DomainError(ErrorCode.INVALID, f"{unknown[0]}: unknown; one of {list(CAPACITY_KEYS)}",
             field=f"capacity.{unknown[0]}",
         )  # fmt: skip
     for key, number in value.items():
         is_number = isinstance(number, int | float) and not isinstance(number, bool)
         if not is_number or not math.isfinite(number) or number < 0:
-            raise DomainError("invalid", "a number >= 0", field=f"capacity.{key}")
+            raise DomainError(ErrorCode.INVALID, "a number >= 0", field=f"capacity.{key}")
     return dict(value)
 
 
@@ -55,7 +54,9 @@ def _backends(value: list) -> list[str]:
     bad = [b for b in value if b not in BACKENDS]
     if bad:
         raise DomainError(
-            "invalid", f"unknown backend {bad[0]!r}; one of {list(BACKENDS)}", field="backends"
+            ErrorCode.INVALID,
+            f"unknown backend {bad[0]!r}; one of {list(BACKENDS)}",
+            field="backends",
         )
     return list(dict.fromkeys(value))
 
@@ -89,15 +90,15 @@ def cluster_register(
         "backends": _backends(backends or []),
     }
     if not fields["name"]:
-        raise DomainError("invalid", "a name", field="name")
+        raise DomainError(ErrorCode.INVALID, "a name", field="name")
     if len(fields["labels"]) > MAX_LABELS:
-        raise DomainError("invalid", f"at most {MAX_LABELS} labels", field="labels")
+        raise DomainError(ErrorCode.INVALID, f"at most {MAX_LABELS} labels", field="labels")
     try:
         with transaction.atomic():
             cluster = RayCluster.objects.create(team=team, **fields)
     except IntegrityError:
         raise DomainError(
-            "name_taken", f"a cluster named {fields['name']!r} exists", field="name", status=409
+            ErrorCode.NAME_TAKEN, f"a cluster named {fields['name']!r} exists", field="name"
         ) from None
     audit_record(
         actor=actor, team_id=team.pk if team else None, action="cluster.register",

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError
 from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
 from paddock.experiments.states import TERMINAL, run_fail, run_transition

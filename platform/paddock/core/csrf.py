@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
 
-CODE = "csrf_failed"
+from paddock.core.errors import ErrorCode, error_body
 
 
 def csrf_message(reason: str) -> str:
@@ -34,5 +34,5 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """settings.CSRF_FAILURE_VIEW."""
     if not _wants_json(request):
         return django_csrf_failure(request, reason=reason)
-    body = {"code": CODE, "message": csrf_message(reason), "field": None}
-    return JsonResponse(body, status=403)
+    code = ErrorCode.CSRF_FAILED
+    return JsonResponse(error_body(code, csrf_message(reason)), status=code.status)

@@ -13,14 +13,15 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from paddock.core.client_address import request_client_address
+from paddock.core.errors import ErrorCode, error_body
 from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.core.ratelimit import login_blocked, login_failure_record
 from paddock.teams.access import actor_for
 from paddock.teams.selectors import team_list
 
 
-def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
-    return JsonResponse({"code": code, "message": message, "field": field}, status=status)
+def _error(code: ErrorCode, message: str, field: str | None = None) -> JsonResponse:
+    return JsonResponse(error_body(code, message, field), status=code.status)
 
 
 def session_payload(user) -> dict:
@@ -52,7 +53,7 @@ def session_csrf(request: HttpRequest) -> JsonResponse:
 @ensure_csrf_cookie
 def session_me(request: HttpRequest) -> JsonResponse:
     if not request.user.is_authenticated:
-        return _error(401, "not_authenticated", "not logged in")
+        return _error(ErrorCode.NOT_AUTHENTICATED, "not logged in")
     return JsonResponse(session_payload(request.user))
 
 
@@ -61,30 +62,30 @@ def session_login(request: HttpRequest) -> JsonResponse:
     try:
         body = json_parse(request.body or b"{}")
     except JsonBodyError as exc:
-        return _error(400, "invalid_json", exc.message, exc.field)
+        return _error(ErrorCode.INVALID_JSON, exc.message, exc.field)
     if not isinstance(body, dict):
-        return _error(400, "invalid_json", "the body must be a JSON object")
+        return _error(ErrorCode.INVALID_JSON, "the body must be a JSON object")
     username = body.get("username")
     password = body.get("password")
     if not isinstance(username, str) or not username:
-        return _error(400, "required", "enter your username", "username")
+        return _error(ErrorCode.REQUIRED, "enter your username", "username")
     if not isinstance(password, str) or not password:
-        return _error(400, "required", "enter your password", "password")
+        return _error(ErrorCode.REQUIRED, "enter your password", "password")
     # no account has a longer name (Django's limit), and nothing longer is worth hashing
     if len(username) > 150:
-        return _error(400, "invalid", "at most 150 characters", "username")
+        return _error(ErrorCode.INVALID, "at most 150 characters", "username")
     if len(password) > 4096:
-        return _error(400, "invalid", "at most 4096 characters", "password")
+        return _error(ErrorCode.INVALID, "at most 4096 characters", "password")
     ip = request_client_address(request)
     wait = login_blocked(ip=ip, username=username)
     if wait:
-        reply = _error(429, "rate_limited", f"too many failed logins; try again in {wait} s")
+        reply = _error(ErrorCode.RATE_LIMITED, f"too many failed logins; try again in {wait} s")
         reply["Retry-After"] = str(wait)
         return reply
     user = authenticate(request, username=username, password=password)
     if user is None:
         login_failure_record(ip=ip, username=username)
-        return _error(400, "invalid_credentials", "wrong username or password", "password")
+        return _error(ErrorCode.INVALID_CREDENTIALS, "wrong username or password", "password")
     login(request, user)  # rotates the session key and the CSRF token
     return JsonResponse(session_payload(user))
 

@@ -17,7 +17,7 @@ import fsspec
 from django.conf import settings
 from django.db import transaction
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.models import Checkpoint, Dataset
 from paddock.teams.access import Actor
@@ -100,7 +100,7 @@ def _adapter_root(fs, path: str) -> str:
     for root in (posixpath.join(path, ADAPTER_DIR), path):
         if fs.isfile(posixpath.join(root, "adapter_config.json")):
             return root
-    raise DomainError("artifact_missing", "this checkpoint holds no PEFT adapter", status=404)
+    raise DomainError(ErrorCode.ARTIFACT_MISSING, "this checkpoint holds no PEFT adapter")
 
 
 def checkpoint_download(*, checkpoint: Checkpoint, part: str = "all") -> Download:
@@ -109,14 +109,14 @@ def checkpoint_download(*, checkpoint: Checkpoint, part: str = "all") -> Downloa
     peft and vLLM load), without the optimizer state. The caller has checked that the actor
     may read the checkpoint's run."""
     if part not in CHECKPOINT_PARTS:
-        raise DomainError("invalid", f"one of {list(CHECKPOINT_PARTS)}", field="part")
+        raise DomainError(ErrorCode.INVALID, f"one of {list(CHECKPOINT_PARTS)}", field="part")
     if not artifact_uri_allowed(checkpoint.uri):
         raise DomainError(
-            "artifact_outside_store", "this checkpoint is not in the artifact store", status=404
+            ErrorCode.ARTIFACT_OUTSIDE_STORE, "this checkpoint is not in the artifact store"
         )
     fs, path = fsspec.core.url_to_fs(checkpoint.uri)
     if not fs.exists(path):
-        raise DomainError("artifact_missing", "the checkpoint's files are gone", status=404)
+        raise DomainError(ErrorCode.ARTIFACT_MISSING, "the checkpoint's files are gone")
     name = f"run{checkpoint.run_id}-step{checkpoint.step}"
     if part == ADAPTER_DIR:
         root, top = _adapter_root(fs, path), posixpath.join(name, ADAPTER_DIR)
@@ -140,17 +140,19 @@ def _check_jsonl(data: bytes) -> int:
         except JsonBodyError as exc:
             where = f" at {exc.field}" if exc.field else ""
             raise DomainError(
-                "invalid", f"line {number}{where}: {exc.message}", field="file"
+                ErrorCode.INVALID, f"line {number}{where}: {exc.message}", field="file"
             ) from None
         # which columns hold the prompt and the answer is the run spec's to say
         # (data.prompt_key, data.answer_key); here a row only has to be a row
         if not isinstance(row, dict):
             raise DomainError(
-                "invalid", f"line {number}: not a JSON object (one row of columns)", field="file"
+                ErrorCode.INVALID,
+                f"line {number}: not a JSON object (one row of columns)",
+                field="file",
             )
         rows += 1
     if rows == 0:
-        raise DomainError("invalid", "the file has no rows", field="file")
+        raise DomainError(ErrorCode.INVALID, "the file has no rows", field="file")
     return rows
 
 
@@ -165,9 +167,11 @@ def _check_parquet(data: bytes) -> int:
     try:
         rows = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DomainError("invalid", f"not a readable Parquet file ({exc})", field="file") from None
+        raise DomainError(
+            ErrorCode.INVALID, f"not a readable Parquet file ({exc})", field="file"
+        ) from None
     if rows == 0:
-        raise DomainError("invalid", "the file has no rows", field="file")
+        raise DomainError(ErrorCode.INVALID, "the file has no rows", field="file")
     return rows
 
 
@@ -177,7 +181,7 @@ def dataset_upload(*, actor: Actor, team: Team, name: str, data: bytes) -> Datas
     `dataset://<id>`; its columns are mapped by the run spec's data section."""
     actor.require(team.pk, Role.MEMBER, what="team")
     if len(data) > MAX_DATASET_BYTES:
-        raise DomainError("too_large", f"at most {MAX_DATASET_BYTES} bytes", field="file")
+        raise DomainError(ErrorCode.TOO_LARGE, f"at most {MAX_DATASET_BYTES} bytes", field="file")
     if data[:4] == PARQUET_MAGIC and data[-4:] == PARQUET_MAGIC:
         rows, ext = _check_parquet(data), "parquet"
     else:
@@ -185,7 +189,7 @@ def dataset_upload(*, actor: Actor, team: Team, name: str, data: bytes) -> Datas
             rows, ext = _check_jsonl(data), "jsonl"
         except UnicodeDecodeError:
             raise DomainError(
-                "invalid", "must be UTF-8 JSONL text or a Parquet file", field="file"
+                ErrorCode.INVALID, "must be UTF-8 JSONL text or a Parquet file", field="file"
             ) from None
     digest = hashlib.sha256(data).hexdigest()
     uri = f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/teams/{team.pk}/datasets/{digest}.{ext}"

@@ -10,7 +10,7 @@ import json
 from functools import cache
 from typing import Any
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.models import ConfigVersion
 from workers.spec import apply_overrides, parse_spec, spec_errors, spec_json_schema
 
@@ -26,18 +26,20 @@ def spec_hash(spec: dict) -> str:
 
 
 def spec_normalize(*, spec: Any, field: str = "spec") -> dict:
-    """The validated spec with defaults filled; DomainError("spec_invalid") naming every
+    """The validated spec with defaults filled; DomainError(ErrorCode.SPEC_INVALID) naming every
     bad field as `spec.<path>` otherwise."""
     if not isinstance(spec, dict):
-        raise DomainError("spec_invalid", "must be an object of sections", field=field)
+        raise DomainError(ErrorCode.SPEC_INVALID, "must be an object of sections", field=field)
     errors = spec_errors(spec)
     if errors:
         errors = [{"field": f"{field}.{e['field']}", "message": e["message"]} for e in errors]
         first = errors[0]
         raise DomainError(
-            "spec_invalid", f"{first['field']}: {first['message']}", field=first["field"],
+            ErrorCode.SPEC_INVALID,
+            f"{first['field']}: {first['message']}",
+            field=first["field"],
             errors=errors,
-        )  # fmt: skip
+        )
     return parse_spec(spec).to_dict()
 
 
@@ -77,7 +79,7 @@ def spec_apply_edits(*, spec: dict, edits: dict[str, Any]) -> dict:
     try:
         return apply_overrides(spec, overrides)
     except ValueError as exc:
-        raise DomainError("invalid", str(exc), field="edits") from None
+        raise DomainError(ErrorCode.INVALID, str(exc), field="edits") from None
 
 
 def config_version_create(

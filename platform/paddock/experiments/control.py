@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments import hooks
 from paddock.experiments.models import DesiredState, Run
 from paddock.experiments.models import RunState as S
@@ -43,12 +43,12 @@ def _control(
         current = Run.objects.select_for_update().get(pk=run.pk)
         if current.state in TERMINAL:
             raise DomainError(
-                "run_finished", f"run {run.pk} has finished ({current.state})", status=409
+                ErrorCode.RUN_FINISHED, f"run {run.pk} has finished ({current.state})"
             )
         if current.desired_state == DesiredState.ABORTED:
             if desired == DesiredState.ABORTED:
                 return current  # asked twice: nothing changes, nothing to audit
-            raise DomainError("run_aborting", f"run {run.pk} is being aborted", status=409)
+            raise DomainError(ErrorCode.RUN_ABORTING, f"run {run.pk} is being aborted")
         before = current.state
         current.desired_state = desired
         current.save(update_fields=["desired_state", "updated_at"])

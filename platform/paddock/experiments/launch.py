@@ -9,9 +9,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from paddock.api.errors import DomainError
 from paddock.clusters.models import RayCluster
 from paddock.clusters.placement import never_placeable, run_bundles
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments import hooks
 from paddock.experiments.configs import (
     config_version_create,
@@ -73,24 +73,26 @@ def _check_backends(
     for backend in backends:
         if backend not in known:
             raise DomainError(
-                "invalid", f"unknown rollout backend '{backend}'; one of {known}", field="backends"
+                ErrorCode.INVALID,
+                f"unknown rollout backend '{backend}'; one of {known}",
+                field="backends",
             )
     clusters = list(_visible_clusters(team))
     if cluster_id is not None:
         chosen = next((c for c in clusters if c.pk == cluster_id), None)
         if chosen is None:
-            raise DomainError("invalid", f"no cluster {cluster_id}", field="cluster")
+            raise DomainError(ErrorCode.INVALID, f"no cluster {cluster_id}", field="cluster")
         clusters = [chosen]
     if not clusters:
         raise DomainError(
-            "no_cluster", "no Ray cluster is registered for this team", field="cluster"
+            ErrorCode.NO_CLUSTER, "no Ray cluster is registered for this team", field="cluster"
         )
     advertised = {b for c in clusters for b in c.backends}
     missing = [b for b in backends if b not in advertised]
     if missing:
         where = f"cluster '{clusters[0].name}'" if cluster_id else "any cluster of the team"
         raise DomainError(
-            "backend_unavailable",
+            ErrorCode.BACKEND_UNAVAILABLE,
             f"{', '.join(missing)} not advertised by {where} (it offers "
             f"{', '.join(sorted(advertised)) or 'none'})",
             field="backends",
@@ -123,7 +125,7 @@ def _check_placement(*, clusters: list[RayCluster], runs: list[PlannedRun]) -> N
                     f" (nor can {len(refusals) - 1} other clusters)" if len(refusals) > 1 else ""
                 )
                 raise DomainError(
-                    "unplaceable", first.message + others, field=f"spec.{first.setting}"
+                    ErrorCode.UNPLACEABLE, first.message + others, field=f"spec.{first.setting}"
                 )
 
 
@@ -133,21 +135,19 @@ def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
     quota, _ = TeamQuota.objects.select_for_update().get_or_create(team=team)
     biggest = max((r.gpus for r in runs), default=0)
     if biggest > quota.max_gpus:
-        raise DomainError(
-            "quota_exceeded",
+        raise DomainError(ErrorCode.QUOTA_EXCEEDED,
             f"a run asks for {biggest:g} GPUs; the team may use {quota.max_gpus:g}",
-            field="spec.resources", status=409,
+            field="spec.resources",
         )  # fmt: skip
     if quota.max_concurrent_runs == 0:
-        raise DomainError("quota_exceeded", "the team may not run anything", status=409)
+        raise DomainError(ErrorCode.QUOTA_EXCEEDED, "the team may not run anything")
     active = team_usage(team_id=team.pk)["active_runs"]
     limit = quota.max_concurrent_runs + quota.max_queued_runs
     if active + len(runs) > limit:
         raise DomainError(
-            "quota_exceeded",
+            ErrorCode.QUOTA_EXCEEDED,
             f"the team has {active} active runs; {len(runs)} more would pass its limit of "
             f"{limit} ({quota.max_concurrent_runs} running + {quota.max_queued_runs} queued)",
-            status=409,
         )
 
 
@@ -158,7 +158,7 @@ def _plan(
     spec_paths_check(team_id=team.pk, spec=normalized)
     backends = list(dict.fromkeys(backends or [normalized["rollout"]["backend"]]))
     if not 1 <= seeds <= MAX_SEEDS:
-        raise DomainError("invalid", f"must be between 1 and {MAX_SEEDS}", field="seeds")
+        raise DomainError(ErrorCode.INVALID, f"must be between 1 and {MAX_SEEDS}", field="seeds")
     cluster, clusters = _check_backends(team=team, backends=backends, cluster_id=cluster_id)
     runs = []
     for backend in backends:
@@ -268,7 +268,7 @@ def experiment_clone(
     default to those of the source's runs. The new launched version's parent is `config`."""
     base = config or experiment.config
     if base.team_id != experiment.team_id:
-        raise DomainError("invalid", "the config belongs to another team", field="config")
+        raise DomainError(ErrorCode.INVALID, "the config belongs to another team", field="config")
     source_runs = list(experiment.runs.order_by("id").values_list("backend", "seed"))
     if backends is None and source_runs:
         backends = list(dict.fromkeys(b for b, _ in source_runs))

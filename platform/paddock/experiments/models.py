@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from workers import names
 
 
@@ -40,9 +40,9 @@ class ConfigVersion(models.Model):
     def save(self, *args, **kwargs):
         if not self._state.adding:
             raise DomainError(
-                "config_immutable", "a config version never changes; create a new one",
-                status=409,
-            )  # fmt: skip
+                ErrorCode.CONFIG_IMMUTABLE,
+                "a config version never changes; create a new one",
+            )
         super().save(*args, **kwargs)
 
     def __str__(self) -> str:

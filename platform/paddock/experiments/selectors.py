@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.db.models import Count, Max, Prefetch, Q, QuerySet
 
-from paddock.api.errors import not_found
 from paddock.clusters.models import RayCluster
+from paddock.core.errors import not_found
 from paddock.experiments.metrics import metric_latest_annotations
 from paddock.experiments.models import (
     Checkpoint,

@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.models import Dataset, Run
 from workers.spec import dataset_ref
 
@@ -70,7 +70,7 @@ def team_artifacts_root(team_id: int) -> str:
 
 
 def spec_paths_check(*, team_id: int, spec: dict, field: str = "spec") -> None:
-    """DomainError("path_not_allowed") naming every path of `spec` outside its roots."""
+    """DomainError(ErrorCode.PATH_NOT_ALLOWED) naming every path of `spec` outside its roots."""
     errors = []
     model_path = spec.get("model", {}).get("path")
     if model_path and not _inside(model_path, settings.PADDOCK_MODEL_ROOTS):
@@ -103,9 +103,11 @@ def spec_paths_check(*, team_id: int, spec: dict, field: str = "spec") -> None:
     if errors:
         first = errors[0]
         raise DomainError(
-            "path_not_allowed", f"{first['field']}: {first['message']}", field=first["field"],
+            ErrorCode.PATH_NOT_ALLOWED,
+            f"{first['field']}: {first['message']}",
+            field=first["field"],
             errors=errors,
-        )  # fmt: skip
+        )
 
 
 def _relative_inside(path: str) -> bool:
@@ -159,8 +161,9 @@ def spec_datasets_resolve(*, team_id: int, spec: dict) -> dict:
         dataset = Dataset.objects.filter(pk=ref, team_id=team_id).first()
         if dataset is None:
             raise DomainError(
-                "dataset_missing", f"data.{key}: dataset {ref} is not one of the team's uploads",
-                field=f"spec.data.{key}", status=409,
-            )  # fmt: skip
+                ErrorCode.DATASET_MISSING,
+                f"data.{key}: dataset {ref} is not one of the team's uploads",
+                field=f"spec.data.{key}",
+            )
         data[key] = dataset.uri
     return {**spec, "data": data} if data else spec

@@ -13,7 +13,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments import hooks
 from paddock.experiments.models import DesiredState, Run, RunEvent
 from paddock.experiments.models import RunState as S
@@ -59,7 +59,7 @@ def run_transition(
     error: str = "",
     dispatch: int | None = None,
 ) -> Run:
-    """Move `run` to `to_state`, or raise DomainError("illegal_transition") (409).
+    """Move `run` to `to_state`, or raise DomainError(ErrorCode.ILLEGAL_TRANSITION) (409).
 
     Locks the row and checks against the stored state, not the caller's copy, so two
     writers (a Celery task and an ingest request) cannot both move it from the same state.
@@ -73,16 +73,14 @@ def run_transition(
         current = Run.objects.select_for_update().get(pk=run.pk)
         if not transition_allowed(current.state, target):
             raise DomainError(
-                "illegal_transition",
+                ErrorCode.ILLEGAL_TRANSITION,
                 f"a run cannot go from {current.state} to {target}",
                 field="state",
-                status=409,
             )
         if current.state == S.FAILED and current.attempts >= current.max_attempts:
             raise DomainError(
-                "attempts_exhausted",
+                ErrorCode.ATTEMPTS_EXHAUSTED,
                 f"run {run.pk} has used its {current.max_attempts} attempts",
-                status=409,
             )
         now = timezone.now()
         changes: dict = {"state": target, "updated_at": now, "state_since": now}

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.models import Run, RunToken
 from paddock.experiments.states import TERMINAL
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
@@ -53,12 +53,12 @@ def run_token_verify(*, run_id: int, raw: str) -> RunToken:
     )
     token = tokens.filter(prefix=prefix, run_id=run_id).first() if prefix else None
     if token is None or not secret_matches(raw, token.hashed):
-        raise DomainError("token_invalid", "unknown run token", status=401)
+        raise DomainError(ErrorCode.TOKEN_INVALID, "unknown run token")
     if token.revoked_at is None and _ended_before(token.run, timezone.now() - _grace()):
         RunToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
         token.revoked_at = timezone.now()
     if token.revoked_at is not None:
-        raise DomainError("token_revoked", "this run token was revoked", status=401)
+        raise DomainError(ErrorCode.TOKEN_REVOKED, "this run token was revoked")
     return token
 
 

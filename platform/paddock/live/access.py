@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs
 
-from paddock.api.errors import DomainError
 from paddock.core.client_address import scope_client_address
+from paddock.core.errors import DomainError
 from paddock.core.ratelimit import auth_failure_record
 from paddock.experiments.models import Experiment, Run
 from paddock.teams.access import Actor, actor_for

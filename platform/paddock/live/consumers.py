@@ -20,7 +20,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode, error_body
 from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.control import RUN_CONTROLS
 
@@ -154,12 +154,14 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         # A bad frame is the client's mistake: answer it and keep the stream (the default
         # decoder raises, which closes the socket with a server error).
         if text_data is None or len(text_data) > MAX_CLIENT_FRAME:
-            await self._error("invalid_json", "send a JSON text frame {'action': …} under 4 KiB")
+            await self._error(
+                ErrorCode.INVALID_JSON, "send a JSON text frame {'action': …} under 4 KiB"
+            )
             return
         try:
             content = json_parse(text_data)
         except JsonBodyError as exc:
-            await self._error("invalid_json", f"the frame is refused: {exc.message}")
+            await self._error(ErrorCode.INVALID_JSON, f"the frame is refused: {exc.message}")
             return
         await self.receive_json(content)
 
@@ -167,11 +169,11 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         action = content.get("action") if isinstance(content, dict) else None
         control = RUN_CONTROLS.get(action) if isinstance(action, str) else None
         if control is None:
-            await self._error("invalid_action", "action must be pause, resume or abort")
+            await self._error(ErrorCode.INVALID_ACTION, "action must be pause, resume or abort")
             return
         run_id = self._control_target(content)
         if run_id is None:
-            await self._error("invalid_run", "name the run: {'action': …, 'run_id': N}")
+            await self._error(ErrorCode.INVALID_RUN, "name the run: {'action': …, 'run_id': N}")
             return
         try:
             await database_sync_to_async(self._control)(control, run_id)
@@ -182,14 +184,14 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         actor = scope_actor(self.scope)  # re-read: a role may have changed since connect
         run = stream_run(actor, run_id)
         if run is None:
-            raise DomainError("not_found", "run not found", status=404)
+            raise DomainError(ErrorCode.NOT_FOUND, "run not found")
         control(actor=actor, run=run)
 
     def _control_target(self, content: dict) -> int | None:
         raise NotImplementedError
 
-    async def _error(self, code: str, message: str) -> None:
-        await self.send_json({"type": "error", "code": code, "message": message, "field": None})
+    async def _error(self, code: ErrorCode, message: str) -> None:
+        await self.send_json({"type": "error", **error_body(code, message)})
 
 
 class RunStreamConsumer(_StreamConsumer):

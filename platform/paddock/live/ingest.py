@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from pydantic import ValidationError
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.metrics import metric_points_store
 from paddock.experiments.models import (
     Checkpoint,
@@ -90,9 +90,11 @@ def _parse(body: Any) -> IngestBody:
         ]
         first = errors[0]
         raise DomainError(
-            "invalid_batch", f"{first['field']}: {first['message']}", field=first["field"],
+            ErrorCode.INVALID_BATCH,
+            f"{first['field']}: {first['message']}",
+            field=first["field"],
             errors=errors[:20],
-        ) from None  # fmt: skip
+        ) from None
 
 
 def _check_checkpoint_uris(batch: IngestBody) -> None:
@@ -104,9 +106,10 @@ def _check_checkpoint_uris(batch: IngestBody) -> None:
             not event.uri.startswith(store) or "/../" in event.uri
         ):
             raise DomainError(
-                "invalid_batch", f"checkpoint URIs must be inside the artifact store {store}",
+                ErrorCode.INVALID_BATCH,
+                f"checkpoint URIs must be inside the artifact store {store}",
                 field=f"events.{i}.uri",
-            )  # fmt: skip
+            )
 
 
 def _when(ts: float | None) -> datetime:
@@ -138,7 +141,7 @@ def _run_row(run_id: int, batch: IngestBody) -> _RunRow:
         cursor.execute(sql, [batch.dispatch, batch.seq, run_id])
         row = cursor.fetchone()
     if row is None:  # the token was valid a moment ago: the run was deleted meanwhile
-        raise DomainError("not_found", f"run {run_id} not found", status=404)
+        raise DomainError(ErrorCode.NOT_FOUND, f"run {run_id} not found")
     return _RunRow(run_id, *row[:4], seen=bool(row[4]))
 
 
@@ -151,10 +154,10 @@ def ingest_receive(
     batch = _parse(body)
     if batch.dispatch != token.dispatch:
         raise DomainError(
-            "dispatch_mismatch",
+            ErrorCode.DISPATCH_MISMATCH,
             f"this token belongs to dispatch {token.dispatch}, not {batch.dispatch}",
-            field="dispatch", status=403,
-        )  # fmt: skip
+            field="dispatch",
+        )
     _check_checkpoint_uris(batch)
     run = _run_row(run_id, batch)
     # a heartbeat (no events) repeats the last acknowledged seq, so it is no retry: once the
@@ -162,15 +165,15 @@ def ingest_receive(
     if batch.events and run.seen:
         return IngestReply(batch.seq, run.desired_state, duplicate=True)
     if run.state in TERMINAL:
-        raise DomainError("run_finished", f"run {run_id} has finished ({run.state})", status=409)
+        raise DomainError(ErrorCode.RUN_FINISHED, f"run {run_id} has finished ({run.state})")
     if not batch.events:  # a heartbeat: nothing to store, the reply carries the control
         return IngestReply(batch.seq, run.desired_state)
     if batch.dispatch < run.dispatch_count:
         raise DomainError(
-            "dispatch_superseded",
+            ErrorCode.DISPATCH_SUPERSEDED,
             f"dispatch {batch.dispatch} was superseded by dispatch {run.dispatch_count}",
-            field="dispatch", status=409,
-        )  # fmt: skip
+            field="dispatch",
+        )
     try:
         with transaction.atomic():
             return _store(run, batch, publish)

@@ -26,10 +26,12 @@ from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
 from paddock.core.client_address import scope_client_address
+from paddock.core.errors import ErrorCode
+from paddock.core.job_doors import Answer, error_answer
 from workers.events import MAX_BODY_BYTES
 
 from .broadcast import broadcast_batch_async
-from .views import Answer, ingest_answer, too_large
+from .views import ingest_answer, too_large
 
 log = logging.getLogger(__name__)
 PATH = re.compile(r"/api/v1/runs/([0-9]+)/ingest")  # the Django route's <int:run_id>
@@ -79,15 +81,13 @@ def _secure(scope, headers: dict[bytes, bytes]) -> bool:
 async def _serve(run_id: int, scope, receive, send) -> None:
     headers = {name.lower(): value for name, value in scope["headers"]}
     if not _host_allowed(headers.get(b"host", b"").decode("latin-1")):
-        await _respond(send, Answer(400, {"code": "bad_host", "message": "Host not allowed",
-                                          "field": None}))  # fmt: skip
+        await _respond(send, error_answer(ErrorCode.BAD_HOST, "Host not allowed"))
         return
     if settings.SECURE_SSL_REDIRECT and not _secure(scope, headers):
         # Django would redirect; a client following a redirect re-sends a POST as a GET, and
         # a run token must not travel in clear: refuse, and say why
         message = "this server takes ingest over https only"
-        body = {"code": "https_required", "message": message, "field": None}
-        await _respond(send, Answer(403, body))
+        await _respond(send, error_answer(ErrorCode.HTTPS_REQUIRED, message))
         return
     try:
         length = int(headers.get(b"content-length") or 0)
@@ -138,7 +138,7 @@ def _answer(*, published: list[dict[str, Any]], **request: Any) -> Answer:
         return ingest_answer(**request, publish=lambda **batch: published.append(batch))
     except Exception:
         log.exception("ingest of run %s failed", request["run_id"])
-        return Answer(500, {"code": "server_error", "message": "server error", "field": None})
+        return error_answer(ErrorCode.SERVER_ERROR, "server error")
     finally:
         close_old_connections()
 

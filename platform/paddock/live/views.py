@@ -8,40 +8,26 @@ skips Django's request cycle; both go through `ingest_answer`, so they answer al
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from paddock.api.errors import DomainError
 from paddock.core.client_address import request_client_address
+from paddock.core.errors import DomainError, ErrorCode
+from paddock.core.job_doors import Answer, bearer_secret, error_answer, refusal
 from paddock.core.jsonbody import JsonBodyError, json_parse
-from paddock.core.ratelimit import auth_failure_record
 from workers.events import MAX_BODY_BYTES
 
 from .broadcast import broadcast_batch
 from .ingest import ingest_receive
 
 
-@dataclass
-class Answer:
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def _error(code: str, message: str, status: int, field: str | None = None) -> Answer:
-    return Answer(status, {"code": code, "message": message, "field": field})
-
-
 def too_large(length: int) -> Answer:
-    return _error(
-        "batch_too_large",
+    return error_answer(
+        ErrorCode.BATCH_TOO_LARGE,
         f"an ingest batch may hold at most {MAX_BODY_BYTES // (1024 * 1024)} MiB; "
         f"this one has {length} bytes: send smaller batches",
-        413,
     )
 
 
@@ -51,29 +37,19 @@ def ingest_answer(
 ) -> Answer:  # fmt: skip
     """The answer to one ingest request whose body is within MAX_BODY_BYTES. `publish`
     gets the stored batch after commit (the channel-layer broadcast by default)."""
-    scheme, _, raw = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not raw:
-        return _error("not_authenticated", "send the run token as 'Authorization: Bearer …'", 401)
+    raw = bearer_secret(authorization)
+    if raw is None:
+        message = "send the run token as 'Authorization: Bearer …'"
+        return error_answer(ErrorCode.NOT_AUTHENTICATED, message)
     try:
         parsed = json_parse(body)
     except JsonBodyError as exc:
-        return _error("invalid_json", exc.message, 400, exc.field)
+        return error_answer(ErrorCode.INVALID_JSON, exc.message, exc.field)
     try:
-        reply = ingest_receive(run_id=run_id, raw_token=raw.strip(), body=parsed, publish=publish)
+        reply = ingest_receive(run_id=run_id, raw_token=raw, body=parsed, publish=publish)
     except DomainError as exc:
-        return _refusal(client_ip, exc)
+        return refusal(exc, client_ip)
     return Answer(200, reply.as_dict())
-
-
-def _refusal(client_ip: str | None, exc: DomainError) -> Answer:
-    """A failed token is counted (core/ratelimit.py); a valid one never is."""
-    if exc.status == 401:
-        wait = auth_failure_record(ip=client_ip)
-        if wait:
-            answer = _error("rate_limited", "too many failed authentications", 429)
-            answer.headers["Retry-After"] = str(wait)
-            return answer
-    return Answer(exc.status, exc.as_dict())
 
 
 @csrf_exempt  # a bearer token, not a cookie: nothing for a cross-site request to ride on
@@ -87,7 +63,4 @@ def ingest(request: HttpRequest, run_id: int) -> JsonResponse:
             run_id=run_id, authorization=request.headers.get("Authorization", ""),
             body=request.body, client_ip=request_client_address(request),
         )  # fmt: skip
-    response = JsonResponse(answer.body, status=answer.status)
-    for name, value in answer.headers.items():
-        response[name] = value
-    return response
+    return answer.json_response()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paddock.api.errors import forbidden, not_found
+from paddock.core.errors import forbidden, not_found
 from paddock.teams.models import ROLE_RANK, ApiToken, Membership, Role
 
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet, Sum
 
-from paddock.api.errors import not_found
+from paddock.core.errors import not_found
 from paddock.teams.access import Actor
 from paddock.teams.models import ApiToken, AuditEvent, Membership, Role, Team, TeamQuota
 

@@ -13,7 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.text import slugify
 
-from paddock.api.errors import DomainError, forbidden, not_found
+from paddock.core.errors import DomainError, ErrorCode, forbidden, not_found
 from paddock.teams.access import Actor
 from paddock.teams.models import (
     ApiToken,
@@ -64,16 +64,22 @@ def team_create(*, actor: Actor, name: str, slug: str = "") -> Team:
         raise forbidden("create teams from a signed-in session, not with a team's token")
     slug = slugify(slug or name)[:60]
     if not slug:
-        raise DomainError("invalid", "a team needs a name with letters or digits", field="name")
+        raise DomainError(
+            ErrorCode.INVALID, "a team needs a name with letters or digits", field="name"
+        )
     if Team.objects.filter(slug=slug).exists():
-        raise DomainError("slug_taken", f"a team '{slug}' exists already", field="slug", status=409)
+        raise DomainError(ErrorCode.SLUG_TAKEN, f"a team '{slug}' exists already", field="slug")
     team = Team.objects.create(name=name, slug=slug)
     Membership.objects.create(team=team, user=actor.user, role=Role.OWNER)
     TeamQuota.objects.create(team=team)
     audit_record(
-        actor=actor, team_id=team.pk, action="team.create", target_type="team",
-        target_id=team.pk, data={"name": name, "slug": slug},
-    )  # fmt: skip
+        actor=actor,
+        team_id=team.pk,
+        action="team.create",
+        target_type="team",
+        target_id=team.pk,
+        data={"name": name, "slug": slug},
+    )
     return team
 
 
@@ -106,9 +112,10 @@ def _check_owner_remains(*, team_id: int, membership: Membership) -> None:
     owners = Membership.objects.select_for_update().filter(team_id=team_id, role=Role.OWNER)
     if owners.count() <= 1:
         raise DomainError(
-            "last_owner", "a team keeps at least one owner; make someone else owner first",
-            field="role", status=409,
-        )  # fmt: skip
+            ErrorCode.LAST_OWNER,
+            "a team keeps at least one owner; make someone else owner first",
+            field="role",
+        )
 
 
 @transaction.atomic
@@ -116,18 +123,22 @@ def member_add(*, actor: Actor, team: Team, username: str, role: str) -> Members
     _check_role_change(actor=actor, team_id=team.pk, old=None, new=role)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise DomainError("user_not_found", f"no user '{username}'", field="username")
+        raise DomainError(ErrorCode.USER_NOT_FOUND, f"no user '{username}'", field="username")
     try:
         with transaction.atomic():
             membership = Membership.objects.create(team=team, user=user, role=role)
     except IntegrityError:
         raise DomainError(
-            "already_member", f"{username} is in the team already", field="username", status=409
+            ErrorCode.ALREADY_MEMBER, f"{username} is in the team already", field="username"
         ) from None
     audit_record(
-        actor=actor, team_id=team.pk, action="member.add", target_type="user",
-        target_id=user.pk, data={"username": username, "role": role},
-    )  # fmt: skip
+        actor=actor,
+        team_id=team.pk,
+        action="member.add",
+        target_type="user",
+        target_id=user.pk,
+        data={"username": username, "role": role},
+    )
     return membership
 
 
@@ -187,12 +198,16 @@ def api_token_create(
     never stored nor shown again. It acts with the user's role in the team."""
     actor.require(team.pk, Role.VIEWER, what="team")
     if expires_at is not None and expires_at <= timezone.now():
-        raise DomainError("invalid", "must be in the future", field="expires_at")
+        raise DomainError(ErrorCode.INVALID, "must be in the future", field="expires_at")
     new = secret_new(API_TOKEN_KIND)
     token = ApiToken.objects.create(
-        team=team, user=actor.user, name=name, prefix=new.prefix, hashed=new.hashed,
+        team=team,
+        user=actor.user,
+        name=name,
+        prefix=new.prefix,
+        hashed=new.hashed,
         expires_at=expires_at,
-    )  # fmt: skip
+    )
     audit_record(
         actor=actor, team_id=team.pk, action="token.create", target_type="token",
         target_id=token.pk, data={"name": name, "prefix": new.prefix},
@@ -229,14 +244,14 @@ def api_token_authenticate(*, raw: str) -> ApiToken:
     )
     token = live.first() if prefix else None
     if token is None or not secret_matches(raw, token.hashed):
-        raise DomainError("token_invalid", "unknown API token", status=401)
+        raise DomainError(ErrorCode.TOKEN_INVALID, "unknown API token")
     now = timezone.now()
     if token.revoked_at is not None:
-        raise DomainError("token_revoked", "this API token was revoked", status=401)
+        raise DomainError(ErrorCode.TOKEN_REVOKED, "this API token was revoked")
     if token.expires_at is not None and token.expires_at <= now:
-        raise DomainError("token_expired", "this API token has expired", status=401)
+        raise DomainError(ErrorCode.TOKEN_EXPIRED, "this API token has expired")
     if not token.user.is_active:
-        raise DomainError("token_invalid", "the token's user is deactivated", status=401)
+        raise DomainError(ErrorCode.TOKEN_INVALID, "the token's user is deactivated")
     stale = token.last_used_at is None or (
         (now - token.last_used_at).total_seconds() > LAST_USED_RESOLUTION_S
     )

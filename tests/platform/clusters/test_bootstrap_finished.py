@@ -3,8 +3,8 @@ Ray, its stop queued there) is refused at bootstrap: it gets no run token and no
 
 import pytest
 
-from paddock.api.errors import DomainError
 from paddock.clusters.bootstrap_tokens import bootstrap_exchange, bootstrap_token_for
+from paddock.core.errors import DomainError
 from paddock.experiments.models import Run, RunToken
 from paddock.experiments.states import run_transition
 from paddock.teams.models import Role

@@ -2,8 +2,8 @@
 
 import pytest
 
-from paddock.api.errors import DomainError
 from paddock.clusters.models import RayCluster
+from paddock.core.errors import DomainError
 from paddock.experiments import hooks
 from paddock.experiments.configs import spec_hash
 from paddock.experiments.models import ConfigVersion, Experiment, Run

@@ -2,7 +2,7 @@
 
 import pytest
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError
 from paddock.experiments import hooks
 from paddock.experiments.models import Run, RunEvent
 from paddock.experiments.models import RunState as S

@@ -2,7 +2,7 @@
 
 import pytest
 
-from paddock.api.errors import DomainError
+from paddock.core.errors import DomainError
 from paddock.experiments.models import Run, RunToken
 from paddock.experiments.tokens import run_token_mint, run_token_verify, run_tokens_revoke
 from paddock.teams.secrets import secret_hash

@@ -8,9 +8,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from paddock.api.errors import DomainError
 from paddock.clusters.models import RayCluster
 from paddock.clusters.services import cluster_check, cluster_register
+from paddock.core.errors import DomainError
 from paddock.teams.models import Team
 
 
