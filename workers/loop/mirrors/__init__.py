@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ...names import TERMINAL_RUN_STATES
 from ...spec import LoggingSpec
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,6 @@ log = logging.getLogger(__name__)
 MAX_FAILURES = 5  # in a row, then the sink is turned off
 QUEUE_POINTS = 10_000  # metric rows waiting for the sinks; past it, rows are dropped (counted)
 CLOSE_TIMEOUT_S = 30.0  # at the end, how long the sinks may take to send what is queued
-
-FINAL_STATES = ("succeeded", "aborted", "failed")  # a pause may resume in this process
 
 Warn = Callable[[str], None]
 MetricsHook = Callable[[int, dict[str, float]], None]
@@ -102,7 +101,8 @@ class Mirrors:
             self.metric(step, values)
 
         def event_hook(event) -> None:
-            if _field(event, "type") == "status" and _field(event, "state") in FINAL_STATES:
+            # only a terminal state closes the sinks: a paused run may resume in this process
+            if _field(event, "type") == "status" and _field(event, "state") in TERMINAL_RUN_STATES:
                 self.close()
             if on_event is not None:
                 on_event(event)
