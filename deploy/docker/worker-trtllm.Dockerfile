@@ -38,8 +38,10 @@ RUN pip freeze | grep -iE '^(torch|tensorrt[-_]llm)==' > /tmp/held.txt \
     && pip install -c /tmp/held.txt "ray[default]==${RAY_VERSION}" -r /tmp/requirements.txt
 COPY platform/ platform/
 COPY workers/ workers/
+COPY paddock_client/ paddock_client/
 RUN pip install --no-deps . \
-    && rm -rf /opt/paddock/platform /opt/paddock/workers build ./*.egg-info \
+    && rm -rf /opt/paddock/platform /opt/paddock/workers /opt/paddock/paddock_client \
+       build ./*.egg-info \
     && if (pip check 2>&1 || true) | grep -iE '^paddock .*torch'; then \
          echo "the base image's torch is outside pyproject.toml's range: pick another TRTLLM_IMAGE"; \
          exit 1; \

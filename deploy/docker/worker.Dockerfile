@@ -61,9 +61,11 @@ RUN if [ "$INSTALL_VLLM" = "1" ]; then \
 
 COPY platform/ platform/
 COPY workers/ workers/
+COPY paddock_client/ paddock_client/
 # --no-deps: the dependencies are above; this adds the `workers` package and the CLI
 RUN pip install --no-deps . \
-    && rm -rf /opt/paddock/platform /opt/paddock/workers build ./*.egg-info \
+    && rm -rf /opt/paddock/platform /opt/paddock/workers /opt/paddock/paddock_client \
+       build ./*.egg-info \
     && python -c "import torch, transformers, peft, ray, workers.job; print('torch', torch.__version__, 'ray', ray.__version__)"
 
 # uid 1000, as in the platform image: both write the shared artifact store
