@@ -53,6 +53,21 @@ def test_paddock_up_comes_up_healthy_and_ctrl_c_leaves_no_process(tmp_path):
         assert parts["ray"]["ray_version"], "the local Ray head answers"
         assert (tmp_path / "home" / "paddock.sqlite3").exists()
         assert "admin" in (tmp_path / "home" / "admin-credentials").read_text()
+        # /metrics from this machine (no token set): the web and Celery's processes share
+        # $PADDOCK_HOME/prometheus, so the beat's reconcile tasks show in the web's scrape
+        reconcile = (
+            "paddock_celery_task_duration_seconds_count"
+            '{task="paddock.clusters.tasks.run_reconcile"}'
+        )
+
+        def scraped():
+            reply = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+            assert reply.status_code == 200, reply.text[:300]
+            return reply.text if reconcile in reply.text else None
+
+        text = wait_for(scraped, 60, "the Celery worker's task series in the web's /metrics")
+        assert 'paddock_runs{state="queued"}' in text
+        assert list((tmp_path / "home" / "prometheus").glob("*.db"))
         names = " ".join(" ".join(p.cmdline()) for p in family.values() if p.is_running())
         for part in ("uvicorn", "celery", "worker", "beat", "ray", "redis-server"):
             assert part in names, f"no {part} process under paddock up"
