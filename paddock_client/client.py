@@ -26,8 +26,8 @@ from typing import Any
 import requests
 
 from paddock_client.transfer import MultipartFile, adapter_extract, save_stream
+from workers.names import TERMINAL_RUN_STATES  # standard library only
 
-FINISHED = {"succeeded", "aborted", "failed"}
 Progress = Callable[[int, int | None], None]
 
 
@@ -226,7 +226,7 @@ class PaddockClient:
             after = page["last_id"]
             if page["results"]:
                 continue
-            if not follow or self.run(run_id)["state"] in FINISHED:
+            if not follow or self.run(run_id)["state"] in TERMINAL_RUN_STATES:
                 # one last look: events stored between the two requests
                 yield from self.events(run_id, after=after)["results"]
                 return
