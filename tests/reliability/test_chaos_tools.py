@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
+from tests.conftest import wait_for
 from tests.reliability.chaos_ledger import books
 from tests.reliability.chaos_proxy import Ack, IngestProxy
 from tests.reliability.chaos_schedule import KINDS, MIN_GAP_S, schedule
@@ -111,6 +112,7 @@ def test_the_proxy_records_acks_and_swallows_a_partitioned_run(upstream):
     try:
         assert post(7, 1, [_log("a", 1.0)]).json()["ack"] == 1
         assert post(7, 1, []).status_code == 200  # a heartbeat acknowledges nothing new
+        wait_for(lambda: proxy.acks, 5, "the first ack recorded")
         assert [(a.run_id, a.seq) for a in proxy.acks] == [(7, 1)]
         proxy.partition(7)
         with pytest.raises(requests.RequestException):
@@ -118,6 +120,8 @@ def test_the_proxy_records_acks_and_swallows_a_partitioned_run(upstream):
         assert post(8, 1, [_log("c", 3.0)]).json()["ack"] == 1  # another run is not cut
         proxy.heal(7)
         assert post(7, 2, [_log("b", 2.0)]).json()["ack"] == 2
+        # recorded once handed to the job: a moment after the job has it
+        wait_for(lambda: len(proxy.acks) == 3, 5, "the third ack recorded")
         assert [(a.run_id, a.seq) for a in proxy.acks] == [(7, 1), (8, 1), (7, 2)]
         # the swallowed request never reached the platform: seq 2 arrived once, after the heal
         assert upstream.received == [1, 1, 1, 2] and proxy.swallowed == {(7, "request"): 1}
