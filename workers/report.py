@@ -109,7 +109,10 @@ class Reporter:
     def status(self, state: ReportedState, detail: str = "") -> None:
         self.emit(StatusEvent.now(state, detail))
 
-    def checkpoint(self, step: int, uri: str, adapter_version: int, size: int = 0) -> None:
+    def checkpoint(
+        self, step: int, uri: str, adapter_version: int, size: int | None = None
+    ) -> None:
+        """`size`: the checkpoint's bytes, shown beside it; None (unknown) is not 0 bytes."""
         self.emit(CheckpointEvent(step=step, uri=uri, adapter_version=adapter_version, size=size))
 
     def samples(self, step: int, items: list[dict[str, Any]]) -> None:

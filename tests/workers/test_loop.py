@@ -62,6 +62,10 @@ def test_sync_run_writes_outputs_and_metrics(make_spec, tmp_path):
     kinds = {e.type for e in events}
     assert kinds == {"status", "metric", "samples", "checkpoint", "log"}
     assert [e.state for e in events if e.type == "status"] == ["running", "succeeded"]
+    # each checkpoint event carries the bytes the job wrote (what its list shows)
+    for event in (e for e in events if e.type == "checkpoint"):
+        files = [p for p in Path(event.uri.removeprefix("file://")).rglob("*") if p.is_file()]
+        assert event.size == sum(p.stat().st_size for p in files) > 0
 
 
 def test_async_with_zero_staleness_equals_sync(make_spec, tmp_path):

@@ -58,6 +58,12 @@ async def load_checkpoint(
     return state
 
 
+def checkpoint_bytes(path: Path) -> int:
+    """The bytes a checkpoint directory holds (its regular files, links not followed): what
+    the job reports with it, so the run's checkpoint list can show the size."""
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def latest_checkpoint(root: Path) -> Path | None:
     found = [p for p in root.glob("step-*") if (p / STATE_FILE).is_file()]
     return max(found, key=lambda p: int(p.name[5:])) if found else None

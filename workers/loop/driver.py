@@ -25,7 +25,7 @@ from ..rollout.base import RolloutBackend
 from ..spec import RunSpec
 from .batching import groups_to_samples
 from .buffer import TrajectoryBuffer
-from .checkpoint import save_checkpoint
+from .checkpoint import checkpoint_bytes, save_checkpoint
 from .control import ControlSource
 from .evaluate import evaluate
 from .events import Emitter
@@ -259,7 +259,10 @@ class Driver:
         )
         self.last_checkpoint = path
         self.emitter.checkpoint(
-            self.state.step, path.resolve().as_uri(), self.state.adapter_version
+            self.state.step,
+            path.resolve().as_uri(),
+            self.state.adapter_version,
+            checkpoint_bytes(path),
         )
         return path
 

@@ -104,8 +104,8 @@ class Emitter:
         # total_steps lets a viewer draw progress and an ETA from the metric steps.
         self._event(StatusEvent.now(state, detail, self.total_steps))
 
-    def checkpoint(self, step: int, uri: str, adapter_version: int) -> None:
-        self._event(CheckpointEvent(step=step, uri=uri, adapter_version=adapter_version))
+    def checkpoint(self, step: int, uri: str, adapter_version: int, size: int | None) -> None:
+        self._event(CheckpointEvent(step=step, uri=uri, adapter_version=adapter_version, size=size))
 
     def samples(self, step: int, items: list[dict[str, Any]]) -> None:
         if items:  # train.log_samples may ask for more than one event holds

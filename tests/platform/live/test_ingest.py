@@ -9,6 +9,7 @@ from paddock.experiments.models import IngestBatch, MetricPoint, Run, RunEvent
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.live.models import SampleSet
+from paddock.teams.models import Role
 
 pytestmark = pytest.mark.django_db
 STORE = settings.PADDOCK_ARTIFACTS_URI.rstrip("/")
@@ -42,7 +43,8 @@ def test_a_batch_is_stored_and_acknowledged_with_the_desired_state(client, job):
         metric(1, **{"reward/mean": 0.25, "kl": 0.01}),
         metric(2, **{"reward/mean": 0.5}),
         {"type": "log", "time": 1764490000.5, "level": "info", "message": "hello"},
-        {"type": "checkpoint", "step": 2, "uri": STORE + "/runs/1/ck/2", "adapter_version": 2},
+        {"type": "checkpoint", "step": 2, "uri": STORE + "/runs/1/ck/2", "adapter_version": 2,
+         "size": 123456},
         {"type": "samples", "step": 2, "items": [{"prompt": "1+1=", "completion": "2",
                                                    "reward": 1.0, "advantage": 0.5}]},
     ]}  # fmt: skip
@@ -55,9 +57,23 @@ def test_a_batch_is_stored_and_acknowledged_with_the_desired_state(client, job):
     assert points == {("reward/mean", 1): 0.25, ("kl", 1): 0.01, ("reward/mean", 2): 0.5}
     run.refresh_from_db()
     assert (run.state, run.step, run.total_steps, run.last_seq) == ("running", 2, 20, 1)
-    assert run.checkpoints.get().uri == STORE + "/runs/1/ck/2"
+    assert (run.checkpoints.get().uri, run.checkpoints.get().size_bytes) == (
+        STORE + "/runs/1/ck/2",
+        123456,
+    )
     assert SampleSet.objects.get(run=run).items[0]["completion"] == "2"
     assert RunEvent.objects.filter(run=run, kind="log", message="hello").exists()
+
+
+def test_a_checkpoints_size_reaches_the_api(client, client_as, world, job):
+    run, token = job
+    event = {"type": "checkpoint", "step": 3, "uri": STORE + "/runs/1/ck/3",
+             "adapter_version": 3, "size": 98765}  # fmt: skip
+    assert post(client, run, token, {"dispatch": 1, "seq": 1, "events": [event]}).status_code == 200
+    member = client_as(world.users_a[Role.VIEWER])
+    listed = member.get(f"/api/v1/runs/{run.pk}/checkpoints").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert [(c["step"], c["size_bytes"]) for c in rows] == [(3, 98765)]
 
 
 def test_a_retried_batch_is_acknowledged_without_storing_again(client, job):
