@@ -3,7 +3,6 @@ metrics (one run, or several for a comparison)."""
 
 from __future__ import annotations
 
-from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.decorators import action, api_view
@@ -171,8 +170,10 @@ class RunViewSet(ActorViewSet):
         )
         part = request.query_params.get("part", "all")
         download = checkpoint_download(checkpoint=checkpoint, part=part)
-        response = StreamingHttpResponse(download.chunks, content_type=download.content_type)
-        response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+        # under ASGI a chunk at a time (api/streaming.py), not the whole archive first
+        response = streaming_response(
+            request, download.chunks, download.content_type, download.filename
+        )
         if download.size is not None:
             response["Content-Length"] = str(download.size)
         return response

@@ -43,6 +43,31 @@ def test_a_checkpoint_directory_streams_as_a_tar(world, client_as, store, run):
         assert tar.extractfile(names[0]).read() == b"A" * 3000
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_under_asgi_a_checkpoint_streams_a_piece_at_a_time(world, store, run):
+    # Django's ASGI handler would read a synchronous iterator whole before sending a byte
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+    from django.test import AsyncClient
+
+    directory = store / "runs" / str(run.pk) / "step-3"
+    (directory / "adapter").mkdir(parents=True)
+    (directory / "adapter" / "adapter_model.safetensors").write_bytes(b"B" * (3 << 20))
+    checkpoint = await Checkpoint.objects.acreate(run=run, step=3, uri=directory.as_uri())
+    client = AsyncClient()
+    await client.aforce_login(world.users_a[Role.VIEWER])
+    try:
+        reply = await _download(client, checkpoint)
+        assert reply.status_code == 200 and reply.is_async
+        pieces = [piece async for piece in reply.streaming_content]
+    finally:  # the request thread's connection, or the test database cannot be dropped
+        await sync_to_async(connections.close_all)()
+    assert len(pieces) > 1
+    with tarfile.open(fileobj=io.BytesIO(b"".join(pieces))) as tar:
+        (member,) = [m for m in tar.getmembers() if m.isfile()]
+        assert tar.extractfile(member).read() == b"B" * (3 << 20)
+
+
 @pytest.mark.parametrize("uri", ["file:///etc/passwd", "{root}/../secret", "s3://{root}/x"])
 def test_nothing_outside_the_store_is_served(world, client_as, store, run, uri):
     (store.parent / "secret").write_text("no")
