@@ -1,38 +1,38 @@
 """`pip install paddock` without extras, as a user on a laptop gets it: a clean virtual
 environment with the client's real dependencies and nothing else (no torch, no Django), and
-its `paddock` command driving a live platform through a whole run: login, launch, watch,
-pause, resume, abort, export, and the adapter download that `peft` loads (here, in the
-suite's environment, where peft is).
+its `paddock` command driving a live `paddock up` through a whole run: a token made the
+browser's way, login, launch, watch, pause, resume, abort, export, and the adapter download
+that `peft` loads (here, in the suite's environment, where peft is).
 
-The platform is the real stack of tests/integration/test_dispatch.py: uvicorn, a Celery
-worker with beat, the local Ray head, PostgreSQL; the run is a real `python -m workers.job`
-training the tiny model. The light environment is built once per session (about a minute:
-pip resolves requests, pydantic, PyYAML, typer and rich from the index or its cache)."""
+`paddock up` runs from the suite's environment (the `all` install) on embedded defaults, as
+the README's `make up` does; the run is a real `python -m workers.job` training the tiny
+model on its Ray head. The light environment is built once per session (about a minute: pip
+resolves requests, pydantic, PyYAML, typer and rich from the index or its cache)."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import secrets
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
+import requests
 import torch
 import yaml
 from safetensors.torch import load_file
 
-from paddock.clusters.models import RayCluster
-from paddock.experiments.models import Checkpoint, MetricPoint, Run
-from paddock.teams.access import actor_for
-from paddock.teams.models import Role
-from paddock.teams.services import api_token_create
-from tests.conftest import REPO, wait_for
-from tests.integration.test_dispatch import FAST_SPEC, stack  # noqa: F401 (the fixture)
-from tests.platform.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.conftest import REPO, free_port, wait_for
+from tests.integration.test_dispatch import FAST_SPEC
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SOURCES = ("pyproject.toml", "README.md", "paddock_client", "workers", "platform")
@@ -97,23 +97,74 @@ def test_the_light_install_has_the_cli_and_neither_torch_nor_django(light_bin, t
     assert invalid.returncode == 1 and "train.steps" in invalid.stderr
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_run_from_the_light_cli(stack, light_bin, tmp_path):  # noqa: F811
+@contextmanager
+def paddock_up(home: Path, password: str):
+    """`paddock up --no-demo` of the suite's environment (the `all` install), on embedded
+    defaults under `home` (SQLite, a bundled Redis, its own Ray head), as a user runs it;
+    Ctrl-C at the end, and no process of it left behind."""
+    port = free_port()
+    suite_only = ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE")
+    env = {k: v for k, v in os.environ.items() if k not in suite_only}
+    env.update(PADDOCK_HOME=str(home), PADDOCK_ADMIN_PASSWORD=password)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "paddock"), "up", "--no-demo", "--port", str(port)],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    family: dict[int, psutil.Process] = {}
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        assert proc.poll() is None, f"paddock up exited early:\n{proc.stdout.read()}"
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            family.setdefault(child.pid, child)
+        try:
+            parts = requests.get(f"{url}/healthz", timeout=5).json()["components"]
+        except (requests.RequestException, ValueError, KeyError):
+            return False
+        return all(part["ok"] for part in parts.values())
+
+    try:
+        wait_for(healthy, 300, "paddock up to report every component healthy", 1.0)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+            try:
+                proc.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for child in family.values():
+            if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                child.kill()
+
+
+def token_from_the_browser_path(url: str, password: str) -> str:
+    """What a new user does in the browser app, over its own endpoints: sign in as the
+    admin, create a team, create an API token on the team's page."""
+    browser = requests.Session()
+    csrf = browser.get(f"{url}/api/v1/session/csrf", timeout=10).cookies["csrftoken"]
+    headers = {"X-CSRFToken": csrf, "Origin": url, "Referer": f"{url}/"}
+
+    def post(path, body):
+        reply = browser.post(f"{url}{path}", json=body, headers=headers, timeout=30)
+        assert reply.status_code in (200, 201), reply.text
+        return reply.json()
+
+    post("/api/v1/session/login", {"username": "admin", "password": password})
+    headers["X-CSRFToken"] = browser.cookies["csrftoken"]  # rotated at login
+    team = post("/api/v1/teams", {"name": "Laptop", "slug": "laptop"})
+    return post(f"/api/v1/teams/{team['id']}/tokens", {"name": "laptop"})["token"]
+
+
+def test_a_run_from_the_light_cli_on_paddock_up(light_bin, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     from workers.models.tiny import tiny_model_dir
     from workers.spec import parse_spec
 
-    team = TeamFactory(slug="light")
-    user = UserFactory()
-    MembershipFactory(team=team, user=user, role=Role.MEMBER)
-    _, secret = api_token_create(actor=actor_for(user=user), team=team, name="laptop")
-    RayCluster.objects.update_or_create(
-        name="test-local",
-        defaults={"address": stack["ray"]["jobs_address"], "backends": ["torch"],
-                  "labels": {"embedded": True}, "healthy": True},
-    )  # fmt: skip
+    home, password = tmp_path / "home", secrets.token_urlsafe(12)
 
     def paddock(*argv, check=True):
         return run_light(light_bin, tmp_path, *argv, check=check)
@@ -128,45 +179,50 @@ def test_a_run_from_the_light_cli(stack, light_bin, tmp_path):  # noqa: F811
 
         return wait_for(check, timeout, f"run {run_id}: {what}", 1.0)
 
-    login = paddock("login", "--url", stack["server"].url, "--token", secret)
-    assert "light (member)" in login.stdout
-    spec = {**FAST_SPEC, "train": {**FAST_SPEC["train"], "steps": 400}}
-    spec_file = tmp_path / "light.yaml"
-    spec_file.write_text(yaml.safe_dump(spec))
-    launched = paddock("experiments", "launch", spec_file, "--backends", "torch")
-    assert "experiment" in launched.stdout
-    (run,) = json.loads(paddock("runs", "list", "-o", "json").stdout)
-    run_id = run["id"]
-    try:
-        until(run_id, "running past step 2", lambda r: r["state"] == "running" and r["step"] >= 2)
-        assert "paused" in paddock("runs", "pause", run_id).stdout
-        paused = until(run_id, "paused", lambda r: r["state"] == "paused", 180)
-        checkpoints = json.loads(paddock("checkpoints", "list", run_id, "-o", "json").stdout)
-        assert [c["step"] for c in checkpoints] == [paused["step"]]
-        paddock("runs", "resume", run_id)
-        until(run_id, "training again", lambda r: r["state"] == "running"
-              and r["step"] > paused["step"], 180)  # fmt: skip
-        logs = paddock("runs", "logs", run_id).stdout
-        assert "pausing → paused" in logs and "resuming → running" in logs
-    finally:
-        paddock("runs", "abort", run_id, check=False)
-    until(run_id, "aborted", lambda r: r["state"] == "aborted", 180)
+    with paddock_up(home, password) as url:
+        secret = token_from_the_browser_path(url, password)
+        login = paddock("login", "--url", url, "--token", secret)
+        assert "laptop (owner)" in login.stdout
+        spec = {**FAST_SPEC, "train": {**FAST_SPEC["train"], "steps": 400}}
+        spec_file = tmp_path / "light.yaml"
+        spec_file.write_text(yaml.safe_dump(spec))
+        launched = paddock("experiments", "launch", spec_file, "--backends", "torch")
+        assert "experiment" in launched.stdout
+        (run,) = json.loads(paddock("runs", "list", "-o", "json").stdout)
+        run_id = run["id"]
+        try:
+            until(run_id, "running past step 2",
+                  lambda r: r["state"] == "running" and r["step"] >= 2)  # fmt: skip
+            assert "paused" in paddock("runs", "pause", run_id).stdout
+            paused = until(run_id, "paused", lambda r: r["state"] == "paused", 180)
+            checkpoints = json.loads(paddock("checkpoints", "list", run_id, "-o", "json").stdout)
+            assert [c["step"] for c in checkpoints] == [paused["step"]]
+            paddock("runs", "resume", run_id)
+            until(run_id, "training again", lambda r: r["state"] == "running"
+                  and r["step"] > paused["step"], 180)  # fmt: skip
+            logs = paddock("runs", "logs", run_id).stdout
+            assert "pausing → paused" in logs and "resuming → running" in logs
+        finally:
+            paddock("runs", "abort", run_id, check=False)
+        until(run_id, "aborted", lambda r: r["state"] == "aborted", 180)
 
-    # the export holds every point the platform stored, at full resolution
-    exported = tmp_path / "run.csv"
-    paddock("runs", "export", run_id, "--format", "csv", "-o", exported)
-    with open(exported, newline="") as fh:
-        rows = {(r["key"], int(r["step"]), float(r["value"])) for r in csv.DictReader(fh)}
-    stored = set(MetricPoint.objects.filter(run_id=run_id).values_list("key", "step", "value"))
-    assert rows == stored and any(key == "reward/mean" for key, _, _ in rows)
+        # the export holds every point the platform stored, at full resolution
+        exported = tmp_path / "run.csv"
+        paddock("runs", "export", run_id, "--format", "csv", "-o", exported)
+        with open(exported, newline="") as fh:
+            rows = {(r["key"], int(r["step"]), float(r["value"])) for r in csv.DictReader(fh)}
+        with sqlite3.connect(home / "paddock.sqlite3") as db:
+            stored = set(db.execute(
+                "SELECT key, step, value FROM experiments_metricpoint WHERE run_id = ?", (run_id,)
+            ))  # fmt: skip
+        assert rows == stored and any(key == "reward/mean" for key, _, _ in rows)
 
-    # the pause checkpoint's adapter, downloaded by the light CLI, loads in peft as it is
-    adapter = tmp_path / "adapter"
-    paddock("checkpoints", "download", run_id, checkpoints[0]["id"], "-o", adapter)
+        # the pause checkpoint's adapter, downloaded by the light CLI, loads in peft as it is
+        adapter = tmp_path / "adapter"
+        paddock("checkpoints", "download", run_id, checkpoints[0]["id"], "-o", adapter)
     assert {"adapter_config.json", "adapter_model.safetensors"} <= set(os.listdir(adapter))
     assert not (adapter / "optimizer.pt").exists()
-    uri = Checkpoint.objects.get(pk=checkpoints[0]["id"]).uri
-    on_store = load_file(str(Path(uri.removeprefix("file://")) / "adapter" /
+    on_store = load_file(str(Path(checkpoints[0]["uri"].removeprefix("file://")) / "adapter" /
                              "adapter_model.safetensors"))  # fmt: skip
     downloaded = load_file(str(adapter / "adapter_model.safetensors"))
     assert downloaded.keys() == on_store.keys()
@@ -175,4 +231,3 @@ def test_a_run_from_the_light_cli(stack, light_bin, tmp_path):  # noqa: F811
     model = PeftModel.from_pretrained(base, str(adapter))
     loaded = [n for n, _ in model.named_parameters() if "lora_" in n]
     assert len(loaded) == len(on_store) > 0
-    assert Run.objects.get(pk=run_id).state == "aborted"
