@@ -27,9 +27,13 @@ from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddock.settings")
 
-# Two: a request waits on PostgreSQL part of its time, and a second lane fills it; more
-# lanes only bring back the contention for the GIL (bench/load/rest_ws.py).
-LANES = 2
+# Six: a request waits on PostgreSQL part of its time, and other lanes fill it; fewer lanes
+# left the process idle while PostgreSQL was slow (on a busy machine, against Django's
+# thread per request: 2 lanes served 0.33 times its REST requests, 6 lanes 0.8 and 12 lanes
+# 1.0, with 3.7, 2.4 and 1.8 times its websockets; bench/load/rest_ws.py), and more
+# would outnumber the connection pool (8 a process: the lanes, the consumers' thread and
+# the ingest threads share it) and bring back the contention for the GIL.
+LANES = 6
 
 
 class LanedASGIHandler(ASGIHandler):
