@@ -27,6 +27,7 @@ where trainer and engine are on the same GPU in one process. `plan_share` is the
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -75,18 +76,58 @@ def plan_share(
     return SharePlan(mode, least, least, engine_sms=engine, trainer_sms=sm_count - engine)
 
 
+class GreenContexts:
+    """A split's driver objects: its green contexts and the stream made on each, which
+    the driver keeps until they are destroyed (each run would leak a pair otherwise).
+    `close` waits for the streams' work, then destroys streams and contexts; it runs once,
+    whatever the number of calls. `alive` counts the contexts alive in this process."""
+
+    alive = 0
+
+    def __init__(self, driver, contexts: list, streams: list):
+        self._driver, self._contexts, self._streams = driver, contexts, streams
+        GreenContexts.alive += len(contexts)
+
+    def close(self) -> None:
+        contexts, streams = self._contexts, self._streams
+        self._contexts, self._streams = [], []
+        d = self._driver
+        try:
+            for raw in streams:
+                _check(d, d.cuStreamSynchronize(raw))
+                _check(d, d.cuStreamDestroy(raw))
+        finally:
+            for green in contexts:  # destroyed even where a stream could not be
+                GreenContexts.alive -= 1
+                _check(d, d.cuGreenCtxDestroy(green))
+
+
+def _check(driver, result):
+    """A cuda-bindings call's result: its outputs, or a RuntimeError for an error code."""
+    err, *out = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"resources.gpu_share: split: CUDA driver error {err}")
+    return out[0] if len(out) == 1 else out
+
+
 @dataclass
 class GpuShare:
     """The two streams of a plan (and, for a split, the green contexts they belong to,
-    which must outlive them); `note` says what was made, for the run's log, and `level`
-    is "warning" where a split could not be made."""
+    which must outlive them until `close`); `note` says what was made, for the run's log,
+    and `level` is "warning" where a split could not be made."""
 
     plan: SharePlan
     trainer: torch.cuda.Stream
     engine: torch.cuda.Stream
     note: str = ""
     level: str = "debug"
-    _keep: tuple = ()
+    green: GreenContexts | None = None
+
+    def close(self) -> None:
+        """At the run's end, after the last kernel of either side: free the split's green
+        contexts. Idempotent; nothing to do without a split."""
+        if self.green is not None:
+            self.green.close()
 
 
 def open_share(plan: SharePlan, device: torch.device) -> GpuShare:
@@ -128,34 +169,43 @@ def _green_share(plan: SharePlan, device: torch.device) -> GpuShare:
             f"(pip install cuda-bindings): {exc}"
         ) from exc
 
-    def check(result):
-        err, *out = result
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"resources.gpu_share: split: CUDA driver error {err}")
-        return out[0] if len(out) == 1 else out
-
     torch.zeros(1, device=device)  # the primary context exists before the driver calls
     index = device.index if device.index is not None else torch.cuda.current_device()
-    dev = check(driver.cuDeviceGet(index))
-    sm_type = driver.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
-    whole = check(driver.cuDeviceGetDevResource(dev, sm_type))
-    # one split call: its group and its remainder are disjoint sets of SMs
-    groups, _, rest = check(driver.cuDevSmResourceSplitByCount(1, whole, 0, plan.engine_sms))
-    keep, streams = [], []
-    for part, priority in ((groups[0], plan.engine_priority), (rest, plan.trainer_priority)):
-        desc = check(driver.cuDevResourceGenerateDesc([part], 1))
-        flags = driver.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
-        green = check(driver.cuGreenCtxCreate(desc, dev, flags))
-        raw = check(
-            driver.cuGreenCtxStreamCreate(
-                green, driver.CUstream_flags.CU_STREAM_NON_BLOCKING, priority
-            )
-        )
-        keep += [green, raw]
-        streams.append(torch.cuda.ExternalStream(int(raw), device=device))
-    sms = (groups[0].sm.smCount, rest.sm.smCount)
+    green, sms = make_green_contexts(driver, index, plan)
+    try:
+        streams = [torch.cuda.ExternalStream(int(raw), device=device) for raw in green._streams]
+    except BaseException:
+        green.close()
+        raise
     actual = SharePlan(plan.mode, plan.engine_priority, plan.trainer_priority, *sms)
-    return GpuShare(actual, trainer=streams[1], engine=streams[0], _keep=tuple(keep))
+    return GpuShare(actual, trainer=streams[1], engine=streams[0], green=green)
+
+
+def make_green_contexts(driver, index: int, plan: SharePlan) -> tuple[GreenContexts, tuple]:
+    """The split's two green contexts on device `index` through `driver` (cuda-bindings'
+    driver module), each with one stream: (contexts, (engine SMs, trainer SMs)). The
+    engine's comes first. Whatever was made before a failing call is destroyed."""
+    dev = _check(driver, driver.cuDeviceGet(index))
+    sm_type = driver.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+    whole = _check(driver, driver.cuDeviceGetDevResource(dev, sm_type))
+    # one split call: its group and its remainder are disjoint sets of SMs
+    split = driver.cuDevSmResourceSplitByCount(1, whole, 0, plan.engine_sms)
+    groups, _, rest = _check(driver, split)
+    made = GreenContexts(driver, [], [])
+    try:
+        for part, priority in ((groups[0], plan.engine_priority), (rest, plan.trainer_priority)):
+            desc = _check(driver, driver.cuDevResourceGenerateDesc([part], 1))
+            flags = driver.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
+            green = _check(driver, driver.cuGreenCtxCreate(desc, dev, flags))
+            made._contexts.append(green)
+            GreenContexts.alive += 1
+            non_blocking = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
+            raw = _check(driver, driver.cuGreenCtxStreamCreate(green, non_blocking, priority))
+            made._streams.append(raw)
+    except BaseException:
+        made.close()
+        raise
+    return made, (groups[0].sm.smCount, rest.sm.smCount)
 
 
 def share_for(spec, trainer: torch.device, engine: torch.device) -> SharePlan | None:
@@ -189,3 +239,48 @@ class StreamExecutor(LocalExecutor):
             out = super()._train_step(batch)
         self.stream.synchronize()
         return out
+
+
+def warm_before_overlap(spec, policy: LoraPolicy, backend, share: GpuShare | None) -> bool:
+    """Compile every graph of the trainer (`train.compile`) and of the torch engine
+    (`rollout.compile`) now, one side after the other, before the async driver runs them in
+    two threads: torch.compile is not thread-safe (while one thread traces, FX's tracing
+    state is process-wide, and the other thread's compiled call fails). Each side warms up
+    on its own stream of `share`. True where anything was compiled."""
+    if not spec.async_.enabled:
+        return False  # one side at a time: each compiles on its first call
+    with _on(share.trainer if share is not None else None):
+        warmed = policy.warm_compiled()
+    decoder = getattr(backend, "decoder", None)
+    if decoder is not None and decoder.compiled and decoder.device.type == "cuda":
+        with _on(share.engine if share is not None else None):
+            _warm_decoder(decoder, backend._draw, spec.rollout.temperature)
+        warmed = True
+    if warmed and share is not None:  # a green context's stream: wait on it by name
+        share.trainer.synchronize()
+        share.engine.synchronize()
+    return warmed
+
+
+def _on(stream: torch.cuda.Stream | None):
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+@torch.no_grad()
+def _warm_decoder(decoder, draw, temperature: float) -> None:
+    """Decode steps at two batch buckets (the decoder's compiled halves are captured in its
+    CUDA graphs: static at the first, dynamic from the second) and the compiled sampler,
+    with noise and greedy; then the decoder is left empty."""
+    dev = decoder.device
+    fixed = torch.Generator(dev).manual_seed(0)  # the run's own random streams untouched
+    for rows in sorted({min(8, decoder.max_batch), min(9, decoder.max_batch)}):
+        ids = torch.arange(3, 7, device=dev).repeat(rows, 1)  # [rows, 4]
+        decoder.prefill(ids, torch.ones_like(ids))
+        logits = decoder.step(ids[:, -1])
+    # the sampler takes any row count (a prefill's new rows, the live ones): 1 is its own
+    # graph, then two more sizes make the rows dynamic
+    for rows in (1, 2, 3):
+        noise = torch.rand(rows, logits.shape[1], device=dev, generator=fixed)
+        draw(logits[:rows], temperature, noise, torch.arange(rows, device=dev))
+        draw(logits[:rows], temperature)
+    decoder.reset()

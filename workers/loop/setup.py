@@ -19,7 +19,7 @@ from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
 from .executor import TrainerExecutor
-from .gpu_share import StreamExecutor, open_share, share_for
+from .gpu_share import StreamExecutor, open_share, share_for, warm_before_overlap
 from .mirrors import open_mirrors
 from .producer import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
@@ -146,6 +146,9 @@ async def run_training(
     try:
         if src is not None:
             emitter.log(f"resumed from {src} at step {state.step}")
+        # compiled graphs made before trainer and engine run in two threads (gpu_share.py)
+        if own and warm_before_overlap(spec, executor.policy, backend, share):
+            emitter.log("compile: trainer and engine graphs compiled before they overlap")
         return await driver.run()
     except BaseException as exc:
         emitter.status("failed", f"{type(exc).__name__}: {exc}")
@@ -156,3 +159,5 @@ async def run_training(
         await rollout.scorer.close()  # the math_verify process, if one started
         mirrors.close()  # done already when the final status went out
         emitter.close()
+        if share is not None:  # after the last kernel of either side: the split's contexts
+            share.close()

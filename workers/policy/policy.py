@@ -12,7 +12,7 @@ from peft.helpers import disable_input_dtype_casting
 from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
 from ..spec import RunSpec
 from . import lora as lora_io
-from .batch import TrainBatch
+from .batch import TrainBatch, TrainSample, collate
 from .checkpointing import checkpoint_layers
 from .fused_logprobs import token_logprobs as token_logprobs_fn
 from .mixed_precision import bf16_autocast
@@ -65,8 +65,10 @@ class LoraPolicy:
             # Regional compilation: the layers share one forward, so one compiled graph
             # serves all of them (parameters are its inputs); the logprob head compiles its
             # per-chunk maths (fused_logprobs.py) and keeps its own matmuls.
+            # dynamic: every step's batch has other lengths (automatic dynamic shapes would
+            # compile each graph twice to find that out)
             for layer in self._lm_parts()[0].layers:
-                layer.compile()
+                layer.compile(dynamic=True)
         self.parallel.prepare(self.model)
         # the strategy may have swapped parameters (FSDP2: for DTensors); the optimizer has
         # no state yet and must hold the new ones
@@ -117,6 +119,12 @@ class LoraPolicy:
         checkpointing: the shared forward writes a KV cache that a recompute would write
         again."""
         if self._checkpointed:
+            return False
+        if self._compiled:
+            # The shared forward threads a KV cache through the layers, and each compiled
+            # layer reads its own slot of it (`past_key_values.layers[layer_idx]`, guarded on
+            # `is_initialized`): a recompile per layer, past dynamo's limit, and the rest of
+            # the layers eager. The plain forward (use_cache=False) is one graph for all.
             return False
         lens = batch.prompt_len.tolist()
         distinct = {tuple(batch.input_ids[i, :n].tolist()) for i, n in enumerate(lens)}
@@ -261,6 +269,48 @@ class LoraPolicy:
                     sums[k] += v * w
                     weights[k] += w
 
+    def warm_compiled(self) -> bool:
+        """With train.compile: compile now every graph a train step will use, so that no
+        compile happens once the async driver runs this policy's step in one thread and the
+        engine decodes in another (torch.compile is not thread-safe: while one thread traces,
+        FX's tracing flag and its patch of `nn.Module.__call__` are process-wide, and the
+        other thread's compiled call fails with "Detected that you are using FX to
+        symbolically trace a dynamo-optimized function"). The forward with grad and its
+        backward; the no-grad forwards a step may run, each its own guards: in eval mode
+        (π_old with dropout, the stale tokens' check of token_mult_prob_error) and with the
+        adapter off (the KL reference). Each at the shapes that get graphs of their own:
+        one row (dynamo specialises size 1), one response token (a logprob chunk of one
+        row), and more rows with and without padding (no padding: no attention mask). No
+        optimizer step, and the random state is put back: the run is the one it would be.
+        False (and nothing done) without train.compile."""
+        if not self._compiled:
+            return False
+        algo, t = self.spec.algorithm, self.spec.train
+        evaluates = t.mult_prob_error_samples > 0 or (
+            self.spec.lora.dropout > 0 and not algo.bypass_mode
+        )
+        cpu_rng = torch.random.get_rng_state()
+        cuda = self.device.type == "cuda"
+        gpu_rng = torch.cuda.get_rng_state(self.device) if cuda else None
+        try:
+            for shape in ((1, 5, 4, False), (1, 6, 1, False), (2, 7, 6, True), (2, 6, 6, False)):
+                batch = _warm_batch(*shape, self.tokenizer.pad_token_id).to(self.device)
+                self.model.train()
+                with self._backward_context():
+                    lp, _ = self.token_logprobs(batch, share_prompts=False)
+                    lp.sum().backward()
+                if algo.kl_coef > 0:
+                    self._reference_logprobs(batch, False)
+                if evaluates:
+                    self._old_logprobs(batch, False)  # eval mode, no grad
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.model.train()
+            torch.random.set_rng_state(cpu_rng)
+            if gpu_rng is not None:
+                torch.cuda.set_rng_state(gpu_rng, self.device)
+        return True
+
     # ---------------------------------------------------------------- adapter I/O
 
     def adapter_tensors(self) -> dict[str, torch.Tensor]:
@@ -287,3 +337,20 @@ class LoraPolicy:
 
     def load_optimizer_state(self, state: dict) -> None:
         self.parallel.load_optimizer_state(self.optimizer, state)
+
+
+def _warm_batch(rows: int, prompt: int, response: int, ragged: bool, pad_id: int) -> TrainBatch:
+    """`rows` samples of distinct prompts (token ids 3..), every other response a token
+    shorter where `ragged` (padding): warm-up input only."""
+    lengths = [response - (ragged and r % 2) for r in range(rows)]
+    samples = [
+        TrainSample(
+            [3 + (r + i) % 20 for i in range(prompt)],
+            [4 + (r * i) % 20 for i in range(n)],
+            [-1.0] * n,
+            [0] * n,
+            1.0 - r,
+        )
+        for r, n in enumerate(lengths)
+    ]
+    return collate(samples, pad_id)

@@ -473,7 +473,11 @@ class StaticDecoder:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: in an async run the trainer's thread launches and allocates
+            # while this one captures; in the default global mode its unsafe calls (a sync,
+            # a cudaMalloc) would fail or invalidate this capture. Only this thread's own
+            # unsafe calls are refused during it.
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 out = self._step(n, extent)
             self._graphs[key] = (graph, out)
         graph, out = self._graphs[key]
