@@ -87,7 +87,10 @@ def adapter_probe(model: torch.nn.Module, vocab_size: int, length: int = 16) -> 
     model.eval()
     try:
         device = next(model.parameters()).device
-        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0].float()  # [L, V]
+        # use_cache=False: a KV cache would be a guard per layer under train.compile (each
+        # compiled layer reads its own slot of it) and recompile every layer
+        ids_t = torch.tensor([ids], device=device)
+        logits = model(input_ids=ids_t, use_cache=False).logits[0].float()  # [L, V]
     finally:
         model.train(was_training)
     lp = torch.log_softmax(logits[:-1], dim=-1).gather(
