@@ -25,6 +25,8 @@ ALLOWED = {
     ("workers/loop/executor.py", "torch.load("): "a checkpoint of the run's own team: "
     "spec_paths_check refuses any other checkpoint.resume_from at launch",
     ("workers/loop/checkpoint.py", "torch.load("): "the same checkpoint as executor.py",
+    ("workers/policy/multi.py", "torch.load("): "a pooled run's own checkpoint, read with "
+    "weights_only=True (tensors and plain values: no pickle runs)",
 }
 
 

@@ -260,7 +260,8 @@ class MultiLoraTrainer:
         tensors, version = lora_io.read_adapter_dir(src / "adapter")
         self.load_adapter_tensors(run_id, tensors, version)
         run.optimizer.load_state_dict(torch.load(src / "optimizer.pt", weights_only=True))
-        rng = torch.load(src / "rng.pt", weights_only=False)
+        # tensors, ints and tuples only (save() writes no numpy state): no pickle needed
+        rng = torch.load(src / "rng.pt", weights_only=True)
         run.rng = rng["torch"]
         if run.cuda_rng is not None and rng.get("cuda"):
             run.cuda_rng = rng["cuda"][0]
