@@ -20,6 +20,7 @@ from paddock.teams.access import actor_for
 from paddock.teams.models import Role
 from tests.conftest import REPO, AsgiServer, free_port, service_env, wait_for
 from tests.platform.factories import MembershipFactory, TeamFactory, UserFactory
+from workers.loop.checkpoint import checkpoint_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -117,6 +118,10 @@ def test_launch_runs_a_ray_job_that_succeeds_and_reports(stack):
     keys = set(MetricPoint.objects.filter(run=run).values_list("key", flat=True))
     assert {"reward/mean", "loss/policy", "adapter_version"} <= keys
     assert MetricPoint.objects.filter(run=run, key="reward/mean").count() == 3
+    # the last checkpoint's size is what the job wrote to the artifact store
+    last = run.checkpoints.order_by("-step").first()
+    assert last is not None and last.size_bytes
+    assert last.size_bytes == checkpoint_bytes(Path(last.uri.removeprefix("file://")))
 
 
 def test_abort_stops_the_job(stack):

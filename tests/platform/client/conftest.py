@@ -15,6 +15,7 @@ from paddock.experiments.models import Checkpoint
 from paddock.teams.models import Role
 from paddock.teams.services import api_token_create
 from paddock_client.cli import main
+from workers.loop.checkpoint import checkpoint_bytes
 
 
 @dataclass
@@ -92,7 +93,8 @@ def checkpointed(store, launched):
     directory.mkdir(parents=True)
     tensors = adapter_checkpoint(directory)
     Checkpoint.objects.create(run_id=run_id, step=2, adapter_version=1, uri=directory.as_uri())
-    latest = Checkpoint.objects.create(
-        run_id=run_id, step=4, adapter_version=3, uri=directory.as_uri()
-    )
+    latest = Checkpoint.objects.create(  # with the size a job reports (workers/loop/driver.py)
+        run_id=run_id, step=4, adapter_version=3, uri=directory.as_uri(),
+        size_bytes=checkpoint_bytes(directory),
+    )  # fmt: skip
     return run_id, latest, tensors

@@ -132,6 +132,10 @@ def test_checkpoints_download_an_adapter_peft_loads(cli, checkpointed, tmp_path)
     run_id, latest, saved = checkpointed
     listed = cli.json("checkpoints", "list", run_id)
     assert sorted(c["step"] for c in listed) == [2, 4]
+    code, out, _ = cli("checkpoints", "list", run_id)
+    rows = [line.split() for line in out.splitlines() if line[:1].isdigit()]  # not a fold
+    table = {row[1]: row for row in rows}  # by STEP: ID STEP ADAPTER BYTES CREATED URI
+    assert code == 0 and table["4"][3] == str(latest.size_bytes) and latest.size_bytes > 0
     dest = tmp_path / "adapter"
     code, out, err = cli("checkpoints", "download", run_id, "-o", dest)
     assert code == 0, err
