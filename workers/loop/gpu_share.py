@@ -91,15 +91,14 @@ class GreenContexts:
     def close(self) -> None:
         contexts, streams = self._contexts, self._streams
         self._contexts, self._streams = [], []
-        d = self._driver
-        try:
-            for raw in streams:
-                _check(d, d.cuStreamSynchronize(raw))
-                _check(d, d.cuStreamDestroy(raw))
-        finally:
-            for green in contexts:  # destroyed even where a stream could not be
-                GreenContexts.alive -= 1
-                _check(d, d.cuGreenCtxDestroy(green))
+        d, results = self._driver, []
+        for raw in streams:  # each stream's work done, then the stream, then the contexts
+            results += [d.cuStreamSynchronize(raw), d.cuStreamDestroy(raw)]
+        for green in contexts:  # every one destroyed, whatever failed before
+            GreenContexts.alive -= 1
+            results.append(d.cuGreenCtxDestroy(green))
+        for result in results:  # the first failure, once everything was tried
+            _check(d, result)
 
 
 def _check(driver, result):
