@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from paddock.clusters.models import RayCluster
 from paddock.experiments.artifacts import dataset_upload
 from paddock.experiments.launch import experiment_launch
 from paddock.experiments.metrics import metric_points_store
@@ -36,6 +37,7 @@ class TeamB:
     user: int
     token: int
     raw_token: str
+    cluster: int
 
 
 @pytest.fixture
@@ -58,10 +60,14 @@ def team_b(world: World, settings, tmp_path) -> TeamB:  # noqa: F811
     line = b'{"prompt": "' + SECRET.encode() + b' prompt", "answer": "1"}\n'
     dataset = dataset_upload(actor=actor, team=world.team_b, name=f"{SECRET} data", data=line)
     token, raw = api_token_create(actor=actor, team=world.team_b, name=f"{SECRET} token")
+    cluster = RayCluster.objects.create(
+        team=world.team_b, name=f"{SECRET} cluster", address=f"http://{SECRET}.invalid:8265"
+    )
     return TeamB(
         team=world.team_b.pk, experiment=result.experiment.pk, config=run.config_id,
         run=run.pk, checkpoint=checkpoint.pk, dataset=dataset.pk,
         user=world.users_b[Role.VIEWER].pk, token=token.pk, raw_token=raw,
+        cluster=cluster.pk,
     )  # fmt: skip
 
 

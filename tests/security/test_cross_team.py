@@ -13,6 +13,7 @@ import re
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from paddock.clusters.models import RayCluster
 from paddock.experiments.models import Experiment, Run
 from paddock.live.routing import websocket_urlpatterns
 from paddock.teams.models import ApiToken, Membership, Role, Team
@@ -23,7 +24,8 @@ from tests.security.wsclient import Ws
 NOBODY = 987654321  # an id no row has
 METHODS = ["get", "post", "put", "patch", "delete"]
 # which object a URL parameter names, by the route's first segment for DRF's `pk`
-PK_OF = {"teams": "team", "experiments": "experiment", "configs": "config", "runs": "run"}
+PK_OF = {"teams": "team", "experiments": "experiment", "configs": "config", "runs": "run",
+         "clusters": "cluster"}  # fmt: skip
 PARAM_OF = {"run_id": "run", "user_id": "user", "token_id": "token",
             "checkpoint_id": "checkpoint", "experiment_id": "experiment"}  # fmt: skip
 # every reference a query string or a body could carry, pointed at B's objects
@@ -76,6 +78,7 @@ def _b_state(team_b) -> tuple:
         Experiment.objects.filter(team_id=team_b.team).count(),
         sorted(Experiment.objects.get(pk=team_b.experiment).tags.values_list("name", flat=True)),
         (run.state, run.desired_state),
+        RayCluster.objects.filter(team_id=team_b.team).values_list("name", "address").first(),
     )
 
 
@@ -94,8 +97,9 @@ def test_team_a_learns_nothing_of_team_b_by_id(world, team_b, client_as, auth):
         raw = api_token_create(actor=world.actor(owner_a), team=world.team_a, name="probe")[1]
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     before = _b_state(team_b)
-    b_ids = {k: getattr(team_b, k) for k in ("team", "experiment", "config", "run", "user",
-                                             "token", "checkpoint", "dataset")}  # fmt: skip
+    kinds = ("team", "experiment", "config", "run", "user", "token", "checkpoint", "dataset",
+             "cluster")  # fmt: skip
+    b_ids = {k: getattr(team_b, k) for k in kinds}
     none_ids = dict.fromkeys(b_ids, NOBODY)
     probed = 0
     for route in API_ROUTES:
