@@ -42,8 +42,8 @@ def train(
 
     `control.desired_state()` (running | paused | aborted) is read between steps;
     `on_metrics(step, values)` gets every metric row; `on_event(event)` gets the ingest events
-    (metric, log, status, checkpoint, samples: models of workers/events.py). Returns the Outcome (state
-    succeeded | paused | aborted, step, adapter_version, last checkpoint)."""
+    (metric, log, status, checkpoint, samples: models of workers/events.py). Returns the
+    Outcome (state succeeded | paused | aborted, step, adapter_version, last checkpoint)."""
     resolved = resolve_spec(spec, overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     runner = run_training
