@@ -20,9 +20,9 @@ import { BackendTag, StateBadge } from "../runs/StateBadge";
 import { ChartToolbar, useChartView } from "../runs/ChartToolbar";
 import { withLive } from "../runs/RunsTable";
 import { Empty, ErrorBox, Loading } from "../ui/States";
-import { backendMean, comparePanel, groupByBackend, type RunSeries } from "./compareData";
+import { comparePanel, groupByBackend, seedColumns, type RunSeries } from "./compareData";
 import { FIRST_KEY, useCompareHistory } from "./compareHistory";
-import { divergence, verdict } from "./divergence";
+import { DEFAULT_DIVERGENCE, divergence, divergenceRule, verdict } from "./divergence";
 
 const PANELS: [string, string][] = [
   ["Reward", "reward/mean"], ["Accuracy", "accuracy"], ["Policy loss", "loss/policy"], ["KL", "kl"],
@@ -122,12 +122,9 @@ export default function ComparePage() {
 
   const div = useMemo(() => {
     if (!a || !b) return null;
-    const groups = groupByBackend(runSeries);
-    const stepView = { ...view, axis: "step" as const, smoothing: 0 };
-    const ma = backendMean(groups.get(a) ?? [], REWARD, stepView);
-    const mb = backendMean(groups.get(b) ?? [], REWARD, stepView);
-    const [steps, ya, yb] = alignSeries([{ x: ma.steps, y: ma.mean }, { x: mb.steps, y: mb.mean }]);
-    const d = divergence(steps, ya, yb);
+    const cols = seedColumns(runSeries, a, b, REWARD);
+    const steps = cols.steps;
+    const d = divergence(steps, cols.a, cols.b);
     const chart: ChartProps = {
       title: `Reward difference ${a} − ${b}`,
       data: alignSeries([{ x: steps, y: d.diff }, { x: steps, y: d.hi }, { x: steps, y: d.lo }, { x: steps, y: d.mean }]),
@@ -135,13 +132,13 @@ export default function ComparePage() {
         { label: "per step", color: "#555555", faint: true },
         { label: "upper", color: "#cc79a7", hidden: true, faint: true, width: 0 },
         { label: "lower", color: "#cc79a7", hidden: true, faint: true, width: 0 },
-        { label: "windowed mean (95% CI)", color: "#cc79a7", width: 2 },
+        { label: `${DEFAULT_DIVERGENCE.window}-step mean (95% CI)`, color: "#cc79a7", width: 2 },
       ],
       bands: [{ upper: 2, lower: 3, color: "#cc79a7" }],
       xKind: "step", syncKey: `compare-${experimentId}`,
     };
-    return { d, chart, text: verdict(a, b, d) };
-  }, [a, b, runSeries, view, experimentId]);
+    return { d, chart, text: verdict(a, b, d), rule: divergenceRule(d.method) };
+  }, [a, b, runSeries, experimentId]);
 
   if (!experimentId && !onlyRuns) return <Empty title="Pick what to compare">From the runs page, choose “compare” beside an experiment, or tick runs and compare them.</Empty>;
   if (experiment.error) return <ErrorBox error={experiment.error} onRetry={experiment.reload} />;
@@ -178,6 +175,7 @@ export default function ComparePage() {
           )}
         </div>
       )}
+      {div && <p className="muted small divergence-rule" data-testid="divergence-rule">{div.rule}</p>}
       {backends.length < 2 && <div className="verdict muted">One backend only: launch the same config on another to compare.</div>}
 
       <ChartToolbar view={view} onChange={setView} />

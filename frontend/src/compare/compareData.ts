@@ -72,6 +72,21 @@ export function backendMean(runs: readonly RunSeries[], key: string, view: Compa
   return { steps, x, mean, lo, hi };
 }
 
+/** Each run's raw `key` of backends `a` and `b` on one step axis: a column per run, for the
+ * divergence (which smooths each run itself and reads the spread over the seeds). */
+export function seedColumns(runs: readonly RunSeries[], a: Backend, b: Backend, key: string): {
+  steps: number[]; a: (number | null)[][]; b: (number | null)[][];
+} {
+  const pick = (backend: Backend) => runs.filter((r) => r.backend === backend && r.series.get(key)?.step.length);
+  const ra = pick(a);
+  const rb = pick(b);
+  const [steps, ...cols] = alignSeries([...ra, ...rb].map((r) => {
+    const s = r.series.get(key)!;
+    return { x: s.step, y: s.value };
+  }));
+  return { steps, a: cols.slice(0, ra.length), b: cols.slice(ra.length) };
+}
+
 /** One metric's panel: per backend the seeds faint, the band, the mean. */
 export function comparePanel(title: string, key: string, runs: readonly RunSeries[], view: CompareView,
   syncKey?: string): ChartProps {

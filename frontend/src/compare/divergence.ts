@@ -1,82 +1,234 @@
-// The divergence statistic of the compare view: do two backends train the same?
+// The divergence statistic of the compare view: does one config train the same on two
+// backends? Two runs of one config never give the same reward curve (each samples its own
+// rollouts), so the question is whether the gap between the backends is larger than the
+// gap the runs' own noise explains, for long enough to matter.
 //
-// d_t = mean reward of A at step t − mean reward of B at step t (steps both have). Over a
-// trailing window of W steps, the mean of d and its confidence interval
-// mean ± z·sd/√n (sd the sample standard deviation of d in the window). A window
-// "diverges" when its interval excludes 0 and |mean| exceeds the tolerance; divergence
-// starts at the first of `persist` consecutive diverging windows, so one noisy stretch is
-// not called a divergence.
+// The rule (DIVERGENCE_RULE says it in words, under the verdict):
+// 1. each run's reward is smoothed by a trailing mean over its last `window` steps;
+// 2. per step, the smoothed difference D = mean over A's seeds − mean over B's seeds, with a
+//    95 % interval D ± t·se:
+//    - with three runs or more (two seeds on a side), se from the spread of the smoothed
+//      seeds, pooled over both backends (the two-sample t-test: under "same behaviour" both
+//      sides share one spread), df = nA + nB − 2. A seed's smoothed curve carries its own
+//      slow wander, so this is the spread that separates a backend from a seed;
+//    - with one run per backend, se from the window's per-step differences, sd/√n_eff,
+//      where n_eff = n(1 − ρ)/(1 + ρ) counts the window's independent points (ρ the lag-1
+//      autocorrelation: reward curves wander, and neighbouring steps are not n fresh
+//      samples; a plain sd/√n calls any slow wander a divergence);
+// 3. a step diverges when the interval excludes 0 and |D| > `tolerance`; the backends are
+//    called divergent once `persist` steps in a row diverge, from the first of them, and the
+//    call clears at the first step whose interval takes 0 in again (kept as an episode).
 
 export interface DivergenceOptions {
+  /** trailing steps each run's reward is averaged over */
   window: number;
-  z: number;
+  /** the smallest difference of reward worth calling */
   tolerance: number;
+  /** consecutive diverging steps before a divergence is called */
   persist: number;
 }
 
-export const DEFAULT_DIVERGENCE: DivergenceOptions = { window: 20, z: 1.96, tolerance: 0.02, persist: 3 };
+export const DEFAULT_DIVERGENCE: DivergenceOptions = { window: 20, tolerance: 0.02, persist: 40 };
+
+/** One run's values on the common step axis (null where it has no point). */
+export type Column = readonly (number | null)[];
+
+/** Where the interval's spread comes from: the seeds, or one run's noise per backend. */
+export type DivergenceMethod = "seeds" | "autocorrelation";
 
 export interface Divergence {
   steps: number[];
+  /** per step: mean of A's runs − mean of B's runs, unsmoothed */
   diff: (number | null)[];
+  /** per step: the smoothed difference D, and its 95 % interval */
   mean: (number | null)[];
   lo: (number | null)[];
   hi: (number | null)[];
-  /** first step from which the backends diverge, or null */
+  /** first step of the divergence still going on at the latest step, or null */
   divergesFrom: number | null;
-  /** largest |bound| of any window's interval: they agree within ± this */
+  /** earlier divergences that cleared, [first step, last step] */
+  episodes: [number, number][];
+  /** the latest interval's largest |bound|: they agree within ± this */
   agreeWithin: number | null;
+  /** the interval at the latest step came from this (null: no interval yet) */
+  method: DivergenceMethod | null;
 }
 
+// two-sided 95 % quantiles of Student's t by degrees of freedom (1.96 beyond the table)
+const T975: [number, number][] = [
+  [1, 12.706], [2, 4.303], [3, 3.182], [4, 2.776], [5, 2.571], [6, 2.447], [7, 2.365],
+  [8, 2.306], [9, 2.262], [10, 2.228], [12, 2.179], [15, 2.131], [20, 2.086], [30, 2.042],
+  [60, 2.0], [120, 1.98],
+];
+
+/** The 97.5 % quantile of Student's t with `df` degrees of freedom (the entry at or below
+ * df in the table: a little wide between entries, never narrow). */
+export function tQuantile975(df: number): number {
+  if (df >= 1e6) return 1.96;
+  let q = T975[0][1];
+  for (const [d, v] of T975) if (d <= df) q = v;
+  return df > 120 ? 1.96 + (1.98 - 1.96) * (120 / df) : q;
+}
+
+function meanOf(xs: readonly number[]): number {
+  return xs.reduce((s, v) => s + v, 0) / xs.length;
+}
+
+function squares(xs: readonly number[], m: number): number {
+  return xs.reduce((s, v) => s + (v - m) ** 2, 0);
+}
+
+/** Trailing mean over each column's last `window` values (its own points: gaps skipped);
+ * null where the column has no point, or fewer than 3 so far. */
+function trailingMeans(col: Column, window: number): (number | null)[] {
+  const out: (number | null)[] = new Array(col.length).fill(null);
+  const recent: number[] = [];
+  for (let i = 0; i < col.length; i++) {
+    const v = col[i];
+    if (v === null || !Number.isFinite(v)) continue;
+    recent.push(v);
+    if (recent.length > window) recent.shift();
+    if (recent.length >= Math.min(window, 3)) out[i] = meanOf(recent);
+  }
+  return out;
+}
+
+/** Lag-1 autocorrelation of `d` around its mean, in [0, 0.99] (negative counts as none). */
+function lag1(d: readonly number[]): number {
+  const m = meanOf(d);
+  const ss = squares(d, m);
+  if (ss === 0) return 0;
+  let lag = 0;
+  for (let k = 0; k + 1 < d.length; k++) lag += (d[k] - m) * (d[k + 1] - m);
+  return Math.min(Math.max(lag / ss, 0), 0.99);
+}
+
+/** Half-width of the 95 % interval of a window's mean difference `m` with one run a side. */
+function autocorrelatedHalfWidth(d: readonly number[], m: number): number {
+  const rho = lag1(d);
+  const n = d.length;
+  const ss = squares(d, m);
+  if (ss === 0) return 0;
+  const nEff = Math.max(2, (n * (1 - rho)) / (1 + rho));
+  const sd = Math.sqrt(ss / (n - 1));
+  return (tQuantile975(nEff - 1) * sd) / Math.sqrt(nEff);
+}
+
+/** Half-width of the 95 % interval of mean(a) − mean(b) from the pooled spread of the runs. */
+function pooledHalfWidth(a: readonly number[], b: readonly number[]): number {
+  const df = a.length + b.length - 2;
+  const pooled = (squares(a, meanOf(a)) + squares(b, meanOf(b))) / df;
+  return tQuantile975(df) * Math.sqrt(pooled * (1 / a.length + 1 / b.length));
+}
+
+function present(cols: readonly (readonly (number | null)[])[], i: number): number[] {
+  const out: number[] = [];
+  for (const c of cols) {
+    const v = c[i];
+    if (v !== null && v !== undefined && Number.isFinite(v)) out.push(v);
+  }
+  return out;
+}
+
+/** The divergence of backend A's runs (`a`, one column per seed) from backend B's. */
 export function divergence(
   steps: readonly number[],
-  a: readonly (number | null)[],
-  b: readonly (number | null)[],
+  a: readonly Column[],
+  b: readonly Column[],
   options: Partial<DivergenceOptions> = {},
 ): Divergence {
-  const { window, z, tolerance, persist } = { ...DEFAULT_DIVERGENCE, ...options };
+  const { window, tolerance, persist } = { ...DEFAULT_DIVERGENCE, ...options };
   const n = steps.length;
   const diff: (number | null)[] = new Array(n).fill(null);
   const mean: (number | null)[] = new Array(n).fill(null);
   const lo: (number | null)[] = new Array(n).fill(null);
   const hi: (number | null)[] = new Array(n).fill(null);
-  const recent: number[] = [];
-  let streak = 0;
-  let streakStart: number | null = null;
-  let divergesFrom: number | null = null;
+  const smoothA = a.map((c) => trailingMeans(c, window));
+  const smoothB = b.map((c) => trailingMeans(c, window));
+  const recent: number[] = []; // the last `window` per-step differences (one run a side)
+  const episodes: [number, number][] = [];
+  let start: number | null = null; // first step of the current diverging stretch
+  let last: number | null = null; // its latest step
+  let length = 0;
+  let method: DivergenceMethod | null = null;
   let agreeWithin: number | null = null;
+  const close = () => {
+    if (start !== null && last !== null && length >= persist) episodes.push([start, last]);
+    start = null;
+    length = 0;
+  };
   for (let i = 0; i < n; i++) {
-    const va = a[i];
-    const vb = b[i];
-    if (va === null || vb === null || !Number.isFinite(va) || !Number.isFinite(vb)) continue;
-    const d = va - vb;
-    diff[i] = d;
-    recent.push(d);
-    if (recent.length > window) recent.shift();
-    if (recent.length < Math.min(window, 3)) continue;
-    const m = recent.reduce((s, v) => s + v, 0) / recent.length;
-    const variance = recent.reduce((s, v) => s + (v - m) ** 2, 0) / (recent.length - 1);
-    const half = (z * Math.sqrt(variance)) / Math.sqrt(recent.length);
+    const rawA = present(a, i);
+    const rawB = present(b, i);
+    if (!rawA.length || !rawB.length) continue;
+    diff[i] = meanOf(rawA) - meanOf(rawB);
+    const sa = present(smoothA, i);
+    const sb = present(smoothB, i);
+    let m: number;
+    let half: number;
+    if (sa.length + sb.length >= 3 && sa.length && sb.length) {
+      m = meanOf(sa) - meanOf(sb);
+      half = pooledHalfWidth(sa, sb);
+      method = "seeds";
+    } else {
+      recent.push(diff[i]!);
+      if (recent.length > window) recent.shift();
+      if (recent.length < Math.min(window, 3)) continue;
+      m = meanOf(recent);
+      half = autocorrelatedHalfWidth(recent, m);
+      method = "autocorrelation";
+    }
     mean[i] = m;
     lo[i] = m - half;
     hi[i] = m + half;
-    agreeWithin = Math.max(agreeWithin ?? 0, Math.abs(m - half), Math.abs(m + half));
+    agreeWithin = Math.max(Math.abs(m - half), Math.abs(m + half));
     const diverging = (m - half > 0 || m + half < 0) && Math.abs(m) > tolerance;
-    if (diverging) {
-      if (streak === 0) streakStart = steps[i];
-      streak += 1;
-      if (streak >= persist && divergesFrom === null) divergesFrom = streakStart;
-    } else {
-      streak = 0;
+    if (!diverging) {
+      close();
+      continue;
     }
+    if (start === null) start = steps[i];
+    last = steps[i];
+    length += 1;
   }
-  return { steps: steps.slice(), diff, mean, lo, hi, divergesFrom, agreeWithin };
+  const ongoing = start !== null && length >= persist ? start : null;
+  if (ongoing === null) close();
+  return {
+    steps: steps.slice(), diff, mean, lo, hi, divergesFrom: ongoing, episodes,
+    agreeWithin: ongoing === null ? agreeWithin : null, method,
+  };
 }
 
-/** One line for people: "torch and vllm agree within ±0.012 reward" or
- * "torch and vllm diverge from step 140". */
+const fmt = (x: number) => x.toPrecision(2);
+
+/** One line for people: "torch and vllm agree within ±0.012 reward", "torch and vllm
+ * diverge from step 140 (difference +0.21 ± 0.04)". */
 export function verdict(nameA: string, nameB: string, d: Divergence): string {
-  if (d.divergesFrom !== null) return `${nameA} and ${nameB} diverge from step ${d.divergesFrom}`;
-  if (d.agreeWithin === null) return `${nameA} and ${nameB}: not enough common steps yet`;
-  return `${nameA} and ${nameB} agree within ±${d.agreeWithin.toPrecision(2)} reward`;
+  let at = d.mean.length - 1;
+  while (at >= 0 && d.mean[at] === null) at--;
+  if (at < 0) return `${nameA} and ${nameB}: not enough common steps yet`;
+  const m = d.mean[at]!;
+  const half = (d.hi[at]! - d.lo[at]!) / 2;
+  if (d.divergesFrom !== null) {
+    return `${nameA} and ${nameB} diverge from step ${d.divergesFrom} `
+      + `(reward difference ${m >= 0 ? "+" : "−"}${fmt(Math.abs(m))} ± ${fmt(half)})`;
+  }
+  const past = d.episodes.map(([s, e]) => `${s}–${e}`).join(", ");
+  return `${nameA} and ${nameB} agree within ±${fmt(d.agreeWithin!)} reward`
+    + (past ? ` (they differed at steps ${past})` : "");
+}
+
+/** The rule in words, for the page (what `divergence` computes with these options). */
+export function divergenceRule(method: DivergenceMethod | null,
+  options: DivergenceOptions = DEFAULT_DIVERGENCE): string {
+  const { window, tolerance, persist } = options;
+  const spread = method === "autocorrelation"
+    ? "from the noise of the per-step difference in the window, counting only its independent "
+      + "points (lag-1 autocorrelation). With one run per backend a backend cannot be told from "
+      + "a seed: launch more seeds for a firmer answer"
+    : "from the spread of the smoothed runs over the seeds (pooled two-sample t)";
+  return `Each run's reward is averaged over its last ${window} steps; the backends diverge `
+    + `when the 95 % interval of the difference of their means excludes 0 and the difference `
+    + `exceeds ${tolerance}, for ${persist} steps in a row, and agree again as soon as the `
+    + `interval takes in 0. The interval comes ${spread}.`;
 }
