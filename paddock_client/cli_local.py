@@ -46,7 +46,7 @@ def up(
 def doctor() -> None:
     """Which components and rollout backends this machine has."""
     require_extras("doctor", "platform")
-    from paddock.core.doctor import doctor
+    from paddock.ops.doctor import doctor
 
     raise typer.Exit(doctor())
 

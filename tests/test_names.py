@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 from typing import get_args
 
-from paddock.core.doctor import available_backends
 from paddock.experiments.models import Backend, DesiredState, RunState
 from paddock.experiments.states import TERMINAL
 from paddock.live.ingest import _PATHS
+from paddock.ops.doctor import available_backends
 from workers import names
 from workers.events import StatusEvent
 from workers.grpo import ADVANTAGES, AGGREGATIONS, IS_LEVELS, KL_ESTIMATORS

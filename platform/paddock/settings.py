@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "paddock.clusters",
     "paddock.live",
     "paddock.api",
+    "paddock.ops",
 ]
 
 MIDDLEWARE = [

@@ -3,9 +3,9 @@ from django.urls import include, path, re_path
 
 from paddock.clusters.views import bootstrap
 from paddock.core.admin_login import admin_login
-from paddock.core.views import healthz, livez, spa
 from paddock.live.views import ingest
 from paddock.monitoring.views import metrics
+from paddock.ops.views import healthz, livez, spa
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
@@ -14,7 +14,7 @@ urlpatterns = [
     path("metrics", metrics, name="prometheus-metrics"),
     path("admin/login/", admin_login, name="admin-login"),  # rate limited (before admin's own)
     path("admin/", admin.site.urls),
-    path("api/v1/session/", include("paddock.core.session_urls")),
+    path("api/v1/session/", include("paddock.teams.session_urls")),
     path("api/v1/runs/<int:run_id>/ingest", ingest, name="run-ingest"),
     path("api/v1/runs/<int:run_id>/bootstrap", bootstrap, name="run-bootstrap"),
     path("api/v1/", include("paddock.api.urls")),

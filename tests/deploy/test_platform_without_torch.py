@@ -28,8 +28,8 @@ PROBE = textwrap.dedent(
     import paddock.asgi, paddock.urls
     from paddock.celery import app
     app.loader.import_default_modules()
-    import paddock.clusters.tasks, paddock.core.health, ray.job_submission
-    import paddock.core.management.commands.paddock_bootstrap
+    import paddock.clusters.tasks, paddock.ops.health, ray.job_submission
+    import paddock.ops.management.commands.paddock_bootstrap
     from django.core.management import call_command
     call_command("check", "--deploy", "--fail-level", "WARNING")
     print("started without", sorted(BLOCKED))

@@ -11,8 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from paddock.experiments.metrics import metric_points_store
-from paddock.experiments.models import ConfigVersion, Experiment, Run, RunEvent
-from paddock.live.models import SampleSet
+from paddock.experiments.models import ConfigVersion, Experiment, Run, RunEvent, SampleSet
 from tests.e2e.conftest import log_in, orm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

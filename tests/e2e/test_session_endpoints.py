@@ -1,4 +1,4 @@
-"""The browser app's session endpoints (paddock.core.session_views): login with Django's
+"""The browser app's session endpoints (paddock.teams.session_views): login with Django's
 session and CSRF, who am I, logout. Plain HTTP through Django's test client with CSRF checks
 on, as the browser meets them."""
 

@@ -39,9 +39,9 @@ def test_without_a_ray_address_no_cluster_is_registered(settings, tmp_path):
 def test_an_embedded_head_advertises_the_engines_installed_here_and_the_demo_uses_them(
     settings, tmp_path, monkeypatch
 ):
-    from paddock.core.bootstrap import DEMOS
-    from paddock.core.doctor import available_backends, engine_versions
     from paddock.experiments.models import Experiment
+    from paddock.ops.bootstrap import DEMOS
+    from paddock.ops.doctor import available_backends, engine_versions
 
     settings.PADDOCK_HOME = tmp_path
     settings.RAY_ADDRESS = "http://127.0.0.1:8265"
@@ -61,7 +61,7 @@ def test_an_embedded_head_advertises_the_engines_installed_here_and_the_demo_use
 
 @pytest.mark.django_db
 def test_a_demo_without_vllm_runs_on_torch_alone_and_says_why():
-    from paddock.core.bootstrap import demo_backends
+    from paddock.ops.bootstrap import demo_backends
 
     cluster = RayCluster(name="x", address="http://127.0.0.1:1", backends=["torch"])
     backends, why = demo_backends(cluster)

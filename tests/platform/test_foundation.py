@@ -85,7 +85,7 @@ def test_paddock_train_never_loads_django_and_up_never_loads_torch():
     code = (
         "import sys; from paddock_client import cli; import workers.spec;"
         "assert 'django' not in sys.modules, 'spec/cli loaded django';"
-        "import paddock.embedded.up, paddock.core.doctor;"
+        "import paddock.embedded.up, paddock.ops.doctor;"
         "assert 'torch' not in sys.modules, 'the up verb loaded torch'; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -19,8 +19,8 @@ from paddock.experiments.models import (
     Run,
     RunEvent,
     RunState,
+    SampleSet,
 )
-from paddock.live.models import SampleSet
 from paddock.teams.models import ApiToken, AuditEvent, Membership, Role, Team, TeamQuota
 
 MAX_ID = 2**63 - 1

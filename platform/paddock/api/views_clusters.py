@@ -11,9 +11,9 @@ from rest_framework.response import Response
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, body, parse_id
 from paddock.api.views_teams import ERRORS
+from paddock.clusters import selectors
 from paddock.clusters.services import cluster_check, cluster_register
 from paddock.core.errors import not_found
-from paddock.experiments import selectors
 from paddock.teams.selectors import team_get
 
 

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
 from paddock.api.pagination import NewestFirst
+from paddock.experiments import selectors as experiment_selectors
 from paddock.teams import selectors, services
 from paddock.teams.models import Team
 
@@ -136,7 +137,7 @@ class TeamViewSet(ActorViewSet):
     # --- quota ---
 
     def _quota_body(self, quota) -> dict:
-        for name, value in selectors.team_usage(team_id=quota.team_id).items():
+        for name, value in experiment_selectors.team_usage(team_id=quota.team_id).items():
             setattr(quota, name, value)
         return s.QuotaSerializer(quota).data
 

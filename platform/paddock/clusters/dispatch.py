@@ -28,10 +28,11 @@ from django.utils import timezone
 
 from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
+from paddock.experiments.selectors import team_usage
 from paddock.experiments.states import run_transition
+from paddock.live.broadcast import broadcast_state
 from paddock.monitoring.metrics import dispatch_started
 from paddock.teams.models import TeamQuota
-from paddock.teams.selectors import team_usage
 
 from .bootstrap_tokens import bootstrap_token_for
 from .models import RayCluster
@@ -170,13 +171,7 @@ def _queue_reason(run: Run, reason: str) -> None:
     reason = reason[: Run._meta.get_field("queued_reason").max_length]
     if run.queued_reason != reason:
         Run.objects.filter(pk=run.pk).update(queued_reason=reason, updated_at=timezone.now())
-        transaction.on_commit(lambda: _broadcast(run.pk))
-
-
-def _broadcast(run_id: int) -> None:
-    from paddock.live.broadcast import broadcast_state
-
-    broadcast_state(run_id)
+        transaction.on_commit(lambda: broadcast_state(run.pk))
 
 
 def _order(run: Run, cluster: RayCluster) -> DispatchOrder:

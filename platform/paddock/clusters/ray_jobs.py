@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .placement import snapshot_from_cluster_status, snapshot_from_nodes
+
 
 class ClusterUnreachable(Exception):
     """The cluster's Jobs API did not answer; retry later."""
@@ -127,8 +129,6 @@ def cluster_resources(*, address: str) -> dict[str, Any] | None:
     every few seconds); with no monitor report, the alive nodes' totals only. None when the
     dashboard answers neither. Through the Jobs client's own request method, so that token
     authentication is honoured as for every other call (it has no public call for this)."""
-    from .placement import snapshot_from_cluster_status, snapshot_from_nodes
-
     client = _client(address)
     for endpoint, parse in (
         ("/api/cluster_status", snapshot_from_cluster_status),

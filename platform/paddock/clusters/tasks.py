@@ -18,10 +18,10 @@ from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
 from paddock.experiments.states import TERMINAL, run_fail, run_transition
 from paddock.experiments.tokens import run_tokens_revoke_finished
+from paddock.live.broadcast import broadcast_state
 
 from .dispatch import (
     SNAPSHOT_FRESH_S,
-    _broadcast,
     cluster_resources_record,
     dispatch_prepare,
     dispatch_submit,
@@ -240,7 +240,7 @@ def _reconcile_start(run: Run, info, counts: dict[str, int]) -> None:
         # `queued_reason` is the run's "why it waits" in `starting` too; run_transition
         # clears it when the run moves on. The state's clock (state_since) does not move.
         Run.objects.filter(pk=run.pk, state=S.STARTING).update(queued_reason=detail)
-        transaction.on_commit(lambda: _broadcast(run.pk))
+        transaction.on_commit(lambda: broadcast_state(run.pk))
 
 
 def _reconcile_abort(run: Run, info, counts: dict[str, int]) -> None:

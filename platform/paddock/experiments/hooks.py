@@ -1,35 +1,71 @@
-"""Where the experiments app hands over to dispatch (clusters) and the live stream (live).
+"""Where the experiments app hands over to the apps above it, without importing them.
 
-Each hook is called from `transaction.on_commit` with ids only, so the receiver re-fetches
-what it needs and copes with a row that changed or vanished meanwhile. They are no-ops
-until the dispatch and live work fill them in (e.g. `run_dispatch.delay(run_id)`)."""
+The experiments app publishes three events, each from `transaction.on_commit` with ids only,
+so a subscriber re-fetches what it needs and copes with a row that changed or vanished
+meanwhile. The apps that act on them subscribe in their `AppConfig.ready()`: clusters
+dispatches (`run_enqueued`, a resume in `run_control_requested`), live broadcasts
+(`run_state_changed`, `run_control_requested`); clusters also provides the check of a
+launch against the registry (`launch_check`). So experiments imports neither, and the apps'
+imports form a DAG (tests/test_import_graph.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import StrEnum
+
+
+class Event(StrEnum):
+    RUN_ENQUEUED = "run_enqueued"  # (run_id): a run entered `queued` by a launch or a retry
+    RUN_STATE_CHANGED = "run_state_changed"  # (run_id, state): any transition of Run.state
+    # (run_id, desired_state): a user asked for pause / resume / abort
+    RUN_CONTROL_REQUESTED = "run_control_requested"
+
+
+_subscribers: dict[Event, list[Callable[..., None]]] = {event: [] for event in Event}
+
+
+def subscribe(event: Event, receiver: Callable[..., None]) -> None:
+    """Call `receiver` on each `event`, with the event's arguments (idempotent: a receiver
+    subscribed twice, as a re-run `ready()` would, is called once)."""
+    if receiver not in _subscribers[event]:
+        _subscribers[event].append(receiver)
+
+
+def _publish(event: Event, *args) -> None:
+    for receiver in _subscribers[event]:
+        receiver(*args)
+
 
 def run_enqueued(run_id: int) -> None:
-    """A run entered `queued` by a launch: dispatch should try to start it."""
-    from paddock.clusters.tasks import run_dispatch
-
-    run_dispatch.delay(run_id)
+    """A run entered `queued`: dispatch should try to start it."""
+    _publish(Event.RUN_ENQUEUED, run_id)
 
 
 def run_state_changed(run_id: int, state: str) -> None:
-    """`Run.state` changed (any transition): broadcast to the run's viewers."""
-    from paddock.live.broadcast import broadcast_state
-
-    broadcast_state(run_id)
+    """`Run.state` changed: the run's viewers should see it."""
+    _publish(Event.RUN_STATE_CHANGED, run_id, state)
 
 
 def run_control_requested(run_id: int, desired_state: str) -> None:
     """A user asked for pause / resume / abort: `Run.desired_state` changed. The job learns
-    it from its next ingest reply; dispatch may need to act (resume of a released run, a
-    hard stop after the abort grace period)."""
-    from paddock.live.broadcast import broadcast_state
+    it from its next ingest reply; viewers should see it before the state moves, and a
+    resume of a run waiting in queued (paused before it started) should dispatch it."""
+    _publish(Event.RUN_CONTROL_REQUESTED, run_id, desired_state)
 
-    broadcast_state(run_id)  # viewers see the new desired state even before state moves
-    if desired_state == "running":
-        # a resume of a run that waits in queued (paused before it started) dispatches it
-        from paddock.clusters.tasks import run_dispatch
 
-        run_dispatch.delay(run_id)
+# One provider rather than subscribers: a launch asks the clusters app whether its runs can
+# go anywhere (backends advertised, resources placeable), and must not launch unchecked.
+_launch_check: Callable[..., None] | None = None
+
+
+def provide_launch_check(check: Callable[..., None]) -> None:
+    global _launch_check
+    _launch_check = check
+
+
+def launch_check(*, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]) -> None:
+    """Raise DomainError unless the runs, (backend, effective spec) each, can be placed on a
+    cluster the team may use (the one named by `cluster_id`, if any)."""
+    if _launch_check is None:
+        raise RuntimeError("no launch check: paddock.clusters is not an installed app")
+    _launch_check(team_id=team_id, cluster_id=cluster_id, runs=runs)

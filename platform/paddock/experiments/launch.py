@@ -7,10 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 
-from paddock.clusters.models import RayCluster
-from paddock.clusters.placement import never_placeable, run_bundles
 from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments import hooks
 from paddock.experiments.configs import (
@@ -22,10 +19,10 @@ from paddock.experiments.configs import (
     spec_normalize,
 )
 from paddock.experiments.models import ConfigVersion, Experiment, ExperimentTag, Run
+from paddock.experiments.selectors import team_usage
 from paddock.experiments.spec_paths import spec_paths_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
-from paddock.teams.selectors import team_usage
 from paddock.teams.services import audit_record
 
 MAX_SEEDS = 16
@@ -44,7 +41,7 @@ class PlannedRun:
 class LaunchPlan:
     spec: dict
     runs: list[PlannedRun]
-    cluster: RayCluster | None
+    cluster_id: int | None  # None: dispatch picks
 
 
 @dataclass
@@ -59,16 +56,7 @@ class LaunchResult:
         return not self.errors
 
 
-def _visible_clusters(team: Team):
-    return RayCluster.objects.filter(Q(team__isnull=True) | Q(team=team))
-
-
-def _check_backends(
-    *, team: Team, backends: list[str], cluster_id: int | None
-) -> tuple[RayCluster | None, list[RayCluster]]:
-    """The backends must be known, and advertised by the target cluster (or, with none
-    chosen, by at least one cluster the team may use). Returns the chosen cluster (None:
-    dispatch picks) and the clusters a run may go to."""
+def _check_backends_known(backends: list[str]) -> None:
     known = rollout_backends()
     for backend in backends:
         if backend not in known:
@@ -77,56 +65,6 @@ def _check_backends(
                 f"unknown rollout backend '{backend}'; one of {known}",
                 field="backends",
             )
-    clusters = list(_visible_clusters(team))
-    if cluster_id is not None:
-        chosen = next((c for c in clusters if c.pk == cluster_id), None)
-        if chosen is None:
-            raise DomainError(ErrorCode.INVALID, f"no cluster {cluster_id}", field="cluster")
-        clusters = [chosen]
-    if not clusters:
-        raise DomainError(
-            ErrorCode.NO_CLUSTER, "no Ray cluster is registered for this team", field="cluster"
-        )
-    advertised = {b for c in clusters for b in c.backends}
-    missing = [b for b in backends if b not in advertised]
-    if missing:
-        where = f"cluster '{clusters[0].name}'" if cluster_id else "any cluster of the team"
-        raise DomainError(
-            ErrorCode.BACKEND_UNAVAILABLE,
-            f"{', '.join(missing)} not advertised by {where} (it offers "
-            f"{', '.join(sorted(advertised)) or 'none'})",
-            field="backends",
-        )
-    return (clusters[0] if cluster_id is not None else None), clusters
-
-
-def _check_placement(*, clusters: list[RayCluster], runs: list[PlannedRun]) -> None:
-    """Refuse a run that no cluster it may go to could ever place (more GPUs or CPUs than
-    the cluster has, or a bundle bigger than its largest node), naming the setting. A
-    cluster whose resources are not known yet (never probed) is given the benefit of the
-    doubt; what is short only now waits in `queued`, with the reason (dispatch)."""
-    for planned in runs:
-        bundles = run_bundles(planned.spec["resources"])
-        refusals = []
-        for cluster in clusters:
-            if planned.backend not in cluster.backends:
-                continue
-            refusal = never_placeable(
-                bundles=bundles, cluster_name=cluster.name, snapshot=cluster.resources or {},
-                capacity=cluster.capacity or {},
-            )  # fmt: skip
-            if refusal is None:
-                break
-            refusals.append(refusal)
-        else:
-            if refusals:
-                first = refusals[0]
-                others = (
-                    f" (nor can {len(refusals) - 1} other clusters)" if len(refusals) > 1 else ""
-                )
-                raise DomainError(
-                    ErrorCode.UNPLACEABLE, first.message + others, field=f"spec.{first.setting}"
-                )
 
 
 def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
@@ -159,16 +97,20 @@ def _plan(
     backends = list(dict.fromkeys(backends or [normalized["rollout"]["backend"]]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError(ErrorCode.INVALID, f"must be between 1 and {MAX_SEEDS}", field="seeds")
-    cluster, clusters = _check_backends(team=team, backends=backends, cluster_id=cluster_id)
+    _check_backends_known(backends)
     runs = []
     for backend in backends:
         for i in range(seeds):
             seed = normalized["seed"] + i
             run_spec = spec_for_run(spec=normalized, backend=backend, seed=seed)
             runs.append(PlannedRun(backend, seed, run_spec, spec_gpus(run_spec)))
-    _check_placement(clusters=clusters, runs=runs)
+    # the clusters app (above this one) checks the backends and resources against the
+    # clusters the team may use, and the target cluster if one was named
+    hooks.launch_check(
+        team_id=team.pk, cluster_id=cluster_id, runs=[(r.backend, r.spec) for r in runs]
+    )
     _check_quota(team=team, runs=runs)
-    return LaunchPlan(spec=normalized, runs=runs, cluster=cluster)
+    return LaunchPlan(spec=normalized, runs=runs, cluster_id=cluster_id)
 
 
 def experiment_launch(
@@ -229,7 +171,7 @@ def experiment_launch(
                     seed=planned.seed,
                     gpus=planned.gpus,
                     created_by=user,
-                    cluster=plan.cluster,
+                    cluster_id=plan.cluster_id,
                     max_attempts=planned.spec["resources"]["max_attempts"],
                     total_steps=planned.spec["train"]["steps"],
                     queued_reason=QUEUED_REASON,

@@ -241,3 +241,18 @@ class Dataset(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SampleSet(models.Model):
+    """A few prompts of one step with their completions, rewards and advantages, for the
+    sample inspector (not the whole batch)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    step = models.BigIntegerField()
+    dispatch = models.PositiveIntegerField(default=0)
+    items = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "live_sampleset"  # where it was created, in the live app
+        indexes = [models.Index(fields=["run", "step"], name="sampleset_run_step")]

@@ -3,9 +3,8 @@ is not found), each shaped for its list so that a page costs a fixed number of q
 
 from __future__ import annotations
 
-from django.db.models import Count, Max, Prefetch, Q, QuerySet
+from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
-from paddock.clusters.models import RayCluster
 from paddock.core.errors import not_found
 from paddock.experiments.metrics import metric_latest_annotations
 from paddock.experiments.models import (
@@ -16,8 +15,9 @@ from paddock.experiments.models import (
     ExperimentTag,
     Run,
     RunEvent,
+    SampleSet,
 )
-from paddock.live.models import SampleSet
+from paddock.experiments.states import ACTIVE, HOLDING
 from paddock.teams.access import Actor
 from paddock.teams.models import Role
 from workers import names
@@ -188,11 +188,19 @@ def sample_sets_newest(
     return list(SampleSet.objects.filter(id__in=newest).order_by("-step")[:limit])
 
 
-def cluster_list(*, actor: Actor) -> QuerySet[RayCluster]:
-    """Shared clusters and those of the actor's teams."""
-    return RayCluster.objects.filter(Q(team__isnull=True) | Q(team_id__in=actor.team_ids)).order_by(
-        "name"
+def team_usage(*, team_id: int) -> dict:
+    """What the team holds now: active runs (any non-terminal state), runs holding or
+    about to hold a job, and the GPUs those ask for."""
+    row = Run.objects.filter(team_id=team_id, state__in=ACTIVE).aggregate(
+        active=Count("id"),
+        holding=Count("id", filter=Q(state__in=HOLDING)),
+        gpus=Sum("gpus", filter=Q(state__in=HOLDING)),
     )
+    return {
+        "active_runs": row["active"],
+        "running_runs": row["holding"],
+        "gpus_in_use": row["gpus"] or 0.0,
+    }
 
 
 def dataset_list(*, actor: Actor, team_id: int | None = None) -> QuerySet[Dataset]:

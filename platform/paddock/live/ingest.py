@@ -24,6 +24,7 @@ from paddock.experiments.models import (
     IngestBatch,
     Run,
     RunEvent,
+    SampleSet,
 )
 from paddock.experiments.models import RunState as S
 from paddock.experiments.states import (
@@ -46,7 +47,7 @@ from workers.events import (
 from workers.names import REPORTED_STATES, names_check
 
 from .broadcast import broadcast_batch
-from .models import BatchSummary, SampleSet
+from .models import BatchSummary
 
 # The path a job's reported state takes through the state machine from each current state.
 # A job that says "paused" while the run is still `running` (it paused on its own, e.g. a

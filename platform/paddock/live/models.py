@@ -20,17 +20,3 @@ class BatchSummary(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "dispatch", "seq"], name="batchsummary_once")
         ]
-
-
-class SampleSet(models.Model):
-    """A few prompts of one step with their completions, rewards and advantages, for the
-    sample inspector (not the whole batch)."""
-
-    run = models.ForeignKey("experiments.Run", on_delete=models.CASCADE, related_name="+")
-    step = models.BigIntegerField()
-    dispatch = models.PositiveIntegerField(default=0)
-    items = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["run", "step"], name="sampleset_run_step")]

@@ -16,8 +16,9 @@ import time
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from celery.signals import task_failure, task_postrun, task_prerun, worker_ready
+from django.conf import settings  # a lazy object: read on a scrape, not at import
 
-from paddock.monitoring.metrics import CELERY_TASK_FAILURES, CELERY_TASK_LATENCY
+from paddock.monitoring.metrics import CELERY_TASK_FAILURES, CELERY_TASK_LATENCY, scrape
 
 log = logging.getLogger(__name__)
 _started: dict[str, float] = {}  # task id → when it began, in this process
@@ -41,10 +42,6 @@ def _task_failed(sender=None, **_):
 
 
 def _scrape_app(meta, start_response):  # WSGI: `meta` is the request environ
-    from django.conf import settings
-
-    from paddock.monitoring.metrics import scrape
-
     token = settings.PADDOCK_METRICS_TOKEN
     if token:
         scheme, _, given = meta.get("HTTP_AUTHORIZATION", "").partition(" ")

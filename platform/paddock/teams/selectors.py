@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Q, QuerySet
 
 from paddock.core.errors import not_found
 from paddock.teams.access import Actor
@@ -55,24 +55,6 @@ def team_quota_get(*, actor: Actor, team: Team) -> TeamQuota:
     actor.require(team.pk, Role.VIEWER, what="team")
     quota, _ = TeamQuota.objects.get_or_create(team=team)
     return quota
-
-
-def team_usage(*, team_id: int) -> dict:
-    """What the team holds now: active runs (any non-terminal state), runs holding or
-    about to hold a job, and the GPUs those ask for."""
-    from paddock.experiments.models import Run
-    from paddock.experiments.states import ACTIVE, HOLDING
-
-    row = Run.objects.filter(team_id=team_id, state__in=ACTIVE).aggregate(
-        active=Count("id"),
-        holding=Count("id", filter=Q(state__in=HOLDING)),
-        gpus=Sum("gpus", filter=Q(state__in=HOLDING)),
-    )
-    return {
-        "active_runs": row["active"],
-        "running_runs": row["holding"],
-        "gpus_in_use": row["gpus"] or 0.0,
-    }
 
 
 def audit_list(

@@ -6,8 +6,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from paddock.experiments.metrics import metric_points_store
-from paddock.experiments.models import Run
-from paddock.live.models import SampleSet
+from paddock.experiments.models import Run, SampleSet
 from paddock.teams.models import Role
 from paddock.teams.services import api_token_create
 from tests.platform.conftest import launch

@@ -8,8 +8,7 @@ import pytest
 from django.utils import timezone
 
 from paddock.experiments.metrics import LATEST_KEYS, metric_points_store
-from paddock.experiments.models import Run, RunEvent
-from paddock.live.models import SampleSet
+from paddock.experiments.models import Run, RunEvent, SampleSet
 from paddock.live.snapshots import SNAPSHOT_SAMPLES, run_snapshot
 from paddock.teams.models import Role
 

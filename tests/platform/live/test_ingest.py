@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from paddock.experiments.models import IngestBatch, MetricPoint, Run, RunEvent
+from paddock.experiments.models import IngestBatch, MetricPoint, Run, RunEvent, SampleSet
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
-from paddock.live.models import SampleSet
 from paddock.teams.models import Role
 
 pytestmark = pytest.mark.django_db

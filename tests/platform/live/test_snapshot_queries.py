@@ -15,8 +15,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from paddock.experiments.metrics import metric_points_store
-from paddock.experiments.models import MetricPoint, Run, RunEvent
-from paddock.live.models import SampleSet
+from paddock.experiments.models import MetricPoint, Run, RunEvent, SampleSet
 from paddock.live.snapshots import (
     SNAPSHOT_POINTS,
     recent_points,

@@ -6,8 +6,16 @@ import os
 import secrets
 from pathlib import Path
 
+import yaml
 from django.contrib.auth import get_user_model
 from django.db import transaction
+
+from paddock.clusters.models import RayCluster
+from paddock.experiments.launch import experiment_launch
+from paddock.experiments.models import Experiment
+from paddock.ops.doctor import available_backends, engine_versions
+from paddock.teams.access import actor_for
+from paddock.teams.models import Membership, Role, Team, TeamQuota
 
 
 def admin_ensure(*, home: Path, username: str = "admin") -> tuple[object, bool]:
@@ -29,8 +37,6 @@ def admin_ensure(*, home: Path, username: str = "admin") -> tuple[object, bool]:
 
 def demo_team_ensure(*, owner, slug: str = "demo") -> tuple[object, bool]:
     """The demo team, with `owner` as its owner (again, if someone demoted them)."""
-    from paddock.teams.models import Membership, Role, Team, TeamQuota
-
     with transaction.atomic():
         team, created = Team.objects.get_or_create(slug=slug, defaults={"name": "Demo"})
         TeamQuota.objects.get_or_create(team=team)
@@ -48,11 +54,7 @@ def local_cluster_ensure(
     share PADDOCK_HOME (the tiny model's cache) with the platform, and it runs in this
     environment, so it also advertises the engines installed here (vLLM's CPU build after
     `make up`)."""
-    from paddock.clusters.models import RayCluster
-    from paddock.core.doctor import available_backends, engine_versions
-
     wanted = ["torch", *(available_backends(engine_versions()) if embedded else [])]
-
     if not address:
         return None, False
     with transaction.atomic():
@@ -115,12 +117,6 @@ def demo_experiments_ensure(*, owner, team, backends=("torch",)) -> list[object]
     """Launch the demo experiments (DEMOS, each on every one of `backends`) once, so a fresh
     platform shows runs training side by side. Nothing when the team already has
     experiments; returns the experiments launched."""
-    import yaml
-
-    from paddock.experiments.launch import experiment_launch
-    from paddock.experiments.models import Experiment
-    from paddock.teams.access import actor_for
-
     if Experiment.objects.filter(team=team).exists():
         return []
     launched = []

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from paddock.core.bootstrap import (
+from paddock.ops.bootstrap import (
     admin_ensure,
     demo_backends,
     demo_experiments_ensure,

@@ -23,7 +23,7 @@ ENGINES = [
 ]
 _UNLISTED = {m for modules in BACKEND_MODULES.values() for m in modules} - {e[0] for e in ENGINES}
 if _UNLISTED:  # a backend's engine that doctor would not look for
-    raise RuntimeError(f"core/doctor.py: ENGINES lacks {sorted(_UNLISTED)}")
+    raise RuntimeError(f"ops/doctor.py: ENGINES lacks {sorted(_UNLISTED)}")
 
 
 def engine_versions() -> dict[str, dict]:
@@ -47,7 +47,7 @@ def doctor() -> int:
     import django
 
     django.setup()
-    from paddock.core.health import health_report
+    from paddock.ops.health import health_report
 
     report = health_report()["components"]
     engines = engine_versions()

@@ -7,9 +7,14 @@ import time
 import uuid
 from typing import Any
 
+import redis
 from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
+
+from paddock.celery import app
+from paddock.clusters.ray_jobs import cluster_version
 
 Probe = dict[str, Any]
 
@@ -36,8 +41,6 @@ def probe_database() -> Probe:
 
 
 def probe_broker() -> Probe:
-    import redis
-
     def check():
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
         try:
@@ -50,8 +53,6 @@ def probe_broker() -> Probe:
 
 
 def probe_channel_layer() -> Probe:
-    from channels.layers import get_channel_layer
-
     async def roundtrip():
         layer = get_channel_layer()
         channel = await layer.new_channel("healthz.")
@@ -66,8 +67,6 @@ def probe_channel_layer() -> Probe:
 
 
 def probe_celery() -> Probe:
-    from paddock.celery import app
-
     def check():
         replies = app.control.ping(timeout=1.0, limit=1)
         if not replies:
@@ -81,8 +80,6 @@ def probe_ray() -> Probe:
     def check():
         if not settings.RAY_ADDRESS:
             raise RuntimeError("RAY_ADDRESS is not set (the Ray Jobs API address)")
-        from paddock.clusters.ray_jobs import cluster_version
-
         version = cluster_version(address=settings.RAY_ADDRESS)
         return {"address": settings.RAY_ADDRESS, "ray_version": version}
 

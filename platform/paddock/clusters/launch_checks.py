@@ -1,0 +1,81 @@
+"""What a launch is checked against here, in the cluster registry: its backends advertised
+by a cluster the team may use (or the one it named), and its runs' resources placeable by
+one of them, ever. Registered as the experiments app's `launch_check` in
+ClustersConfig.ready() (experiments sits below clusters and does not import it)."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+
+from paddock.core.errors import DomainError, ErrorCode
+
+from .models import RayCluster
+from .placement import never_placeable, run_bundles
+
+
+def launch_check(*, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]) -> None:
+    """`runs`: (backend, effective spec) of each planned run. Raises DomainError."""
+    backends = list(dict.fromkeys(backend for backend, _ in runs))
+    clusters = _check_backends(team_id=team_id, backends=backends, cluster_id=cluster_id)
+    _check_placement(clusters=clusters, runs=runs)
+
+
+def _visible_clusters(team_id: int):
+    return RayCluster.objects.filter(Q(team__isnull=True) | Q(team_id=team_id))
+
+
+def _check_backends(
+    *, team_id: int, backends: list[str], cluster_id: int | None
+) -> list[RayCluster]:
+    """The backends must be advertised by the target cluster (or, with none chosen, by at
+    least one cluster the team may use). Returns the clusters a run may go to."""
+    clusters = list(_visible_clusters(team_id))
+    if cluster_id is not None:
+        chosen = next((c for c in clusters if c.pk == cluster_id), None)
+        if chosen is None:
+            raise DomainError(ErrorCode.INVALID, f"no cluster {cluster_id}", field="cluster")
+        clusters = [chosen]
+    if not clusters:
+        raise DomainError(
+            ErrorCode.NO_CLUSTER, "no Ray cluster is registered for this team", field="cluster"
+        )
+    advertised = {b for c in clusters for b in c.backends}
+    missing = [b for b in backends if b not in advertised]
+    if missing:
+        where = f"cluster '{clusters[0].name}'" if cluster_id else "any cluster of the team"
+        raise DomainError(
+            ErrorCode.BACKEND_UNAVAILABLE,
+            f"{', '.join(missing)} not advertised by {where} (it offers "
+            f"{', '.join(sorted(advertised)) or 'none'})",
+            field="backends",
+        )
+    return clusters
+
+
+def _check_placement(*, clusters: list[RayCluster], runs: list[tuple[str, dict]]) -> None:
+    """Refuse a run that no cluster it may go to could ever place (more GPUs or CPUs than
+    the cluster has, or a bundle bigger than its largest node), naming the setting. A
+    cluster whose resources are not known yet (never probed) is given the benefit of the
+    doubt; what is short only now waits in `queued`, with the reason (dispatch)."""
+    for backend, spec in runs:
+        bundles = run_bundles(spec["resources"])
+        refusals = []
+        for cluster in clusters:
+            if backend not in cluster.backends:
+                continue
+            refusal = never_placeable(
+                bundles=bundles, cluster_name=cluster.name, snapshot=cluster.resources or {},
+                capacity=cluster.capacity or {},
+            )  # fmt: skip
+            if refusal is None:
+                break
+            refusals.append(refusal)
+        else:
+            if refusals:
+                first = refusals[0]
+                others = (
+                    f" (nor can {len(refusals) - 1} other clusters)" if len(refusals) > 1 else ""
+                )
+                raise DomainError(
+                    ErrorCode.UNPLACEABLE, first.message + others, field=f"spec.{first.setting}"
+                )
