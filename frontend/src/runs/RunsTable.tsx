@@ -82,9 +82,9 @@ export function RunsTable({ runs, experiments, rewards, selected, onSelect }: {
               <tr key={run.id} data-run-id={run.id} className={selected.has(run.id) ? "selected" : ""}>
                 <td className="col-check"><input type="checkbox" aria-label={`select run ${run.id}`}
                   checked={selected.has(run.id)} onChange={(e) => onSelect(run.id, e.target.checked)} /></td>
-                <td><Link to={`/runs/${run.id}`} className="run-link">#{run.id}</Link>
-                  <span className="muted small"> seed {run.seed}</span></td>
-                <td className="ellipsis" title={experiment?.description}>
+                <td className="col-run"><Link to={`/runs/${run.id}`} className="run-link">#{run.id}</Link>
+                  <span className="muted small run-seed">seed {run.seed}</span></td>
+                <td className="ellipsis col-experiment" title={experiment?.description}>
                   {experiment?.name ?? run.experiment_name ?? `experiment ${run.experiment}`}
                 </td>
                 <td><StateBadge state={run.state} desired={run.desired_state} /></td>
@@ -94,7 +94,7 @@ export function RunsTable({ runs, experiments, rewards, selected, onSelect }: {
                 <td className="num" data-testid="last-reward">{formatNumber(last)}</td>
                 <td className="col-spark"><Sparkline values={reward?.value ?? []}
                   color={BACKEND_COLOR[run.backend] ?? undefined} /></td>
-                <td>{(experiment?.tags ?? []).map((t) => <span key={t} className="tag">{t}</span>)}</td>
+                <td className="col-tags">{(experiment?.tags ?? []).map((t) => <span key={t} className="tag">{t}</span>)}</td>
                 <td className="muted">{run.created_by?.username ?? "—"}</td>
                 <td className="muted nowrap" title={run.created_at}>{timeAgo(run.created_at)}</td>
               </tr>
