@@ -1,0 +1,62 @@
+"""Input validation and output shapes, one module per domain. No logic: services decide,
+these only translate. The views read them as `serializers.X` through this package."""
+
+# ruff: noqa: F401  (re-exported for the views)
+
+from __future__ import annotations
+
+from .clusters import ClusterSerializer
+from .common import MAX_ID, Description, ErrorSerializer, Id, Name, UserBriefSerializer
+from .experiments import (
+    ChangeSerializer,
+    CloneSerializer,
+    ConfigVersionSerializer,
+    DatasetSerializer,
+    DatasetUploadSerializer,
+    DiffQuerySerializer,
+    DiffSerializer,
+    ExperimentFilterSerializer,
+    ExperimentSerializer,
+    ExperimentUpdateSerializer,
+    LaunchSerializer,
+    PlannedRunSerializer,
+    TagsField,
+    ValidationReportSerializer,
+)
+from .metrics import (
+    MAX_COMPARED_RUNS,
+    MetricsExportQuerySerializer,
+    MetricsQuerySerializer,
+    MultiMetricsQuerySerializer,
+    MultiMetricsSerializer,
+    RunMetricsSerializer,
+    SeriesSerializer,
+)
+from .runs import (
+    CheckpointSerializer,
+    CursorSerializer,
+    RunEventPageSerializer,
+    RunEventQuerySerializer,
+    RunEventSerializer,
+    RunFilterSerializer,
+    RunSerializer,
+    SampleQuerySerializer,
+    SampleSetPageSerializer,
+    SampleSetSerializer,
+)
+from .teams import (
+    AuditEventSerializer,
+    AuditFilterSerializer,
+    MemberAddSerializer,
+    MemberRoleSerializer,
+    MemberSerializer,
+    MeSerializer,
+    QuotaSerializer,
+    QuotaUpdateSerializer,
+    TeamCreateSerializer,
+    TeamSerializer,
+    TeamUpdateSerializer,
+    TokenCreatedSerializer,
+    TokenCreateSerializer,
+    TokenSerializer,
+)

@@ -1,0 +1,137 @@
+"""Experiments, launch and clone, config versions and their diffs, datasets."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from paddock.experiments.configs import rollout_backends
+from paddock.experiments.launch import MAX_SEEDS
+from paddock.experiments.models import (
+    ConfigVersion,
+    Dataset,
+    Experiment,
+)
+from workers import names
+
+from .common import Description, Id, Name, UserBriefSerializer
+
+
+def _backends_field(**kw):
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=rollout_backends()),
+        min_length=1,
+        max_length=len(names.BACKENDS),  # each backend at most once
+        **kw,
+    )
+
+
+class TagsField(serializers.ListField):
+    child = Name(max_length=50)
+
+    def __init__(self, **kw):
+        super().__init__(max_length=20, **kw)
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    tags = serializers.SerializerMethodField()
+    created_by = UserBriefSerializer(allow_null=True)
+    team_slug = serializers.CharField(source="team.slug")
+    run_count = serializers.IntegerField()
+    active_run_count = serializers.IntegerField()
+
+    class Meta:
+        model = Experiment
+        fields = ["id", "team", "team_slug", "name", "description", "tags", "config",
+                  "cloned_from", "created_by", "created_at", "run_count",
+                  "active_run_count"]  # fmt: skip
+
+    def get_tags(self, experiment) -> list[str]:
+        return [t.name for t in experiment.tags.all()]
+
+
+class ExperimentUpdateSerializer(serializers.Serializer):
+    name = Name(max_length=200, required=False)
+    description = Description(max_length=10_000, required=False, allow_blank=True)
+    tags = TagsField(required=False)
+
+
+class LaunchSerializer(serializers.Serializer):
+    team = Id()
+    name = Name(max_length=200)
+    description = Description(max_length=10_000, required=False, default="", allow_blank=True)
+    tags = TagsField(required=False, default=list)
+    spec = serializers.JSONField(help_text="a RunSpec (GET /api/v1/spec/schema)")
+    backends = _backends_field(required=False, help_text="default: the spec's rollout.backend")
+    seeds = serializers.IntegerField(min_value=1, max_value=MAX_SEEDS, default=1)
+    cluster = Id(required=False, allow_null=True)
+    validate_only = serializers.BooleanField(default=False)
+
+
+class CloneSerializer(serializers.Serializer):
+    edits = serializers.DictField(
+        child=serializers.JSONField(), required=False, default=dict,
+        help_text='dotted path → value, e.g. {"algorithm.kl_coef": 0.05}',
+    )  # fmt: skip
+    config = Id(required=False, help_text="clone this version (default: the launched one)")
+    name = Name(max_length=200, required=False, default="")
+    description = Description(max_length=10_000, required=False, allow_blank=True)
+    tags = TagsField(required=False)
+    backends = _backends_field(required=False)
+    seeds = serializers.IntegerField(min_value=1, max_value=MAX_SEEDS, required=False)
+    cluster = Id(required=False, allow_null=True)
+    validate_only = serializers.BooleanField(default=False)
+
+
+class PlannedRunSerializer(serializers.Serializer):
+    backend = serializers.CharField()
+    seed = serializers.IntegerField()
+    gpus = serializers.FloatField()
+
+
+class ValidationReportSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    errors = serializers.ListField(child=serializers.DictField())
+    runs = PlannedRunSerializer(many=True)
+
+
+class ConfigVersionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ConfigVersion
+        fields = ["id", "team", "hash", "parent", "spec", "created_by", "created_at"]
+
+
+class DiffQuerySerializer(serializers.Serializer):
+    a = Id()
+    b = Id()
+
+
+class ChangeSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    a = serializers.JSONField(allow_null=True)
+    b = serializers.JSONField(allow_null=True)
+    only_in = serializers.ChoiceField(choices=["a", "b"], required=False)
+
+
+class DiffSerializer(serializers.Serializer):
+    a = serializers.IntegerField()
+    b = serializers.IntegerField()
+    changes = ChangeSerializer(many=True)
+
+
+class ExperimentFilterSerializer(serializers.Serializer):
+    team = Id(required=False)
+    tag = serializers.CharField(required=False, max_length=50)
+    creator = serializers.CharField(required=False, max_length=150)
+    search = serializers.CharField(required=False, max_length=200)
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Dataset
+        fields = ["id", "team", "name", "sha256", "uri", "size_bytes", "rows", "created_at"]
+
+
+class DatasetUploadSerializer(serializers.Serializer):
+    team = Id()
+    name = Name(max_length=200)
+    file = serializers.FileField()
