@@ -73,13 +73,9 @@ def team_create(*, actor: Actor, name: str, slug: str = "") -> Team:
     Membership.objects.create(team=team, user=actor.user, role=Role.OWNER)
     TeamQuota.objects.create(team=team)
     audit_record(
-        actor=actor,
-        team_id=team.pk,
-        action="team.create",
-        target_type="team",
-        target_id=team.pk,
-        data={"name": name, "slug": slug},
-    )
+        actor=actor, team_id=team.pk, action="team.create", target_type="team",
+        target_id=team.pk, data={"name": name, "slug": slug},
+    )  # fmt: skip
     return team
 
 
@@ -132,13 +128,9 @@ def member_add(*, actor: Actor, team: Team, username: str, role: str) -> Members
             ErrorCode.ALREADY_MEMBER, f"{username} is in the team already", field="username"
         ) from None
     audit_record(
-        actor=actor,
-        team_id=team.pk,
-        action="member.add",
-        target_type="user",
-        target_id=user.pk,
-        data={"username": username, "role": role},
-    )
+        actor=actor, team_id=team.pk, action="member.add", target_type="user",
+        target_id=user.pk, data={"username": username, "role": role},
+    )  # fmt: skip
     return membership
 
 
