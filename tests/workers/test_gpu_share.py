@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch._dynamo.utils import counters
 
 from workers.loop import setup
 from workers.loop.executor import LocalExecutor
@@ -307,3 +308,67 @@ def test_the_decoders_warm_up_leaves_it_empty_and_decoding_the_same(tiny_dir):
         first = decoder.prefill(ids, attn)
         logits.append((first, decoder.step(first.argmax(-1))))
     assert all(torch.equal(a, b) for a, b in zip(*logits, strict=True))
+
+
+def graphs() -> int:
+    return counters["stats"]["unique_graphs"]
+
+
+def samples_of(rows: int, prompt: int, response: int, ragged: bool, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(rows):
+        n = response - (ragged and i % 2)
+        p = prompt + (ragged and i % 3)  # not ragged: every row as long, no padding
+        out.append(TrainSample(torch.randint(3, 30, (p,), generator=g).tolist(),
+                               torch.randint(3, 30, (n,), generator=g).tolist(), [-1.0] * n,
+                               [0] * n, float(i % 3) - 1.0))  # fmt: skip
+    return out
+
+
+def test_after_the_trainers_warm_up_no_train_step_compiles(make_spec, monkeypatch):
+    """The warm-up's shapes cover the guards of a run's steps: after it, train steps and
+    no-grad forwards of other batch sizes and lengths, padded or not, and one-token
+    responses compile nothing (dynamo's guards are the backend's: aot_eager stands in for
+    inductor, which needs a GPU here), and no graph is refused at the recompile limit.
+    KL on, dropout on: every no-grad forward a step can run."""
+    torch._dynamo.reset()
+    # a graph past the limit fails instead of running eager unseen
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
+    lora = {"r": 8, "alpha": 16, "dropout": 0.1}
+    spec = parse_spec(make_spec(lora=lora, algorithm={"num_generations": 4, "kl_coef": 0.05}))
+    policy = LoraPolicy(spec, spec.model.path)
+    policy.compile_layers("aot_eager")
+    assert policy.warm_compiled()
+    warmed = graphs()
+    assert warmed > 0
+    pad = policy.tokenizer.pad_token_id
+    for seed, (rows, prompt, response, ragged) in enumerate(
+        [(16, 9, 12, True), (8, 4, 3, False), (3, 11, 1, False), (1, 2, 7, False), (5, 6, 9, True)]
+    ):
+        samples = samples_of(rows, prompt, response, ragged, seed)
+        policy.train_step(collate(samples, pad))
+        policy._old_logprobs(collate(samples, pad).to(policy.device), False)
+    assert graphs() == warmed
+
+
+def test_after_the_decoders_warm_up_decoding_compiles_nothing(tiny_dir):
+    """The same for the engine's compiled step halves and sampler (aot_eager on the CPU,
+    where the decoder runs its step without CUDA graphs, at the live rows' count)."""
+    torch._dynamo.reset()
+    model = load_spec_model(tiny_dir, parse_spec({"model": {"path": str(tiny_dir)}}),
+                            torch.device("cpu"))  # fmt: skip
+    decoder = StaticDecoder(model, max_batch=32, compile="aot_eager")
+    sampler = torch.compile(draw, backend="aot_eager")
+    _warm_decoder(decoder, sampler, 0.7)
+    warmed = graphs()
+    with torch.no_grad():  # as the backend samples
+        for rows in (3, 12, 20, 2):
+            ids = torch.randint(3, 30, (rows, 5))
+            logits = decoder.prefill(ids, torch.ones_like(ids))
+            for _ in range(2):
+                u = torch.rand(rows, logits.shape[1])
+                tokens, _ = sampler(logits, 0.7, u, torch.arange(rows))
+                logits = decoder.step(tokens)
+            sampler(logits[:1], 0.7)
+    assert graphs() == warmed

@@ -62,19 +62,26 @@ class LoraPolicy:
             checkpoint_layers(self._lm_parts()[0].layers)
         self._compiled = t.compile and self.device.type == "cuda"
         if self._compiled:
-            # Regional compilation: the layers share one forward, so one compiled graph
-            # serves all of them (parameters are its inputs); the logprob head compiles its
-            # per-chunk maths (fused_logprobs.py) and keeps its own matmuls.
-            # dynamic: every step's batch has other lengths (automatic dynamic shapes would
-            # compile each graph twice to find that out)
-            for layer in self._lm_parts()[0].layers:
-                layer.compile(dynamic=True)
+            self.compile_layers()
         self.parallel.prepare(self.model)
         # the strategy may have swapped parameters (FSDP2: for DTensors); the optimizer has
         # no state yet and must hold the new ones
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         (group,) = self.optimizer.param_groups
         group["params"] = self.params
+
+    def compile_layers(self, backend: str = "inductor") -> None:
+        """Regional compilation: the layers share one forward, so one compiled graph serves
+        all of them (parameters are its inputs); the logprob head compiles its per-chunk
+        maths (fused_logprobs.py) and keeps its own matmuls. Dynamic: every step's batch
+        has other lengths (automatic dynamic shapes would compile each graph twice to find
+        that out). The layers' one code object then has up to _LAYER_GRAPHS graphs, more
+        than dynamo's default limit of 8, past which it runs the rest eager."""
+        config = torch._dynamo.config
+        config.recompile_limit = max(config.recompile_limit, _LAYER_GRAPHS)
+        for layer in self._lm_parts()[0].layers:
+            layer.compile(backend=backend, dynamic=True)
+        self._compiled = True
 
     # ---------------------------------------------------------------- forward passes
 
@@ -337,6 +344,13 @@ class LoraPolicy:
 
     def load_optimizer_state(self, state: dict) -> None:
         self.parallel.load_optimizer_state(self.optimizer, state)
+
+
+# The compiled layer's graphs, each its own guards (seen on an H200 with TORCH_LOGS=
+# recompiles): one row (size 1 is specialised), rows with padding, rows without (no
+# attention mask); with grad, each twice (the first layer's input needs no grad, the
+# others' do), and without grad in eval mode and with the adapter off: 3 · (2 + 1 + 1).
+_LAYER_GRAPHS = 12
 
 
 def _warm_batch(rows: int, prompt: int, response: int, ragged: bool, pad_id: int) -> TrainBatch:
