@@ -114,9 +114,7 @@ def test_keep_freezes_and_wait_drains(setup):
 
 def test_missing_engine_names_its_package(make_spec, monkeypatch):
     # Stands for an engine this machine lacks (whether vLLM is installed here varies).
-    monkeypatch.setitem(
-        BACKENDS, "trtllm", ("workers.rollout._no_such_engine", "TrtllmBackend", "tensorrt_llm")
-    )
+    monkeypatch.setitem(BACKENDS, "trtllm", ("workers.rollout._no_such_engine", "TrtllmBackend"))
     spec = parse_spec(make_spec("rollout.backend=trtllm"))
     with pytest.raises(RuntimeError, match="needs the 'tensorrt_llm' package"):
         make_backend(spec, spec.model.path)

@@ -21,6 +21,7 @@ import torch
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
+from workers.rollout.torch_backend import TorchBackend
 
 from .conftest import engine_spec
 
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PROMPTS = ["12+34=", "7+8=", "40+41="]
 # vLLM accepts temperatures up to 2; with the wild adapters of versions >= WILD the tiny model
-# then rarely stops early, so a pause lands mid-generation.
-LONG = SamplingParams(temperature=2.0, max_new_tokens=50)
+# then rarely stops early, so a pause lands mid-generation (160 tokens: the static decoder
+# makes 50 within the 50 ms `generating` waits on a quiet machine).
+LONG = SamplingParams(temperature=2.0, max_new_tokens=160)
 WILD = 4
 LONG_N = {"torch": 48, "vllm": 48, "trtllm": 8}  # samples per prompt of the batches a pause
 # must interrupt (the stand-in decodes one request at a time, without a KV cache: slow)
@@ -122,8 +124,12 @@ def check_shapes(results: list[GroupResult], reqs: list[GroupRequest]) -> None:
             assert all(lp <= 0 for lp in s.logprobs)
 
 
-async def generating(engine, reqs) -> asyncio.Task:
-    """Start a generate call and give it time to get going."""
+async def generating(engine, reqs, monkeypatch) -> asyncio.Task:
+    """Start a generate call and give it time to get going. The torch engines' rows ignore
+    EOS here, so every row runs to its budget: whether a locally built tiny model samples EOS
+    early is its own trajectory, and a batch that stopped early could not be interrupted."""
+    if isinstance(engine, TorchBackend):
+        monkeypatch.setattr(engine, "eos_ids", frozenset())
     task = asyncio.create_task(engine.generate(reqs))
     await asyncio.sleep(0.05)
     assert not task.done(), "generation finished before the test could interrupt it"
@@ -212,10 +218,10 @@ async def test_version_handshake(engine, trainer):
     assert engine.handshakes[-1]["version"] == 3
 
 
-async def test_pause_abort_returns_partials_that_resubmit(engine, trainer):
+async def test_pause_abort_returns_partials_that_resubmit(engine, trainer, monkeypatch):
     await serve(engine, trainer, 4)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="abort")
-    task = await generating(engine, reqs)
+    task = await generating(engine, reqs, monkeypatch)
     await engine.pause("abort")
     results = await task
     check_shapes(results, reqs)
@@ -236,10 +242,10 @@ async def test_pause_abort_returns_partials_that_resubmit(engine, trainer):
     assert err <= 1.01
 
 
-async def test_abort_returns_partials(engine, trainer):
+async def test_abort_returns_partials(engine, trainer, monkeypatch):
     await serve(engine, trainer, 4)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="abort-call")
-    task = await generating(engine, reqs)
+    task = await generating(engine, reqs, monkeypatch)
     partial = await engine.abort()
     results = await task
     assert partial and all(r.aborted for r in partial)
@@ -249,10 +255,10 @@ async def test_abort_returns_partials(engine, trainer):
     assert all(s.done for r in done for s in r.samples)
 
 
-async def test_pause_keep_continues_in_flight_under_the_new_version(engine, trainer):
+async def test_pause_keep_continues_in_flight_under_the_new_version(engine, trainer, monkeypatch):
     await serve(engine, trainer, 5)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="keep")
-    task = await generating(engine, reqs)
+    task = await generating(engine, reqs, monkeypatch)
     await engine.pause("keep")
     await asyncio.sleep(0.2)
     assert not task.done()  # frozen, not ended
@@ -283,10 +289,10 @@ async def test_pause_keep_continues_in_flight_under_the_new_version(engine, trai
     assert sum(diffs) / len(diffs) <= 1.01
 
 
-async def test_pause_wait_lets_in_flight_finish_and_holds_new(engine, trainer):
+async def test_pause_wait_lets_in_flight_finish_and_holds_new(engine, trainer, monkeypatch):
     await serve(engine, trainer, 7)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="wait")
-    task = await generating(engine, reqs)
+    task = await generating(engine, reqs, monkeypatch)
     await engine.pause("wait")
     assert task.done()
     reasons = Counter(s.finish_reason for r in task.result() for s in r.samples)
