@@ -38,6 +38,18 @@ def base_dtype(model: ModelSpec, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+def lora_config(lora: LoraSpec) -> LoraConfig:
+    """The PEFT config of the spec's adapter (unbiased, causal LM), for every trained adapter."""
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
 def load_lora_model(
     model_dir: str | Path,
     lora: LoraSpec,
@@ -51,17 +63,9 @@ def load_lora_model(
     base = AutoModelForCausalLM.from_pretrained(
         str(model_dir), dtype=dtype, trust_remote_code=False
     ).to(device)
-    config = LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = get_peft_model(base, config)
+        model = get_peft_model(base, lora_config(lora))
     return model
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from peft import LoraConfig
 from peft.utils import get_peft_model_state_dict
 
 from ..rollout.adapter_files import peft_config
@@ -38,18 +37,6 @@ from .batch import TrainBatch
 from .policy import LoraPolicy
 
 STATE_FILE = "run_state.json"
-
-
-def _lora_config(spec: RunSpec) -> LoraConfig:
-    lora = spec.lora
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
 
 
 def shared_settings(spec: RunSpec) -> dict[str, object]:
@@ -121,7 +108,7 @@ class MultiLoraTrainer:
         self._names += 1
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
-            self.model.add_adapter(name, _lora_config(spec))
+            self.model.add_adapter(name, lora_io.lora_config(spec.lora))
         index = get_peft_model_state_dict(self.model, adapter_name=name)
         params = [p for n, p in self.model.named_parameters() if f".{name}." in n]
         for p in params:
