@@ -13,11 +13,19 @@ Two promises every backend keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 import torch
 
 PauseMode = Literal["abort", "keep", "wait"]
+
+
+def pause_mode_check(mode: str) -> None:
+    """Refuse a pause mode no engine knows (every backend's `pause` starts with this)."""
+    if mode not in get_args(PauseMode):
+        raise ValueError(f"unknown pause mode {mode!r}; known: {', '.join(get_args(PauseMode))}")
+
+
 FinishReason = Literal["stop", "length", "abort"]
 
 

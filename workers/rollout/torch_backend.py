@@ -24,7 +24,7 @@ import torch
 
 from ..policy import lora as lora_io
 from ..spec import RunSpec
-from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
+from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample, pause_mode_check
 from .eos import eos_token_ids
 from .static_decode import StaticDecoder, supports
 
@@ -99,8 +99,7 @@ class TorchBackend:
         return await asyncio.to_thread(self._load_adapter, update)
 
     async def pause(self, mode: PauseMode) -> None:
-        if mode not in ("abort", "keep", "wait"):
-            raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
+        pause_mode_check(mode)
         if mode == "abort":
             self._abort.set()
         elif mode == "keep":

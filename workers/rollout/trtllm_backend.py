@@ -35,7 +35,15 @@ import torch
 
 from ..spec import RunSpec
 from . import adapter_files
-from .base import AdapterProbe, AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample
+from .base import (
+    AdapterProbe,
+    AdapterUpdate,
+    GroupRequest,
+    GroupResult,
+    PauseMode,
+    Sample,
+    pause_mode_check,
+)
 from .eos import eos_token_ids
 from .gate import RequestGate
 
@@ -181,8 +189,7 @@ class TrtllmBackend:
         return self._version
 
     async def pause(self, mode: PauseMode) -> None:
-        if mode not in ("abort", "keep", "wait"):
-            raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
+        pause_mode_check(mode)
         llm = await self._engine()
         await self._gate.close(mode)
         if mode == "wait":  # the engine has no wait: let what is in flight finish first

@@ -32,7 +32,15 @@ import torch
 
 from ..spec import RunSpec
 from . import adapter_files
-from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, Sample, SamplingParams
+from .base import (
+    AdapterUpdate,
+    GroupRequest,
+    GroupResult,
+    PauseMode,
+    Sample,
+    SamplingParams,
+    pause_mode_check,
+)
 from .eos import eos_token_ids
 from .gate import RequestGate
 
@@ -213,8 +221,7 @@ class VllmBackend:
         await self.engine.update_weight_version(str(update.version))
 
     async def pause(self, mode: PauseMode) -> None:
-        if mode not in ("abort", "keep", "wait"):
-            raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
+        pause_mode_check(mode)
         await self._gate.close(mode)
         if mode == "wait":
             # vLLM's own "wait" drains only the running requests: queued ones (past

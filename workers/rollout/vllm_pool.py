@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..spec import LoraSpec, RunSpec
 from . import adapter_files
-from .base import AdapterUpdate, PauseMode
+from .base import AdapterUpdate, PauseMode, pause_mode_check
 from .pool_engine import LanePool
 from .vllm_backend import VllmBackend, _start_engine
 
@@ -65,8 +65,7 @@ class VllmLane(VllmBackend):
         )
 
     async def pause(self, mode: PauseMode) -> None:
-        if mode not in ("abort", "keep", "wait"):
-            raise ValueError(f"unknown pause mode {mode!r}; known: abort, keep, wait")
+        pause_mode_check(mode)
         await self._gate.close(mode)
         if mode == "wait":
             await self._gate.idle()

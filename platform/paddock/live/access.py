@@ -10,6 +10,7 @@ from urllib.parse import parse_qs
 
 from paddock.core.client_address import scope_client_address
 from paddock.core.errors import DomainError
+from paddock.core.job_doors import bearer_secret
 from paddock.core.ratelimit import auth_failure_record
 from paddock.experiments.models import Experiment, Run
 from paddock.teams.access import Actor, actor_for
@@ -24,8 +25,8 @@ def _query(scope) -> dict[str, str]:
 def scope_actor(scope) -> Actor:
     """The actor of a websocket scope; anonymous (no teams) when nothing authenticates."""
     headers = dict(scope.get("headers") or [])
-    bearer = headers.get(b"authorization", b"").decode("latin-1")
-    raw = _query(scope).get("token") or bearer.partition(" ")[2].strip()
+    bearer = bearer_secret(headers.get(b"authorization", b"").decode("latin-1"))
+    raw = _query(scope).get("token") or bearer
     ip = scope_client_address(scope)
     agent = headers.get(b"user-agent", b"").decode("latin-1")
     if raw:
