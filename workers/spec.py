@@ -729,6 +729,20 @@ class ResourcesSpec(_Section):
         0.36, gt=0, lt=1, description="gpu_share split: the engine's share of the SMs"
     )
     max_attempts: int = Field(3, ge=1, le=100, description="dispatches the control plane may start")
+    pool: str | None = Field(
+        None,
+        pattern=r"^(auto|[a-z0-9][a-z0-9-]{0,39})$",
+        description="share a base-model pool (docs/pools.md): auto packs the run into any "
+        "compatible pool with room (same model path, dtype, backend, cluster) or starts one; "
+        "a name joins or starts that pool; unset: the run has its own job",
+    )
+    pool_weight: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="in a pool: this run's weight in the fair share of generation slots and "
+        "trainer time (equal weights: equal shares)",
+    )
 
 
 class TensorboardLogSpec(_Section):
