@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from peft.utils import get_peft_model_state_dict
 
+from ..pool.key import trainer_key
 from ..rollout.adapter_files import peft_config
 from ..rollout.base import AdapterUpdate
 from ..spec import RunSpec
@@ -37,17 +38,6 @@ from .batch import TrainBatch
 from .policy import LoraPolicy
 
 STATE_FILE = "run_state.json"
-
-
-def shared_settings(spec: RunSpec) -> dict[str, object]:
-    """What every run of one trainer must share: the base model and the host's setup."""
-    return {
-        "model.path": spec.model.path,
-        "model.tiny": spec.model.tiny.model_dump() if spec.model.path is None else None,
-        "model.dtype": spec.model.dtype,
-        "train.activation_checkpointing": spec.train.activation_checkpointing,
-        "train.compile": spec.train.compile,
-    }
 
 
 @dataclass
@@ -97,7 +87,7 @@ class MultiLoraTrainer:
         run's seed draws the A matrices; B starts at zero)."""
         if run_id in self.runs:
             raise ValueError(f"trainer pool: run {run_id!r} is already in the pool")
-        mine, host = shared_settings(spec), shared_settings(self.base_spec)
+        mine, host = trainer_key(spec), trainer_key(self.base_spec)  # the pool key's part
         differ = [k for k in host if mine[k] != host[k]]
         if differ:
             raise ValueError(
