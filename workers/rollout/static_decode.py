@@ -21,6 +21,16 @@ once and replayed without Python:
 - graphs are kept per (batch bucket, attention extent): after finished rows are compacted
   away a smaller graph runs, and attention reads only the cache written so far, rounded up.
 
+Per-row adapters (pools, issue 21): built with `adapters=K`, the decoder holds a slot table
+of K adapters instead of the model's own: per fused linear, A stacked [K, R, in] and B
+[K, out, R] (R: the linears' ranks, each padded with zeros to the pool's rank; the scale
+folded into B), and each batch row carries its slot (`prefill(..., adapters=...)`). Rows of
+different adapters share one step and one CUDA graph; `set_adapter(slot, tensors, scale)`
+is a copy into the slot (graphs read the table, so nothing is recaptured). The LoRA delta is
+a segmented matmul (rows sorted by slot, one grouped GEMM for A and one for B: each row pays
+its own rank only) or, where grouped GEMMs are missing, a gathered one (x·A of every slot,
+masked to the row's own, times every slot's B: K times the rank's work).
+
 Supported: the Llama-style decoders (llama, mistral, qwen2, qwen3: RMSNorm, RoPE, GQA, SwiGLU,
 optional q/k/v bias and per-head q/k norms). `supports(model)` says whether a model is one.
 """
@@ -28,6 +38,7 @@ optional q/k/v bias and per-head q/k norms). `supports(model)` says whether a mo
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +51,13 @@ SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # every step cost up to twice the KV traffic; each multiple is one more graph to capture.
 _EXTENT_STEP = 64
 _MIN_BUCKET = 8
+_LORA_KEY = re.compile(
+    r"layers\.(?P<layer>\d+)\.(?:self_attn|mlp)\.(?P<name>\w+_proj)\.lora_(?P<ab>[AB])\.weight$"
+)
+
+
+def _on(t: Tensor | None, like: Tensor) -> Tensor | None:
+    return None if t is None else t.to(device=like.device, dtype=like.dtype)
 
 
 def supports(model: nn.Module) -> str | None:
@@ -70,9 +88,13 @@ class FusedLinear:
     [tokens, in] matrix, returns their outputs side by side ([tokens, Σ out_i]); `split`
     gives one view per linear."""
 
-    def __init__(self, modules: list[nn.Module]):
-        bases = [m.base_layer if _is_lora(m) else m for m in modules]
-        self.lora = [m for m in modules if _is_lora(m)]  # in the order of `modules`
+    def __init__(self, modules: list[nn.Module], table: tuple[int, int, str] | None = None):
+        """`table`: (slots, rank, kernel) for per-row adapters (a `RowLora` over every linear
+        of the group, the model's own adapter ignored); None folds the model's adapter in."""
+        # PEFT's LoRA wrappers hold the base linear (whatever their adapters are named)
+        bases = [getattr(m, "base_layer", m) for m in modules]
+        # in the order of `modules`
+        self.lora = [m for m in modules if _is_lora(m)] if table is None else []
         ref = bases[0].weight
         outs = [b.out_features for b in bases]
         ranks = [m.lora_A[ADAPTER_NAME].out_features for m in self.lora]
@@ -108,6 +130,7 @@ class FusedLinear:
             at += r
         self.rank = sum(ranks)
         self.b = ref.new_zeros((self.width, self.rank)) if self.rank else None
+        self.rows = None if table is None else RowLora(self.slices, ref, *table)
         self.refresh()
 
     @torch.no_grad()
@@ -117,13 +140,15 @@ class FusedLinear:
             self.weight[a_rows].copy_(m.lora_A[ADAPTER_NAME].weight)
             self.b[out, b_cols].copy_(m.lora_B[ADAPTER_NAME].weight * m.scaling[ADAPTER_NAME])
 
-    @property
-    def params(self) -> tuple:
-        """What `_fused` takes after the input: (weight, bias, B, width)."""
+    def params(self, route: tuple | None = None) -> tuple:
+        """What `_fused` takes after the input: (weight, bias, B, width); with per-row
+        adapters B is (kernel, A table, B table, the step's `route`)."""
+        if self.rows is not None:
+            return self.weight, self.bias, self.rows.lora(route), self.width
         return self.weight, self.bias, self.b, self.width
 
-    def __call__(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
-        return _fused(x, *self.params, residual)
+    def __call__(self, x: Tensor, residual: Tensor | None = None, route=None) -> Tensor:
+        return _fused(x, *self.params(route), residual)
 
     def split(self, y: Tensor) -> list[Tensor]:
         return [y[:, s] for s in self.slices]
@@ -131,8 +156,11 @@ class FusedLinear:
 
 def _fused(x, weight, bias, b, width: int, residual: Tensor | None = None) -> Tensor:
     """A FusedLinear's outputs ([tokens, in] → [tokens, width]) (+ residual): two matmuls
-    whatever the count of linears and adapters."""
+    whatever the count of linears and adapters (per-row adapters: see `_row_delta`)."""
     y = F.linear(x, weight, bias)
+    if isinstance(b, tuple):
+        y = y + _row_delta(x, *b)
+        return y if residual is None else residual + y
     if b is None:
         return y if residual is None else residual + y
     base, xa = y[:, :width], y[:, width:]
@@ -141,15 +169,107 @@ def _fused(x, weight, bias, b, width: int, residual: Tensor | None = None) -> Te
     return (residual + base).addmm_(xa, b.t())
 
 
+LORA_KERNELS = ("segmented", "gathered")
+
+
+class RowLora:
+    """The slot table of one FusedLinear: `a` [slots, R, in], `b` [slots, width, R] with
+    R = rank × the group's linears (linear j's A rows and B columns are block j; B is zero
+    outside each linear's own outputs). A slot's rows and columns past its adapter's rank
+    stay zero, so padding changes no output. The gathered kernel keeps B as [slots, R,
+    width] (one flat matmul); `b` is then a view of it."""
+
+    def __init__(self, slices: list[slice], ref: Tensor, slots: int, rank: int, kernel: str):
+        self.kernel, self.slots, self.rank = kernel, slots, rank
+        self.slices = slices
+        width, n_in, r_all = slices[-1].stop, ref.shape[1], rank * len(slices)
+        self.a = ref.new_zeros((slots, r_all, n_in))
+        if kernel == "gathered":
+            self.bt = ref.new_zeros((slots, r_all, width))
+            self.b = self.bt.transpose(1, 2)
+        else:
+            self.b = ref.new_zeros((slots, width, r_all))
+            self.bt = self.b.transpose(1, 2)  # [slots, R, width], column-major per slot
+
+    @torch.no_grad()
+    def set(self, slot: int, j: int, a: Tensor | None, b: Tensor | None, scale: float) -> None:
+        """Linear j of slot `slot` takes A [r, in] and B [out, r] (× scale); None: zero."""
+        block = slice(j * self.rank, (j + 1) * self.rank)
+        self.a[slot, block].zero_()
+        self.b[slot, self.slices[j], block].zero_()
+        if a is None or b is None:
+            return
+        r = a.shape[0]
+        if r > self.rank or b.shape[1] != r:
+            raise ValueError(f"an adapter of rank {r} does not fit slots of rank {self.rank}")
+        self.a[slot, block][:r].copy_(a)
+        self.b[slot, self.slices[j], block][:, :r].copy_(b * scale)
+
+    def lora(self, route) -> tuple:
+        return (self.kernel, self.a, self.bt, route)
+
+
+def _row_delta(x: Tensor, kernel: str, a: Tensor, bt: Tensor, route) -> Tensor:
+    """Each row's LoRA output under its own slot's adapter: [tokens, in] → [tokens, width].
+    segmented: rows sorted by slot (route = (order, back, ends)), A and B each one grouped
+    GEMM over the slots' runs of rows; gathered: x·A of every slot, masked to the row's own
+    slot (route = its one-hot [tokens, slots]), then one matmul with every slot's B."""
+    slots, r_all = a.shape[0], a.shape[1]
+    if kernel == "segmented":
+        order, back, ends = route
+        xs = x.index_select(0, order)
+        xa = torch._grouped_mm(xs, a.transpose(1, 2), offs=ends)
+        return torch._grouped_mm(xa, bt, offs=ends).index_select(0, back)
+    xa = F.linear(x, a.view(slots * r_all, -1)).view(-1, slots, r_all) * route[:, :, None]
+    return xa.view(-1, slots * r_all) @ bt.reshape(slots * r_all, -1)
+
+
+def _route(kernel: str, slot: Tensor, slots: int, dtype: torch.dtype):
+    """What `_row_delta` needs to send each token to its slot `slot` ([tokens] long), with
+    no host sync (graph-safe): the sort, its inverse and each slot's end offset, or the
+    one-hot mask."""
+    hot = slot[:, None] == torch.arange(slots, device=slot.device)
+    if kernel == "gathered":
+        return hot.to(dtype)
+    order = torch.argsort(slot, stable=True)
+    back = torch.argsort(order)
+    ends = hot.sum(0).cumsum(0).to(torch.int32)
+    return order, back, ends
+
+
+def grouped_mm_works(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch's grouped GEMM (the segmented kernel) runs on this device and dtype."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    try:
+        x = torch.randn(16, 16, device=device).to(dtype)
+        w = torch.randn(2, 16, 8, device=device).to(dtype).transpose(1, 2).contiguous()
+        offs = torch.tensor([5, 16], dtype=torch.int32, device=device)
+        got = torch._grouped_mm(x, w.transpose(1, 2), offs=offs)
+        want = torch.cat([x[:5] @ w[0].t(), x[5:] @ w[1].t()])
+        return bool(torch.allclose(got.float(), want.float(), atol=1e-2, rtol=1e-2))
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+# each fused linear's modules, by their names in a layer (PEFT's file keys name them so)
+_GROUPS = {
+    "qkv": ("self_attn", ("q_proj", "k_proj", "v_proj")),
+    "o": ("self_attn", ("o_proj",)),
+    "gate_up": ("mlp", ("gate_proj", "up_proj")),
+    "down": ("mlp", ("down_proj",)),
+}
+
+
 class _Layer:
-    def __init__(self, layer: nn.Module, n_heads: int, n_kv: int):
-        attn, mlp = layer.self_attn, layer.mlp
+    def __init__(self, layer: nn.Module, n_heads: int, n_kv: int, table=None):
+        attn = layer.self_attn
         self.ln1 = layer.input_layernorm
         self.ln2 = layer.post_attention_layernorm
-        self.qkv = FusedLinear([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.o = FusedLinear([attn.o_proj])
-        self.gate_up = FusedLinear([mlp.gate_proj, mlp.up_proj])
-        self.down = FusedLinear([mlp.down_proj])
+        for name, (part, linears) in _GROUPS.items():
+            parent = getattr(layer, part)
+            modules = [getattr(parent, m) for m in linears]
+            setattr(self, name, FusedLinear(modules, table))
         # qwen3's per-head norms of q and k, as one norm over the q and k heads together:
         # its weight is q_norm's for each q head, then k_norm's for each k head
         self.qk_norm: tuple[Tensor, float] | None = None
@@ -163,14 +283,15 @@ class _Layer:
     def linears(self) -> list[FusedLinear]:
         return [self.qkv, self.o, self.gate_up, self.down]
 
-    def attn_in(self) -> tuple:
-        """The tensors and constants `_attn_in` takes after its inputs."""
-        return self.ln1.weight, self.eps1, self.qkv.params, self.qk_norm
+    def attn_in(self, route=None) -> tuple:
+        """The tensors and constants `_attn_in` takes after its inputs (`route`: the rows'
+        adapter slots, with per-row adapters)."""
+        return self.ln1.weight, self.eps1, self.qkv.params(route), self.qk_norm
 
-    def attn_out_mlp(self) -> tuple:
+    def attn_out_mlp(self, route=None) -> tuple:
         """The tensors and constants `_attn_out_mlp` takes after its inputs."""
-        params = self.o.params, self.ln2.weight, self.eps2, self.gate_up.params
-        return (*params, self.down.params, self.inter)
+        params = self.o.params(route), self.ln2.weight, self.eps2, self.gate_up.params(route)
+        return (*params, self.down.params(route), self.inter)
 
 
 def _eps(norm: nn.Module) -> float:
@@ -244,7 +365,14 @@ class StaticDecoder:
         graphs: bool = True,
         attention: str = "sdpa",
         compile: str | None = None,
+        adapters: int = 0,
+        max_rank: int = 0,
+        lora_kernel: str | None = None,
     ):
+        """`adapters` > 0: per-row adapters in a slot table of that many slots, of rank up
+        to `max_rank` (rounded up to a multiple of 8, for the grouped GEMM's alignment), by
+        `lora_kernel` (segmented where torch's grouped GEMM runs, else gathered); the
+        model's own adapter, if any, is then not used. 0: the model's adapter, folded in."""
         why = supports(model)
         if why is not None:
             raise ValueError(f"static decode does not support this model: {why}")
@@ -254,9 +382,26 @@ class StaticDecoder:
         self.norm = lm.model.norm
         self.rotary = lm.model.rotary_emb
         self.head = FusedLinear([lm.lm_head])
+        if adapters and self.head.lora:
+            raise ValueError("per-row adapters on lm_head are not supported")
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
-        self.layers = [_Layer(layer, self.n_heads, self.n_kv) for layer in lm.model.layers]
+        self.adapters = adapters
+        self.max_rank = -(-max_rank // 8) * 8 if adapters else 0
+        self.lora_kernel = None
+        table = None
+        if adapters:
+            if max_rank < 1:
+                raise ValueError("per-row adapters need max_rank >= 1")
+            ref = lm.model.embed_tokens.weight
+            if lora_kernel is None:
+                fast = grouped_mm_works(ref.device, ref.dtype)
+                lora_kernel = "segmented" if fast else "gathered"
+            if lora_kernel not in LORA_KERNELS:
+                raise ValueError(f"lora_kernel must be one of {LORA_KERNELS}, not {lora_kernel!r}")
+            self.lora_kernel = lora_kernel
+            table = (adapters, self.max_rank, lora_kernel)
+        self.layers = [_Layer(layer, self.n_heads, self.n_kv, table) for layer in lm.model.layers]
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
         self.shape = (self.n_heads, self.n_kv, self.head_dim)
         # compile: a torch.compile backend ("inductor" on a GPU) for the decode step's two
@@ -290,6 +435,8 @@ class StaticDecoder:
         self.pad = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.slot_ids = torch.arange(max_batch, device=self.device)
+        # each row's adapter slot (per-row adapters; rows past the live ones keep a valid 0)
+        self.adapter_of = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         # 1 for a row that advances a step, 0 for a retired one (finished, its slot not yet
         # taken): that row keeps writing at its index 0 instead of walking off the cache
         self.advance = torch.ones(max_batch, dtype=torch.long, device=self.device)
@@ -308,6 +455,29 @@ class StaticDecoder:
             for linear in layer.linears():
                 linear.refresh()
         self.head.refresh()
+
+    @torch.no_grad()
+    def set_adapter(self, slot: int, tensors: dict[str, Tensor] | None, scale: float) -> None:
+        """Copy an adapter (PEFT file keys: `…layers.<i>.<self_attn|mlp>.<name>.lora_A|B
+        .weight`) into slot `slot` of the table, B × `scale` (alpha / r), zero-padded to
+        the table's rank; a linear the adapter does not target gets zeros. None: empty the
+        slot. Rows of other slots are untouched, and graphs need no recapture."""
+        if not self.adapters:
+            raise RuntimeError("this decoder has no slot table (built with adapters=0)")
+        if not 0 <= slot < self.adapters:
+            raise ValueError(f"adapter slot {slot} is outside the table's {self.adapters}")
+        found: dict[tuple[int, str, str], Tensor] = {}
+        for key, value in (tensors or {}).items():
+            m = _LORA_KEY.search(key)
+            if m is None or int(m["layer"]) >= len(self.layers):
+                raise ValueError(f"adapter key {key!r} names no linear of the decoder's layers")
+            found[(int(m["layer"]), m["name"], m["ab"])] = value
+        for i, layer in enumerate(self.layers):
+            for group, (_, names) in _GROUPS.items():
+                rows = getattr(layer, group).rows
+                for j, name in enumerate(names):
+                    a, b = found.get((i, name, "A")), found.get((i, name, "B"))
+                    rows.set(slot, j, _on(a, rows.a), _on(b, rows.a), scale)
 
     def reserve(self, length: int) -> None:
         """Make the cache hold `length` positions a row (grown in steps of _EXTENT_STEP; a
@@ -332,6 +502,7 @@ class StaticDecoder:
         self.rows = 0
         self.t.zero_()
         self.pad.zero_()
+        self.adapter_of.zero_()
         self.advance.fill_(1)
         self.ends = [0] * self.max_batch
         self.retired = set()
@@ -350,14 +521,79 @@ class StaticDecoder:
 
     # ---------------------------------------------------------------- prefill
 
+    def _route(self, slot: Tensor):
+        """The per-row adapters' routing of tokens whose slots are `slot`; None without."""
+        if not self.adapters:
+            return None
+        return _route(self.lora_kernel, slot, self.adapters, self.dtype)
+
+    def _prompt_adapters(self, adapters, u: int) -> Tensor:
+        if adapters is None:
+            return torch.zeros(u, dtype=torch.long, device=self.device)
+        adapters = torch.as_tensor(adapters, dtype=torch.long, device=self.device)
+        if adapters.shape != (u,):
+            raise ValueError(f"{tuple(adapters.shape)} adapter slots for {u} prompts")
+        if (
+            self.adapters
+            and u
+            and not 0 <= int(adapters.min()) <= int(adapters.max()) < self.adapters
+        ):
+            raise ValueError(f"adapter slots must lie in [0, {self.adapters})")
+        return adapters
+
+    def _layers(self, ids: Tensor, attn: Tensor, adapters: Tensor, into=None, fan=None):
+        """The prompts' forward through every layer ([U·W, H] out); with `into`, their
+        keys and values go to those cache rows (row r: prompt fan[r])."""
+        u, width = ids.shape
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [U, W, 1, D]
+        valid = attn.bool()
+        causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+        # a padding query sees itself: finite values (never attended to) instead of NaN
+        mask = (causal & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)
+        mask = mask.unsqueeze(1)  # [U, 1, W, W]
+        x = self.embed(ids).flatten(0, 1)  # [U·W, H]
+        cos, sin = cos.flatten(0, 1), sin.flatten(0, 1)
+        route = self._route(adapters.repeat_interleave(width))
+        for i, layer in enumerate(self.layers):
+            q, k, v = _attn_in(x, cos, sin, *layer.attn_in(route), self.shape)
+            q, k, v = (t.unflatten(0, (u, width)).transpose(1, 2) for t in (q, k, v))
+            if into is not None:
+                self.k[i, :, :, :width].index_copy_(0, into, k[fan])
+                self.v[i, :, :, :width].index_copy_(0, into, v[fan])
+            a = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=self.n_heads != self.n_kv
+            )
+            a = a.transpose(1, 2).flatten(2).flatten(0, 1)
+            x = _attn_out_mlp(a, x, *layer.attn_out_mlp(route))
+        return x
+
+    @torch.no_grad()
+    def score(self, ids: list[int], adapter: int = 0) -> Tensor:
+        """The logits after every token of one sequence ([len, vocab]) under adapter slot
+        `adapter` (the version handshake's probe), leaving the cache and batch as they
+        are. The cache must hold the sequence (`reserve`)."""
+        if len(ids) > self.length:
+            raise RuntimeError(f"a {len(ids)}-token probe exceeds the cache ({self.length})")
+        seq = torch.tensor([ids], device=self.device)
+        x = self._layers(seq, torch.ones_like(seq), self._prompt_adapters([adapter], 1))
+        return self.head(_norm(x, self.norm))
+
     @torch.no_grad()
     def prefill(
-        self, ids: Tensor, attn: Tensor, fan: Tensor | None = None, slots: list[int] | None = None
+        self,
+        ids: Tensor,
+        attn: Tensor,
+        fan: Tensor | None = None,
+        slots: list[int] | None = None,
+        adapters: Tensor | list[int] | None = None,
     ) -> Tensor:
         """ids, attn: [U, W] left-padded prompts and their mask. R rows of the cache take
         them, row r prompt fan[r] (default one row a prompt): the first R rows, replacing
         the batch, or the given `slots` (R batch positions, at most one past the last live
-        row), the other rows keeping their sequences. Returns [R, vocab]."""
+        row), the other rows keeping their sequences. `adapters` ([U]): each prompt's
+        adapter slot, with per-row adapters (default 0); its rows keep it while they
+        decode. Returns [R, vocab]."""
         u, width = ids.shape
         fan = torch.arange(u, device=self.device) if fan is None else fan
         rows = fan.shape[0]
@@ -370,27 +606,11 @@ class StaticDecoder:
             raise ValueError(f"slot {max(slots)} is past the decoder's batch of {self.max_batch}")
         if width >= self.length and self.rows:
             raise RuntimeError("the cache must be reserved before rows are admitted into it")
+        adapters = self._prompt_adapters(adapters, u)
         self.reserve(width + 1)
         into = torch.tensor(slots, device=self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [U, W, 1, D]
-        valid = attn.bool()
-        causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
-        # a padding query sees itself: finite values (never attended to) instead of NaN
-        mask = (causal & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)
-        mask = mask.unsqueeze(1)  # [U, 1, W, W]
-        x = self.embed(ids).flatten(0, 1)  # [U·W, H]
-        cos, sin = cos.flatten(0, 1), sin.flatten(0, 1)
-        for i, layer in enumerate(self.layers):
-            q, k, v = _attn_in(x, cos, sin, *layer.attn_in(), self.shape)
-            q, k, v = (t.unflatten(0, (u, width)).transpose(1, 2) for t in (q, k, v))
-            self.k[i, :, :, :width].index_copy_(0, into, k[fan])
-            self.v[i, :, :, :width].index_copy_(0, into, v[fan])
-            a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=self.n_heads != self.n_kv
-            )
-            a = a.transpose(1, 2).flatten(2).flatten(0, 1)
-            x = _attn_out_mlp(a, x, *layer.attn_out_mlp())
+        x = self._layers(ids, attn, adapters, into, fan)
+        self.adapter_of[into] = adapters[fan]
         self.pad[into] = (attn.shape[1] - attn.sum(-1))[fan]
         self.t[into] = width
         self.advance[into] = 1
@@ -417,8 +637,9 @@ class StaticDecoder:
             bias = bias[:, None]
         group, d = self.n_heads // self.n_kv, self.head_dim
         x = self.embed(self.tokens[:n])  # [n, H]
+        route = self._route(self.adapter_of[:n])  # computed in the graph: rows move
         for i, layer in enumerate(self.layers):
-            q, k, v = self._step_in(x, cos, sin, *layer.attn_in(), self.shape)
+            q, k, v = self._step_in(x, cos, sin, *layer.attn_in(route), self.shape)
             keys, values = self.k[i], self.v[i]
             keys[slot, :, t] = k  # each row's key and value at its own index
             values[slot, :, t] = v
@@ -435,7 +656,7 @@ class StaticDecoder:
                 scores = torch.add(bias, _scores(q, keys.transpose(1, 2)), alpha=self.scale)
                 weights = torch.softmax(scores, dim=-1).to(self.dtype)
                 a = torch.bmm(weights, values)
-            x = self._step_out(a.reshape(n, self.n_heads * d), x, *layer.attn_out_mlp())
+            x = self._step_out(a.reshape(n, self.n_heads * d), x, *layer.attn_out_mlp(route))
         return self.head(_norm(x, self.norm))
 
     @torch.no_grad()
@@ -494,9 +715,10 @@ class StaticDecoder:
         self.pad[:n] = self.pad[keep].clone()
         self.t[:n] = self.t[keep].clone()
         self.advance[:n] = self.advance[keep].clone()
+        self.adapter_of[:n] = self.adapter_of[keep].clone()
         self.ends[:n] = [self.ends[p] for p in kept]
         self.retired = {i for i, p in enumerate(kept) if p in self.retired}
         # rows past the live ones stay harmless: a valid mask, in-bounds writes
-        self.pad[n:], self.t[n:], self.advance[n:] = 0, 0, 1
+        self.pad[n:], self.t[n:], self.advance[n:], self.adapter_of[n:] = 0, 0, 1, 0
         self.ends[n:] = [0] * (self.max_batch - n)
         self.rows = n
