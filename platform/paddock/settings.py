@@ -30,6 +30,8 @@ PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":
 PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300"))
 # a run still `starting` this long after its dispatch fails (its Ray job is stopped)
 PADDOCK_START_TIMEOUT_S = float(os.environ.get("PADDOCK_START_TIMEOUT_S", "900"))
+# runs a new pool hosts at most, unless its cluster declares capacity.pool_runs (docs/pools.md)
+PADDOCK_POOL_CAPACITY = int(os.environ.get("PADDOCK_POOL_CAPACITY", "4"))
 # an aborted run's job has this long to stop on its own before the Jobs API stops it
 PADDOCK_ABORT_GRACE_S = float(os.environ.get("PADDOCK_ABORT_GRACE_S", "30"))
 # the bearer token of a Prometheus scrape of /metrics; unset: loopback, unproxied only

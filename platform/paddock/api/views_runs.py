@@ -14,6 +14,7 @@ from paddock.api.base import ActorViewSet, parse_id, query, request_actor
 from paddock.api.pagination import NewestFirst
 from paddock.api.streaming import streaming_response
 from paddock.api.views_teams import ERRORS
+from paddock.clusters.selectors import run_pool_info
 from paddock.core.errors import DomainError, ErrorCode, not_found
 from paddock.experiments import selectors
 from paddock.experiments.artifacts import CHECKPOINT_PARTS, checkpoint_download
@@ -79,25 +80,29 @@ class RunViewSet(ActorViewSet):
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(s.RunSerializer(page, many=True).data)
 
-    @extend_schema(responses={200: s.RunSerializer, **ERRORS})
+    def _detail(self, run: Run) -> dict:
+        run.pool_info = run_pool_info(run)  # its pool as the run's team may see it
+        return s.RunDetailSerializer(run).data
+
+    @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS})
     def retrieve(self, request, pk=None):
-        return Response(s.RunSerializer(self._run(pk, with_latest=True)).data)
+        return Response(self._detail(self._run(pk, with_latest=True)))
 
     def _control(self, pk, verb: str) -> Response:
         run = RUN_CONTROLS[verb](actor=self.actor, run=self._run(pk))
-        return Response(s.RunSerializer(self._run(run.pk, with_latest=True)).data)
+        return Response(self._detail(self._run(run.pk, with_latest=True)))
 
-    @extend_schema(request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(request=None, responses={200: s.RunDetailSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         return self._control(pk, "pause")
 
-    @extend_schema(request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(request=None, responses={200: s.RunDetailSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         return self._control(pk, "resume")
 
-    @extend_schema(request=None, responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(request=None, responses={200: s.RunDetailSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
     def abort(self, request, pk=None):
         return self._control(pk, "abort")

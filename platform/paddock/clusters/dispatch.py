@@ -34,8 +34,9 @@ from paddock.live.broadcast import broadcast_state
 from paddock.monitoring.metrics import dispatch_started
 from paddock.teams.models import TeamQuota
 
+from . import pools
 from .bootstrap_tokens import bootstrap_token_for
-from .models import RayCluster
+from .models import Pool, RayCluster
 from .placement import never_placeable, run_bundles, snapshot_less, wait_reason
 from .ray_jobs import ClusterUnreachable, cluster_resources, job_submit
 
@@ -63,6 +64,8 @@ class DispatchOrder:
     num_cpus: float
     num_gpus: float
     env: dict[str, str]
+    entrypoint: str = ENTRYPOINT
+    metadata: dict[str, str] | None = None  # what marks the job besides the platform tag
 
 
 def platform_tag() -> str:
@@ -151,7 +154,10 @@ def cluster_pick(*, run: Run) -> tuple[RayCluster | None, str | None]:
     return None, reasons[0]
 
 
-def quota_refusal(*, run: Run) -> str | None:
+def quota_refusal(*, run: Run, gpus: float | None = None) -> str | None:
+    """Why the team's quota holds the run back, or None. `gpus`: what the run will count
+    for (a pooled run: its share of its pool's GPUs), else what it asks for; the team's
+    pooled runs count their shares too."""
     quota, _ = TeamQuota.objects.get_or_create(team_id=run.team_id)
     usage = team_usage(team_id=run.team_id)
     if usage["running_runs"] >= quota.max_concurrent_runs:
@@ -159,10 +165,12 @@ def quota_refusal(*, run: Run) -> str | None:
             f"waiting for a slot: the team runs {usage['running_runs']} of "
             f"{quota.max_concurrent_runs} concurrent runs"
         )
-    if usage["gpus_in_use"] + run.gpus > quota.max_gpus:
+    in_use = usage["gpus_in_use"] + pools.pooled_gpus_correction(team_id=run.team_id)
+    needs = run.gpus if gpus is None else gpus
+    if in_use + needs > quota.max_gpus + 1e-9:
         return (
-            f"waiting for GPUs: the team uses {usage['gpus_in_use']:g} of {quota.max_gpus:g} "
-            f"and this run needs {run.gpus:g}"
+            f"waiting for GPUs: the team uses {in_use:g} of {quota.max_gpus:g} "
+            f"and this run needs {needs:g}"
         )
     return None
 
@@ -217,7 +225,9 @@ def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
         if run is None:
             return None
         if run.state == S.DISPATCHING and run.cluster_id is not None:
-            return _order(run, run.cluster)  # a redelivered task: same dispatch, same id
+            # a redelivered task: same dispatch, same id
+            member = pools.pool_of_run(run)
+            return _order(run, run.cluster) if member is None else _pool_order(member.pool, run)
         if run.state != S.QUEUED:
             return None
         if run.desired_state == "aborted":
@@ -226,6 +236,8 @@ def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
         if run.desired_state == "paused":
             _queue_reason(run, "paused before it started: resume to dispatch it")
             return None
+        if pools.pool_asked(run.config.spec):
+            return _pool_prepare(run)
         reason = quota_refusal(run=run)
         cluster = None
         if reason is None:
@@ -245,18 +257,135 @@ def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
         return _order(run, cluster)
 
 
+# --- pooled runs (pools.py) ------------------------------------------------------------------
+
+
+def _pool_order(pool: Pool, run: Run) -> DispatchOrder:
+    """The order that starts `pool`'s job for the run's dispatch (submitted once per pool
+    dispatch: the members after its founder find the job there, and Ray refuses the
+    duplicate id); the run moves to `starting` once it is submitted."""
+    env = {
+        "PADDOCK_PUBLIC_URL": settings.PADDOCK_PUBLIC_URL,
+        "PADDOCK_POOL_ID": str(pool.pk),
+        "PADDOCK_POOL_DISPATCH": str(pool.dispatch_count),
+        "PADDOCK_BOOTSTRAP_TOKEN": pools.bootstrap_token_for(
+            pool_id=pool.pk, dispatch=pool.dispatch_count
+        ),
+    }
+    if pool.cluster.labels.get("embedded"):
+        env["PADDOCK_HOME"] = str(settings.PADDOCK_HOME)
+    return DispatchOrder(
+        run_id=run.pk, dispatch=run.dispatch_count, submission_id=pool.ray_submission_id,
+        cluster_id=pool.cluster_id, address=pool.cluster.address,
+        num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, env=env,
+        entrypoint=pools.ENTRYPOINT, metadata={"paddock_pool": str(pool.pk)},
+    )  # fmt: skip
+
+
+def _pool_fit(run: Run, asked: str) -> tuple[Pool | None, str | None]:
+    """A live pool the run may join now (locked), or None and why none is joined: a named
+    pool that is full, of another key or on a cluster the run may not use is waited for;
+    with none (or none fitting, for `auto`) a new pool is started (reason None)."""
+    spec = run.config.spec
+    weight = float(spec["resources"].get("pool_weight", 1.0))
+    allowed = {c.pk for c in _candidates(run)}
+    live = Pool.objects.select_for_update().select_related("cluster").filter(state__in=pools.LIVE)
+    if asked != "auto":
+        pool = Pool.objects.select_for_update().select_related("cluster").filter(name=asked).first()
+        if pool is None or pool.state == Pool.State.ENDED:
+            return None, None
+        if pool.state == Pool.State.STOPPING:
+            return None, f"waiting for pool {asked} to stop (no members were left) to restart it"
+        if pool.cluster_id not in allowed:
+            return None, (
+                f"waiting for pool {asked}: it runs on a cluster this run may not use now "
+                f"({pool.cluster.name})"
+            )
+        why = pools.misfit_reason(spec, pool)
+        if why is not None:
+            return None, f"pool {asked} hosts runs of another key: {why}"
+        live = [pool]
+    for pool in live:
+        if pool.cluster_id not in allowed or pools.misfit_reason(spec, pool) is not None:
+            continue
+        count = pools.current_members(pool.pk).count()
+        if count >= pool.capacity:
+            if asked != "auto":
+                return None, f"waiting for room in pool {asked} ({count} of {pool.capacity} runs)"
+            continue
+        refusal = quota_refusal(
+            run=run, gpus=pools.gpus_if_joined(pool, team_id=run.team_id, weight=weight)
+        )
+        if refusal is not None:
+            return None, refusal
+        return pool, None
+    return None, None
+
+
+def _pool_start(run: Run, asked: str) -> tuple[Pool | None, str | None]:
+    """A new pool (or the named pool's next dispatch) on a cluster that can place the run
+    now, with the run's key; or None and why it waits."""
+    reason = quota_refusal(run=run)
+    cluster = None
+    if reason is None:
+        cluster, reason = cluster_pick(run=run)
+    if reason is not None:
+        return None, reason
+    resources = _entrypoint_resources(run.config.spec.get("resources", {}))
+    fields = {
+        "cluster": cluster, "key": pools.key_for(run.config.spec, cluster),
+        "capacity": pools.capacity_of(cluster), "state": Pool.State.STARTING,
+        "bootstrapped_at": None, "token_prefix": "", "token_hashed": "", **resources,
+    }  # fmt: skip
+    pool = Pool.objects.select_for_update().filter(name=asked).first() if asked != "auto" else None
+    if pool is None:
+        pool = Pool.objects.create(name=asked if asked != "auto" else f"new_{run.pk}", **fields)
+        if asked == "auto":
+            pool.name = f"auto_{pool.pk}"  # never a name a spec can ask for (no "_")
+    for name, value in fields.items():
+        setattr(pool, name, value)
+    pool.dispatch_count += 1
+    pool.ray_submission_id = pools.submission_id_for(pool_id=pool.pk, dispatch=pool.dispatch_count)
+    pool.save()
+    log.info("pool %s dispatch %s started for run %s", pool.name, pool.dispatch_count, run.pk)
+    return pool, None
+
+
+def _pool_prepare(run: Run) -> DispatchOrder | None:
+    """Pack the queued run (locked) into a pool: join one that fits, else start one; move
+    the run to `dispatching` under the pool's job. None when it waits (the reason stored)."""
+    asked = pools.pool_asked(run.config.spec)
+    pool, reason = _pool_fit(run, asked)
+    if pool is None and reason is None:
+        pool, reason = _pool_start(run, asked)
+    if pool is None:
+        _queue_reason(run, reason)
+        return None
+    dispatch = run.dispatch_count + 1
+    Run.objects.filter(pk=run.pk).update(
+        dispatch_count=dispatch, attempts=run.attempts + 1, cluster=pool.cluster,
+        ray_submission_id=pool.ray_submission_id,
+    )  # fmt: skip
+    run.refresh_from_db()
+    weight = float(run.config.spec["resources"].get("pool_weight", 1.0))
+    pools.member_join(pool=pool, run=run, dispatch=dispatch, weight=weight)
+    run_transition(run=run, to_state=S.DISPATCHING, dispatch=dispatch, reason=f"pool {pool.name}")
+    return _pool_order(pool, run)
+
+
 def dispatch_submit(order: DispatchOrder) -> bool:
     """Submit the job of `order` (idempotent), then mark the run `starting`."""
     runtime_env = {"py_modules": [str(WORKERS_DIR)], "env_vars": order.env}
     started = job_submit(
         address=order.address,
         submission_id=order.submission_id,
-        entrypoint=ENTRYPOINT,
+        entrypoint=order.entrypoint,
         runtime_env=runtime_env,
         num_cpus=order.num_cpus,
         num_gpus=order.num_gpus,
-        metadata={"paddock_platform": platform_tag(), "paddock_run": str(order.run_id)},
-    )
+        metadata={"paddock_platform": platform_tag(),
+                  **(order.metadata or {"paddock_run": str(order.run_id)})},
+    )  # fmt: skip
     log.info(
         "run %s dispatch %s: %s %s",
         order.run_id, order.dispatch, "submitted" if started else "already submitted",

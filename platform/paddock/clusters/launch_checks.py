@@ -11,10 +11,15 @@ from paddock.core.errors import DomainError, ErrorCode
 
 from .models import RayCluster
 from .placement import never_placeable, run_bundles
+from .pools import pool_asked, unpoolable_reason
 
 
 def launch_check(*, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]) -> None:
     """`runs`: (backend, effective spec) of each planned run. Raises DomainError."""
+    for _, spec in runs:
+        why = unpoolable_reason(spec) if pool_asked(spec) else None
+        if why is not None:
+            raise DomainError(ErrorCode.INVALID, why, field="spec.resources.pool")
     backends = list(dict.fromkeys(backend for backend, _ in runs))
     clusters = _check_backends(team_id=team_id, backends=backends, cluster_id=cluster_id)
     _check_placement(clusters=clusters, runs=runs)

@@ -41,3 +41,57 @@ class BootstrapUse(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "dispatch"], name="bootstrap_once")]
+
+
+class Pool(models.Model):
+    """A pool job: one base model on one cluster hosting the runs of several teams
+    (docs/pools.md). Not team-scoped: what a team may see of it is its own members only.
+    `key` is the pool key (workers/pool/key.py) plus the cluster; a run joins only a pool of
+    its own key. Every start of its Ray job is a dispatch N, submitted as
+    `paddock-pool-<id>-d<N>`; its bootstrap token is derived per (pool, dispatch) like a
+    run's, and the pool token it is exchanged for is stored as a SHA-256 only."""
+
+    class State(models.TextChoices):
+        STARTING = "starting"  # its job was submitted and has not bootstrapped yet
+        RUNNING = "running"  # its job bootstrapped and polls its members
+        STOPPING = "stopping"  # no members were left: its job was told to stop
+        ENDED = "ended"  # its job is gone (stopped, failed, vanished)
+
+    name = models.CharField(max_length=40, unique=True)
+    cluster = models.ForeignKey(RayCluster, on_delete=models.CASCADE, related_name="pools")
+    key = models.JSONField()
+    capacity = models.PositiveIntegerField()
+    # what the pool's job reserves: its founding run's driver resources
+    num_cpus = models.FloatField(default=1)
+    num_gpus = models.FloatField(default=0)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.STARTING)
+    dispatch_count = models.PositiveIntegerField(default=0)
+    ray_submission_id = models.CharField(max_length=100, blank=True)
+    token_prefix = models.CharField(max_length=16, blank=True)
+    token_hashed = models.CharField(max_length=64, blank=True)
+    bootstrapped_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"pool {self.name}"
+
+
+class PoolMember(models.Model):
+    """A run's stay in a pool, for one dispatch of the run: from its join (the dispatch that
+    packed it) to its leave (it finished, failed, or was dispatched again). `weight` is the
+    run's `resources.pool_weight`; its share is its weight over the current members'."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="members")
+    run = models.ForeignKey("experiments.Run", on_delete=models.CASCADE, related_name="+")
+    run_dispatch = models.PositiveIntegerField()
+    weight = models.FloatField(default=1.0)
+    joined_at = models.DateTimeField(auto_now_add=True)
+    left_at = models.DateTimeField(null=True, blank=True)
+    left_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "run_dispatch"], name="pool_member_once")
+        ]
+        indexes = [models.Index(fields=["pool", "left_at"], name="pool_member_current")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from paddock.experiments.hooks import Event, provide_launch_check, subscribe
 
 from .launch_checks import launch_check
+from .pools import members_settle
 from .tasks import run_dispatch
 
 
@@ -19,7 +20,13 @@ def run_control_requested(run_id: int, desired_state: str) -> None:
         run_dispatch.delay(run_id)
 
 
+def run_state_changed(run_id: int, state: str) -> None:
+    # a pooled run that stopped holding its job leaves its pool (audited); a no-op otherwise
+    members_settle(run_id=run_id)
+
+
 def connect() -> None:
     subscribe(Event.RUN_ENQUEUED, run_enqueued)
     subscribe(Event.RUN_CONTROL_REQUESTED, run_control_requested)
+    subscribe(Event.RUN_STATE_CHANGED, run_state_changed)
     provide_launch_check(launch_check)

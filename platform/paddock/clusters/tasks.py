@@ -28,8 +28,9 @@ from .dispatch import (
     platform_tag,
     snapshots_refresh,
 )
-from .models import RayCluster
+from .models import Pool, RayCluster
 from .placement import run_bundles, wait_reason
+from .pools import current_members, is_pool_submission, members_settle
 from .ray_jobs import (
     ClusterUnreachable,
     job_info,
@@ -107,6 +108,18 @@ def _submission(sid: str) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
+def _pool_job_needed(sid: str) -> bool | None:
+    """Whether a pool's job is still needed (its pool's current dispatch, not ended); None
+    when `sid` is not a pool's."""
+    match = re.fullmatch(r"paddock-pool-(\d+)-d(\d+)", sid)
+    if not match:
+        return None
+    pool = Pool.objects.filter(pk=int(match[1])).only("dispatch_count", "state").first()
+    return (
+        pool is not None and pool.dispatch_count == int(match[2]) and pool.state != Pool.State.ENDED
+    )
+
+
 def jobs_left_behind_stop(cluster: RayCluster) -> list[str]:
     """Stop this platform's unfinished Ray jobs that no run needs any more: a run that ended
     (aborted or failed while its job was still pending in Ray, so the stop is queued there
@@ -117,6 +130,12 @@ def jobs_left_behind_stop(cluster: RayCluster) -> list[str]:
     for job in jobs_unfinished(
         address=cluster.address, metadata={"paddock_platform": platform_tag()}
     ):
+        pool_needed = _pool_job_needed(job.submission_id)
+        if pool_needed is not None:
+            if not pool_needed:
+                job_stop(address=cluster.address, submission_id=job.submission_id)
+                stopped.append(job.submission_id)
+            continue
         ids = _submission(job.submission_id)
         if ids is None:
             continue
@@ -136,6 +155,7 @@ def jobs_left_behind_stop(cluster: RayCluster) -> list[str]:
 def run_reconcile() -> dict[str, int]:
     """Compare each run that should have a job with its Ray job, and start what waits."""
     counts = {"checked": 0, "failed": 0, "retried": 0, "stopped": 0, "queued": 0}
+    counts["pools_ended"] = pools_reconcile()
     for run in Run.objects.filter(state__in=WATCHED).select_related("cluster", "config"):
         if run.cluster is None or not run.ray_submission_id:
             if run.state == S.ABORTING:  # its cluster was removed: there is nothing to stop
@@ -215,8 +235,9 @@ def _reconcile_start(run: Run, info, counts: dict[str, int]) -> None:
     address, sid = run.cluster.address, run.ray_submission_id
     waited, deadline = _in_state_s(run), start_timeout_s()
     if waited > deadline:
-        job_stop(address=address, submission_id=sid)
-        counts["stopped"] += 1
+        if not is_pool_submission(sid):  # a pool's job hosts other runs: only this one fails
+            job_stop(address=address, submission_id=sid)
+            counts["stopped"] += 1
         where = run.queued_reason or f"its Ray job {sid} was still {info.status}" + (
             f" ({info.message})" if info.message else ""
         )
@@ -249,6 +270,9 @@ def _reconcile_abort(run: Run, info, counts: dict[str, int]) -> None:
     a running job has PADDOCK_ABORT_GRACE_S to end on its own, is then stopped, and the run is
     aborted at the latest ABORT_STOP_GRACE_S later, whether the job has ended or not."""
     address, sid = run.cluster.address, run.ray_submission_id
+    if is_pool_submission(sid) and info is not None and info.status in ("PENDING", "RUNNING"):
+        _reconcile_pooled_abort(run, info)
+        return
     if info is not None and info.status == "PENDING":
         job_stop(address=address, submission_id=sid)
         counts["stopped"] += 1
@@ -277,3 +301,61 @@ def _reconcile_abort(run: Run, info, counts: dict[str, int]) -> None:
     ):
         return  # let the job's last batch (its own `aborted`) arrive
     run_transition(run=run, to_state=S.ABORTED, reason="the job stopped")
+
+
+def _reconcile_pooled_abort(run: Run, info) -> None:
+    """An aborted member of a live pool job: the job is never stopped for it (it hosts other
+    runs). Its own reporter is told to abort and reports `aborted`; a job that has not
+    placed it yet, or ignores the abort past the grace, has it aborted here, and the pool's
+    next members answer no longer lists it (the job makes it leave)."""
+    if info.status == "RUNNING" and _in_state_s(run) <= abort_grace_s():
+        return
+    where = "had not started" if info.status == "PENDING" else "did not stop within the grace"
+    run_transition(run=run, to_state=S.ABORTED, reason=f"its pool's job {where}; it left the pool")
+
+
+def pools_reconcile() -> int:
+    """End the pools whose job is gone (stopped, failed, finished, vanished; past the grace
+    for a last report) or that have nothing left to host while their job never asked (a
+    job still pending in Ray, whose stop is queued there). Their members' runs are judged
+    by run_reconcile, each like a solo run whose job died (retried from its checkpoint).
+    Returns how many pools ended."""
+    ended = 0
+    for pool in Pool.objects.exclude(state=Pool.State.ENDED).select_related("cluster"):
+        members_settle(pool_id=pool.pk)
+        try:
+            info = job_info(address=pool.cluster.address, submission_id=pool.ray_submission_id)
+        except ClusterUnreachable:
+            continue
+        alive = info is not None and info.status in ("PENDING", "RUNNING")
+        if alive:
+            idle = not _pool_has_members(pool) and (
+                info.status == "PENDING" or pool.state == Pool.State.STOPPING
+            )
+            quiet = (timezone.now() - pool.updated_at).total_seconds() > ABORT_STOP_GRACE_S
+            if not (idle and (info.status == "PENDING" or quiet)):
+                continue
+            job_stop(address=pool.cluster.address, submission_id=pool.ray_submission_id)
+        elif (
+            info is not None
+            and info.end_time_s
+            and time.time() - info.end_time_s < FINAL_REPORT_GRACE_S
+        ):
+            continue
+        what = (
+            "its job was stopped"
+            if alive
+            else ("its job vanished" if info is None else f"its job ended {info.status}")
+        )
+        if (
+            Pool.objects.filter(pk=pool.pk, dispatch_count=pool.dispatch_count)
+            .exclude(state=Pool.State.ENDED)
+            .update(state=Pool.State.ENDED)
+        ):
+            ended += 1
+            log.info("pool %s dispatch %s ended: %s", pool.name, pool.dispatch_count, what)
+    return ended
+
+
+def _pool_has_members(pool: Pool) -> bool:
+    return current_members(pool.pk).exists()

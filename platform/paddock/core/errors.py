@@ -73,6 +73,7 @@ class ErrorCode(StrEnum):
     RUN_FINISHED = "run_finished", 409, "the run has finished"
     RUN_ABORTING = "run_aborting", 409, "the run is being aborted"
     DISPATCH_SUPERSEDED = "dispatch_superseded", 409, "a newer dispatch of the run exists"
+    POOL_ENDED = "pool_ended", 409, "the pool's job has ended; a new pool hosts its runs"
     DATASET_MISSING = "dataset_missing", 409, "the spec names a dataset the team has not uploaded"
     LAST_OWNER = "last_owner", 409, "the team would be left without an owner"
     ALREADY_MEMBER = "already_member", 409, "the user is a member of the team already"

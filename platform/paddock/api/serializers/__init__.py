@@ -32,9 +32,11 @@ from .metrics import (
     RunMetricsSerializer,
     SeriesSerializer,
 )
+from .pools import PoolMemberSerializer, PoolSerializer, RunPoolSerializer
 from .runs import (
     CheckpointSerializer,
     CursorSerializer,
+    RunDetailSerializer,
     RunEventPageSerializer,
     RunEventQuerySerializer,
     RunEventSerializer,

@@ -16,6 +16,7 @@ from paddock.experiments.models import (
 )
 
 from .common import MAX_ID, Id, UserBriefSerializer
+from .pools import RunPoolSerializer
 
 
 class CursorSerializer(serializers.Serializer):
@@ -44,6 +45,16 @@ class RunSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "number"}})
     def get_latest(self, run) -> dict[str, float]:
         return metric_latest_of(run)
+
+
+class RunDetailSerializer(RunSerializer):
+    """One run, with the pool that hosts it (`pool_info`, set by the view: clusters'
+    run_pool_info) or null."""
+
+    pool = RunPoolSerializer(source="pool_info", allow_null=True, read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "pool"]
 
 
 class RunFilterSerializer(serializers.Serializer):

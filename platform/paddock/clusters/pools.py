@@ -1,0 +1,254 @@
+"""Pools on the control plane's side (docs/pools.md): which pool a pooled run joins, its
+members and their shares, the pool's tokens, and what a pool's job is told.
+
+A run that asks for `resources.pool` is packed, at its dispatch, into a pool of its key
+(workers/pool/key.py, plus the cluster) that has room: `auto` into any such pool, a name
+into that pool only; when none fits a new pool is started (dispatch.py). Each member keeps
+its own run, state machine, dispatch number, bootstrap and run token; a membership lasts one
+dispatch of the run and ends when the run stops holding a job (it finished, failed, was
+queued again), which the audit log records with its join.
+
+A member is *current* while its membership is open, its run holds a job (HOLDING) and the
+run's dispatch is the membership's: exactly the runs the pool's job is told to host."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from paddock.core.errors import DomainError, ErrorCode
+from paddock.experiments.models import Run
+from paddock.experiments.states import HOLDING
+from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
+from paddock.teams.services import audit_record
+from workers.pool.key import misfit, pool_key, unpoolable
+from workers.spec import RunSpec
+
+from .bootstrap_tokens import bootstrap_token_for as run_bootstrap_token
+from .models import BootstrapUse, Pool, PoolMember, RayCluster
+
+log = logging.getLogger(__name__)
+ENTRYPOINT = "python -m workers.pool.job"
+POOL_TOKEN_KIND = "pdp"
+BOOTSTRAP_PREFIX = "pdpb_"
+LIVE = (Pool.State.STARTING, Pool.State.RUNNING)  # pools a run may join
+
+
+def submission_id_for(*, pool_id: int, dispatch: int) -> str:
+    return f"paddock-pool-{pool_id}-d{dispatch}"
+
+
+def is_pool_submission(submission_id: str) -> bool:
+    """Whether a run's Ray job is a pool's (it must never be stopped for one member)."""
+    return submission_id.startswith("paddock-pool-")
+
+
+def pool_asked(spec: dict) -> str | None:
+    """The run's `resources.pool` (`auto` or a name), or None for a run of its own."""
+    return (spec.get("resources") or {}).get("pool") or None
+
+
+def capacity_of(cluster: RayCluster) -> int:
+    """How many runs a new pool on `cluster` hosts: the cluster's declared
+    `capacity.pool_runs`, else PADDOCK_POOL_CAPACITY."""
+    declared = (cluster.capacity or {}).get("pool_runs")
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared >= 1:
+        return declared
+    return int(settings.PADDOCK_POOL_CAPACITY)
+
+
+def key_for(spec: dict, cluster: RayCluster) -> dict:
+    return {**pool_key(RunSpec.model_validate(spec)), "cluster": cluster.name}
+
+
+def misfit_reason(spec: dict, pool: Pool) -> str | None:
+    """Why a run of `spec` may not join `pool` (naming the settings that differ), or None."""
+    return misfit(RunSpec.model_validate(spec), pool.key, cluster=pool.key.get("cluster"))
+
+
+def unpoolable_reason(spec: dict) -> str | None:
+    return unpoolable(RunSpec.model_validate(spec))
+
+
+# --- members and shares -------------------------------------------------------------------
+
+
+def current_members(pool_id: int) -> QuerySet[PoolMember]:
+    return (
+        PoolMember.objects.filter(pool_id=pool_id, left_at__isnull=True, run__state__in=HOLDING)
+        .filter(run__dispatch_count=F("run_dispatch"))
+        .select_related("run")
+        .order_by("id")
+    )
+
+
+def shares(members: list[PoolMember]) -> dict[int, float]:
+    """Each member run's share of the pool: its weight over the members' total weight."""
+    total = sum(m.weight for m in members)
+    return {m.run_id: (m.weight / total if total > 0 else 0.0) for m in members}
+
+
+def member_join(*, pool: Pool, run: Run, dispatch: int, weight: float) -> PoolMember:
+    member = PoolMember.objects.create(pool=pool, run=run, run_dispatch=dispatch, weight=weight)
+    audit_record(
+        actor=None, team_id=run.team_id, action="pool.join", target_type="run",
+        target_id=run.pk, data={"pool": pool.name, "pool_id": pool.pk, "dispatch": dispatch},
+    )  # fmt: skip
+    return member
+
+
+def members_settle(*, run_id: int | None = None, pool_id: int | None = None) -> int:
+    """Close the open memberships (of one run, or of one pool) whose run no longer holds
+    the job of that dispatch, each with an audit `pool.leave`. Returns how many closed."""
+    open_ = PoolMember.objects.filter(left_at__isnull=True).select_related("run", "pool")
+    if run_id is not None:
+        open_ = open_.filter(run_id=run_id)
+    if pool_id is not None:
+        open_ = open_.filter(pool_id=pool_id)
+    closed = 0
+    for member in open_:
+        run = member.run
+        if run.state in HOLDING and run.dispatch_count == member.run_dispatch:
+            continue
+        why = (
+            f"the run was dispatched again (dispatch {run.dispatch_count})"
+            if run.dispatch_count != member.run_dispatch
+            else f"the run is {run.state}"
+        )
+        if not PoolMember.objects.filter(pk=member.pk, left_at__isnull=True).update(
+            left_at=timezone.now(), left_reason=why[:200]
+        ):
+            continue  # another caller closed it meanwhile
+        closed += 1
+        audit_record(
+            actor=None, team_id=run.team_id, action="pool.leave", target_type="run",
+            target_id=run.pk,
+            data={"pool": member.pool.name, "pool_id": member.pool_id,
+                  "dispatch": member.run_dispatch, "reason": why},
+        )  # fmt: skip
+    return closed
+
+
+def pooled_gpus_correction(*, team_id: int) -> float:
+    """What to add to the team's GPUs in use (the sum of its holding runs' own asks) so
+    that each pooled run counts as its share of its pool's GPUs instead."""
+    correction = 0.0
+    mine = PoolMember.objects.filter(
+        left_at__isnull=True, run__team_id=team_id, run__state__in=HOLDING
+    ).values_list("pool_id", flat=True)
+    for pool_id in set(mine):
+        pool = Pool.objects.get(pk=pool_id)
+        members = list(current_members(pool_id))
+        for run_id, share in shares(members).items():
+            run = next(m.run for m in members if m.run_id == run_id)
+            if run.team_id == team_id:
+                correction += share * pool.num_gpus - run.gpus
+    return correction
+
+
+def gpus_if_joined(pool: Pool, *, team_id: int, weight: float) -> float:
+    """How much the team's GPUs in use grow when its run of `weight` joins `pool`: the run's
+    share, less what the team's members there give up (each share shrinks)."""
+    members = list(current_members(pool.pk))
+    total = sum(m.weight for m in members)
+    mine = sum(m.weight for m in members if m.run.team_id == team_id)
+    before = pool.num_gpus * mine / total if total > 0 else 0.0
+    return pool.num_gpus * (mine + weight) / (total + weight) - before
+
+
+def pool_of_run(run: Run) -> PoolMember | None:
+    """The run's membership of its current dispatch, if it is (or was) pooled."""
+    return (
+        PoolMember.objects.filter(run_id=run.pk, run_dispatch=run.dispatch_count)
+        .select_related("pool")
+        .first()
+    )
+
+
+# --- the pool job's doors -------------------------------------------------------------------
+
+
+def bootstrap_token_for(*, pool_id: int, dispatch: int) -> str:
+    """Derived, not stored (as a run's: dispatch.py hands the same token to a resubmitted
+    job): good once, for its own (pool, dispatch)."""
+    mac = hmac.new(
+        settings.SECRET_KEY.encode(), f"pool-bootstrap:{pool_id}:{dispatch}".encode(),
+        hashlib.sha256,
+    )  # fmt: skip
+    return BOOTSTRAP_PREFIX + mac.hexdigest()
+
+
+def _pool_for_job(pool_id: int, dispatch: int) -> Pool:
+    pool = Pool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise DomainError(ErrorCode.TOKEN_INVALID, "unknown pool token")
+    if pool.dispatch_count != dispatch:
+        raise DomainError(ErrorCode.DISPATCH_SUPERSEDED, "this pool dispatch is no longer current")
+    if pool.state == Pool.State.ENDED:
+        raise DomainError(ErrorCode.POOL_ENDED, f"pool {pool.name} has ended")
+    return pool
+
+
+def pool_bootstrap(*, pool_id: int, dispatch: int, raw: str) -> dict:
+    """Spend the pool's bootstrap token: mint the pool token (its hash stored) and return it
+    with the pool's capacity and key."""
+    if not hmac.compare_digest(bootstrap_token_for(pool_id=pool_id, dispatch=dispatch), raw):
+        raise DomainError(ErrorCode.TOKEN_INVALID, "unknown bootstrap token")
+    with transaction.atomic():
+        pool = _pool_for_job(pool_id, dispatch)
+        new = secret_new(POOL_TOKEN_KIND)
+        taken = Pool.objects.filter(
+            pk=pool.pk, dispatch_count=dispatch, bootstrapped_at__isnull=True
+        ).update(
+            token_prefix=new.prefix, token_hashed=new.hashed, bootstrapped_at=timezone.now(),
+            state=Pool.State.RUNNING if pool.state == Pool.State.STARTING else pool.state,
+        )  # fmt: skip
+        if not taken:
+            raise DomainError(ErrorCode.TOKEN_SPENT, "this bootstrap token was already used")
+    return {"token": new.raw, "capacity": pool.capacity, "key": pool.key}
+
+
+def pool_members(*, pool_id: int, dispatch: int, raw: str) -> dict:
+    """What the pool's job hosts now: its current members (a new one with its run's
+    one-time bootstrap token), and `stop` once it has none left (the pool then takes no
+    new member: the next run of its key starts another pool)."""
+    prefix = secret_prefix(raw, POOL_TOKEN_KIND)
+    pool = Pool.objects.filter(pk=pool_id).first()
+    if (
+        prefix is None
+        or pool is None
+        or pool.token_prefix != prefix
+        or not secret_matches(raw, pool.token_hashed)
+    ):
+        raise DomainError(ErrorCode.TOKEN_INVALID, "unknown pool token")
+    members_settle(pool_id=pool_id)
+    with transaction.atomic():
+        Pool.objects.select_for_update().filter(pk=pool_id).first()  # packing waits on it
+        pool = _pool_for_job(pool_id, dispatch)
+        members = list(current_members(pool_id))
+        if not members and pool.state != Pool.State.STOPPING:
+            Pool.objects.filter(pk=pool_id).update(state=Pool.State.STOPPING)
+            log.info("pool %s has no members left: its job is told to stop", pool.name)
+    spent = set(
+        BootstrapUse.objects.filter(run_id__in=[m.run_id for m in members]).values_list(
+            "run_id", "dispatch"
+        )
+    )
+    rows = [
+        {
+            "run_id": m.run_id,
+            "dispatch": m.run_dispatch,
+            "bootstrap_token": None
+            if (m.run_id, m.run_dispatch) in spent
+            else run_bootstrap_token(run_id=m.run_id, dispatch=m.run_dispatch),
+            "weight": m.weight,
+        }
+        for m in members
+    ]
+    return {"members": rows, "stop": not rows}
