@@ -13,7 +13,7 @@ import re
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from paddock.clusters.models import RayCluster
+from paddock.clusters.models import Pool, PoolMember, RayCluster
 from paddock.experiments.models import Experiment, Run
 from paddock.live.routing import websocket_urlpatterns
 from paddock.teams.models import ApiToken, Membership, Role, Team
@@ -25,9 +25,10 @@ NOBODY = 987654321  # an id no row has
 METHODS = ["get", "post", "put", "patch", "delete"]
 # which object a URL parameter names, by the route's first segment for DRF's `pk`
 PK_OF = {"teams": "team", "experiments": "experiment", "configs": "config", "runs": "run",
-         "clusters": "cluster"}  # fmt: skip
+         "clusters": "cluster", "pools": "pool"}  # fmt: skip
 PARAM_OF = {"run_id": "run", "user_id": "user", "token_id": "token",
-            "checkpoint_id": "checkpoint", "experiment_id": "experiment"}  # fmt: skip
+            "checkpoint_id": "checkpoint", "experiment_id": "experiment",
+            "pool_id": "pool"}  # fmt: skip
 # every reference a query string or a body could carry, pointed at B's objects
 QUERY = "team={team}&experiment={experiment}&run={run}&runs={run}&a={config}&b={config}&keys=x"
 FIELD = re.compile(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>")
@@ -82,6 +83,15 @@ def _b_state(team_b) -> tuple:
     )
 
 
+def _pool_hosting(run_id: int) -> int:
+    """A pool whose one member is the run (pools are not team-scoped: A must not find it)."""
+    run = Run.objects.get(pk=run_id)
+    pool = Pool.objects.create(name="b-pool", cluster=RayCluster.objects.create(
+        name="b-pool-cluster", address="http://127.0.0.1:1"), key={}, capacity=4)  # fmt: skip
+    PoolMember.objects.create(pool=pool, run=run, run_dispatch=run.dispatch_count)
+    return pool.pk
+
+
 def test_the_probe_covers_every_api_route():
     # the walk found the routes (a resolver change that hid them would make the probe vacuous)
     assert len(API_ROUTES) >= 25
@@ -100,6 +110,7 @@ def test_team_a_learns_nothing_of_team_b_by_id(world, team_b, client_as, auth):
     kinds = ("team", "experiment", "config", "run", "user", "token", "checkpoint", "dataset",
              "cluster")  # fmt: skip
     b_ids = {k: getattr(team_b, k) for k in kinds}
+    b_ids["pool"] = _pool_hosting(team_b.run)
     none_ids = dict.fromkeys(b_ids, NOBODY)
     probed = 0
     for route in API_ROUTES:

@@ -101,9 +101,11 @@ def test_membership_lifecycle_from_join_to_leave_is_audited(world, client_as):
     member = PoolMember.objects.get(run=run)
     assert member.left_at is not None and member.left_reason == "the run is succeeded"
     assert [m.run_id for m in current_members(pool.pk)] == [mate.pk]
-    audit = AuditEvent.objects.filter(target_id=str(run.pk), action__startswith="pool.").order_by("id")
-    assert [(e.action, e.team_id, e.data["pool"]) for e in audit] == [
-        ("pool.join", world.team_a.pk, pool.name), ("pool.leave", world.team_a.pk, pool.name)]  # fmt: skip
+    audit = AuditEvent.objects.filter(target_id=str(run.pk), action__startswith="pool.")
+    assert [(e.action, e.team_id, e.data["pool"]) for e in audit.order_by("id")] == [
+        ("pool.join", world.team_a.pk, pool.name),
+        ("pool.leave", world.team_a.pk, pool.name),
+    ]
     assert members_settle(run_id=run.pk) == 0  # closed once
 
 
