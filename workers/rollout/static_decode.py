@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..policy.lora import ADAPTER_NAME
+from . import kv_budget
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # Attention reads the cache in multiples of this many positions: reading the whole cache
@@ -484,8 +485,13 @@ class StaticDecoder:
         new cache means new graphs, so it only ever grows)."""
         if length <= self.length:
             return
-        self.length = -(-length // _EXTENT_STEP) * _EXTENT_STEP
-        shape = (len(self.layers), self.max_batch, self.n_kv, self.length, self.head_dim)
+        length = -(-length // _EXTENT_STEP) * _EXTENT_STEP
+        shape = (len(self.layers), self.max_batch, self.n_kv, length, self.head_dim)
+        old = getattr(self, "k", None)  # freed before the new one: its bytes count as free
+        held = 0 if old is None else 2 * old.numel() * old.element_size()
+        # refuses a cache that would not fit beside the trainer's headroom (kv_budget.py)
+        kv_budget.check(self.device, kv_budget.CacheShape(*shape, self.dtype.itemsize), held)
+        self.length = length
         self.k = self.v = None  # free the old cache before allocating the new one
         self._graphs.clear()
         self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
