@@ -28,7 +28,7 @@ from cpu_step import build_model  # run as a script: bench/ is on sys.path
 from workers.loop.version_check import AdapterHistory, stale_token_sums
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
-from workers.rollout.torch_backend import TorchBackend
+from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 
 PROMPTS = ["12+34=", "7+8=", "40+41=", "3+99=", "55+5=", "1+1=", "23+32=", "9+90="]

@@ -34,7 +34,7 @@ def part_longtail(model_dir: Path, args, out: Path) -> dict:
     import random
 
     from workers.rollout import AdapterUpdate, GroupRequest, Sample, SamplingParams
-    from workers.rollout.torch_backend import TorchBackend
+    from workers.rollout.torch_engine import TorchBackend
     from workers.spec import parse_spec
 
     groups, n, cap = args.batch // args.group, args.group, args.new_tokens

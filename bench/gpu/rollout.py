@@ -62,7 +62,7 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     from workers.loop.executor import LocalExecutor
     from workers.policy import LoraPolicy
     from workers.rollout import AdapterUpdate
-    from workers.rollout.torch_backend import TorchBackend
+    from workers.rollout.torch_engine import TorchBackend
     from workers.spec import parse_spec
 
     vocab, groups, n = args.vocab, args.batch // args.group, args.group

@@ -25,7 +25,7 @@ def part_sync(model_dir: Path, args, out: Path) -> dict:
     from workers.policy import LoraPolicy
     from workers.rollout import AdapterUpdate
     from workers.rollout.process_backend import ProcessBackend
-    from workers.rollout.torch_backend import TorchBackend
+    from workers.rollout.torch_engine import TorchBackend
     from workers.spec import parse_spec
 
     spec = parse_spec(base_spec(model_dir))

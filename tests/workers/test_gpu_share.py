@@ -34,7 +34,7 @@ from workers.policy import LoraPolicy, TrainSample
 from workers.policy.batch import collate
 from workers.policy.lora import load_spec_model
 from workers.rollout.static_decode import StaticDecoder
-from workers.rollout.torch_backend import TorchBackend, draw
+from workers.rollout.torch_engine import TorchBackend, draw
 from workers.spec import RunSpec, parse_spec, spec_errors
 from workers.train import train
 

@@ -253,7 +253,7 @@ def warm_before_overlap(spec, policy: LoraPolicy, backend, share: GpuShare | Non
     decoder = getattr(backend, "decoder", None)
     if decoder is not None and decoder.compiled and decoder.device.type == "cuda":
         with _on(share.engine if share is not None else None):
-            _warm_decoder(decoder, backend._draw, spec.rollout.temperature)
+            _warm_decoder(decoder, backend.draw, spec.rollout.temperature)
         warmed = True
     if warmed and share is not None:  # a green context's stream: wait on it by name
         share.trainer.synchronize()

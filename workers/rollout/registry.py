@@ -15,7 +15,7 @@ from .base import RolloutBackend
 
 # name → (module, class)
 BACKENDS: dict[str, tuple[str, str]] = {
-    "torch": ("workers.rollout.torch_backend", "TorchBackend"),
+    "torch": ("workers.rollout.torch_engine", "TorchBackend"),
     "vllm": ("workers.rollout.vllm_backend", "VllmBackend"),
     "trtllm": ("workers.rollout.trtllm_backend", "TrtllmBackend"),
 }

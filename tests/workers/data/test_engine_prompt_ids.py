@@ -15,7 +15,7 @@ from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy
 from workers.policy.lora import load_tokenizer
 from workers.rollout.base import GroupRequest, SamplingParams
-from workers.rollout.torch_backend import TorchBackend
+from workers.rollout.torch_engine import TorchBackend, sources
 
 from ..rollout.conftest import engine_spec
 
@@ -57,18 +57,20 @@ def expected(chat_tiny_dir: Path) -> list[list[int]]:
     return ids
 
 
-async def test_torch_backend_decodes_after_the_data_modules_ids(chat_tiny_dir, adapter, expected):
+async def test_torch_backend_decodes_after_the_data_modules_ids(
+    chat_tiny_dir, adapter, expected, monkeypatch
+):
     engine = TorchBackend(engine_spec(chat_tiny_dir, "torch"), chat_tiny_dir)
     seen: list[list[int]] = []
-    batch = engine._prompts  # where the engine turns its rows' prompts into one tensor
+    batch = sources.shared_prompts  # where the engine turns its rows' prompts into one tensor
 
-    def record(row_prompts):
+    def record(row_prompts, *args):
         seen.extend(list(p) for p in row_prompts)
-        return batch(row_prompts)
+        return batch(row_prompts, *args)
 
     try:
         await _serve(engine, adapter)
-        engine._prompts = record
+        monkeypatch.setattr(sources, "shared_prompts", record)
         results = await _generate(engine, expected)
     finally:
         await engine.close()

@@ -22,7 +22,7 @@ import torch
 
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams
-from workers.rollout.torch_backend import TorchBackend
+from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 
 pytestmark = pytest.mark.gpu

@@ -18,7 +18,7 @@ from workers.grpo import token_mult_prob_error
 from workers.policy import LoraPolicy, TrainSample, chunked_token_logprobs, collate, fused_logprobs
 from workers.policy.fused_logprobs import fused_token_logprobs
 from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams
-from workers.rollout.torch_backend import TorchBackend
+from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 
 from .small_qwen3 import build_small_qwen3

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from workers.rollout.torch_backend import TorchBackend
+from workers.rollout.torch_engine import TorchBackend
 from workers.spec import RunSpec, parse_spec
 
 from . import trtllm_standin

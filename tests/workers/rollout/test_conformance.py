@@ -21,7 +21,7 @@ import torch
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
-from workers.rollout.torch_backend import TorchBackend
+from workers.rollout.torch_engine import TorchBackend
 
 from .conftest import engine_spec
 

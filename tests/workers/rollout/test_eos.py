@@ -25,7 +25,7 @@ from transformers import AutoTokenizer
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import GroupRequest, Sample, SamplingParams
-from workers.rollout.torch_backend import TorchBackend
+from workers.rollout.torch_engine import TorchBackend
 
 from . import trtllm_standin
 from .conftest import engine_spec
