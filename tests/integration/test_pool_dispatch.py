@@ -20,14 +20,14 @@ from paddock.experiments.launch import experiment_launch
 from paddock.experiments.models import Run
 from paddock.teams.models import Role
 from tests.conftest import wait_for
-from tests.platform.conftest import TINY_SPEC, quiet_hooks, world  # noqa: F401 (fixtures)
+from tests.platform.conftest import TINY_SPEC, quiet_hooks, world  # noqa: F401  (fixtures, shared)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("quiet_hooks")]
 
 SLEEPER = f"{sys.executable} -c 'import time; time.sleep(120)'"
 
 
-def _launch(world, n):
+def _launch(world, n):  # noqa: F811
     actor = world.actor(world.users_a[Role.MEMBER])
     spec = {**TINY_SPEC, "resources": {"pool": "auto"}}
     result = experiment_launch(actor=actor, team=world.team_a, name="pooled", spec=spec, seeds=n)
@@ -40,7 +40,10 @@ def _status(address, sid):
 
 
 def test_a_pool_job_survives_a_members_abort_and_its_death_retries_every_member(
-    world, ray_head, monkeypatch, settings
+    world,  # noqa: F811
+    ray_head,
+    monkeypatch,
+    settings,
 ):
     address = ray_head["jobs_address"]
     RayCluster.objects.filter(pk=world.cluster.pk).update(address=address, resources={})
