@@ -42,6 +42,12 @@ DESIRED_STATES: tuple[DesiredState, ...] = get_args(DesiredState)
 REPORTED_STATES: tuple[ReportedState, ...] = get_args(ReportedState)
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 
+# The metrics a pooled run reports besides a solo run's (docs/pools.md): its fraction of the
+# trainer's time and of the engine's generation turns since its last step, and how long its
+# last batch waited for each.
+PoolMetric = Literal["pool/share", "pool/wait_s", "pool/gen_share", "pool/gen_wait_s"]
+POOL_METRICS: tuple[PoolMetric, ...] = get_args(PoolMetric)
+
 # The Python modules each backend's engine needs, the first one its own: what `paddock doctor`
 # looks for and what a job whose engine is missing names.
 BACKEND_MODULES: dict[Backend, tuple[str, ...]] = {

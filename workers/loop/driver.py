@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from .types import RunState, ScoredGroup
 
 @dataclass
 class Outcome:
-    state: str  # succeeded | paused | aborted
+    state: str  # succeeded | paused | aborted | left (a pooled run evicted: no final status)
     step: int
     adapter_version: int
     checkpoint: Path | None = None
@@ -56,12 +57,16 @@ class Driver:
         control: ControlSource,
         checkpoint_dir: Path,
         resumed: bool = False,
+        leave: Callable[[], bool] | None = None,
     ):
         self.spec, self.executor, self.rollout = spec, executor, rollout
         self.backend: RolloutBackend = rollout.backend
         self.buffer, self.state, self.emitter, self.control = buffer, state, emitter, control
         self.checkpoint_dir = checkpoint_dir
         self.resumed = resumed
+        # a pooled run told to leave its pool (workers/pool/): checkpoint and stop without a
+        # final status, the control plane having decided the run's state
+        self.leave = leave or (lambda: False)
         self.is_async = spec.async_.enabled
         self.max_staleness = spec.async_.max_staleness if self.is_async else 0
         self.watch = StepWatch(state.step)
@@ -85,6 +90,8 @@ class Driver:
         if self.is_async:
             self.producer.start(self.state.step, steps)
         while self.state.step < steps:
+            if self.leave():
+                return await self._leave()
             desired = self.control.desired_state()
             if desired == "aborted":
                 return await self._abort()
@@ -276,6 +283,8 @@ class Driver:
         if self.spec.resources.release_on_pause:
             return Outcome("paused", self.state.step, self.state.adapter_version, ckpt)
         while (desired := self.control.desired_state()) == "paused":
+            if self.leave():  # checkpointed above
+                return Outcome("left", self.state.step, self.state.adapter_version, ckpt)
             await asyncio.sleep(0.05)
         if desired == "aborted":
             return await self._abort()
@@ -284,6 +293,12 @@ class Driver:
         if self.is_async:
             self.producer.start(self.state.step, self.spec.train.steps)
         return None
+
+    async def _leave(self) -> Outcome:
+        await self.producer.stop()
+        await self.backend.pause("abort")
+        ckpt = await self._checkpoint()
+        return Outcome("left", self.state.step, self.state.adapter_version, ckpt)
 
     async def _abort(self) -> Outcome:
         await self.producer.stop()

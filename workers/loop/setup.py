@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -75,9 +76,12 @@ async def run_training(
     progress: bool = True,
     executor: TrainerExecutor | None = None,
     backend: RolloutBackend | None = None,
+    leave: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Run `spec` to its end, a pause (with `release_on_pause`) or an abort. `executor` and
-    `backend` default to the in-process ones; the Ray driver passes its actors' instead."""
+    `backend` default to the in-process ones; the Ray driver passes its actors' instead, a
+    pool (workers/pool/) its shared trainer's and engine's, with `leave` saying when the
+    run is to leave the pool (checkpointed, no final status)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.yaml").write_text(spec.to_yaml())
     if spec.train.threads:
@@ -142,6 +146,7 @@ async def run_training(
         control or StaticControl(),
         out / "checkpoints",
         resumed=src is not None,
+        leave=leave,
     )
     try:
         if src is not None:

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..names import POOL_METRICS
+
+SHARE, WAIT_S = POOL_METRICS[0], POOL_METRICS[1]
+
 
 @dataclass
 class RunClock:
@@ -28,6 +32,9 @@ class RunClock:
     ready_since: float | None = None  # when its waiting batch became ready
     last_wait_s: float = 0.0
     window_s: float = 0.0  # trainer seconds in the current metrics window
+    # the run's own window (`run_metrics`): its used_s and the pool's total at its last report
+    mark_used_s: float = 0.0
+    mark_total_s: float = 0.0
 
 
 def pick(clocks: dict[str, RunClock]) -> str | None:
@@ -50,13 +57,14 @@ class FairShare:
 
     clocks: dict[str, RunClock] = field(default_factory=dict)
     vnow: float = 0.0  # the virtual time of the step last started
+    total_s: float = 0.0  # trainer seconds charged to any run
 
     def join(self, run: str, weight: float = 1.0) -> None:
         if weight <= 0:
             raise ValueError(f"run {run!r}: a pool weight must be > 0, got {weight}")
         if run in self.clocks:
             raise ValueError(f"run {run!r} is already scheduled")
-        self.clocks[run] = RunClock(weight=weight, vtime=self.vnow)
+        self.clocks[run] = RunClock(weight=weight, vtime=self.vnow, mark_total_s=self.total_s)
 
     def leave(self, run: str) -> None:
         del self.clocks[run]
@@ -94,6 +102,7 @@ class FairShare:
         c.used_s += seconds
         c.window_s += seconds
         c.vtime += seconds / c.weight
+        self.total_s += seconds
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Per run, `pool/share` (its fraction of the trainer time of the window since the
@@ -101,11 +110,19 @@ class FairShare:
         total = sum(c.window_s for c in self.clocks.values())
         out = {
             run: {
-                "pool/share": c.window_s / total if total > 0 else 0.0,
-                "pool/wait_s": c.last_wait_s,
+                SHARE: c.window_s / total if total > 0 else 0.0,
+                WAIT_S: c.last_wait_s,
             }
             for run, c in self.clocks.items()
         }
         for c in self.clocks.values():
             c.window_s = 0.0
         return out
+
+    def run_metrics(self, run: str) -> dict[str, float]:
+        """One run's `pool/share` over its own window (since its last call: each run reports
+        at its own steps) and its `pool/wait_s`; starts the run's next window."""
+        c = self.clocks[run]
+        own, total = c.used_s - c.mark_used_s, self.total_s - c.mark_total_s
+        c.mark_used_s, c.mark_total_s = c.used_s, self.total_s
+        return {SHARE: own / total if total > 0 else 0.0, WAIT_S: c.last_wait_s}

@@ -103,3 +103,16 @@ def test_a_late_joiner_starts_at_the_pools_time_and_waits_are_measured():
     share.ready("b", 70.0)
     assert share.next(72.5) == "b"
     assert share.metrics()["b"]["pool/wait_s"] == pytest.approx(2.5)
+
+
+def test_each_run_reports_its_share_over_its_own_window():
+    share = FairShare()
+    for run in "ab":
+        share.join(run)
+    used = simulate(share, {"a": 1.0, "b": 3.0}, steps=200)
+    total = sum(used.values())
+    assert share.run_metrics("a")["pool/share"] == pytest.approx(used["a"] / total)
+    # a's window restarts; b's still spans everything since it joined
+    share.charge("b", 5.0)
+    assert share.run_metrics("a")["pool/share"] == 0.0
+    assert share.run_metrics("b")["pool/share"] == pytest.approx((used["b"] + 5) / (total + 5))

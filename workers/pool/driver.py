@@ -1,0 +1,237 @@
+"""The pool driver: K runs in one process over one base model (docs/pools.md).
+
+One `MultiLoraTrainer` (workers/policy/multi.py) holds every member's adapter, one pool
+engine (workers/rollout/pool_engine.py) serves them, and each member is driven by the
+single-run loop (`run_training`, workers/loop/setup.py) over its side of both
+(workers/pool/members.py). So each member keeps what a run alone has: its own spec values
+where they may differ (data, reward, algorithm, LoRA rank, sampling, async settings), step
+counter, RNG, checkpoints, metrics and event stream, and its own control (pause, resume,
+abort). The trainer's time and the engine's generation turns go to the members by weighted
+fair share (workers/pool/gate.py; `resources.pool_weight`, equal by default).
+
+Members join while the pool lives (`admit`: a fresh adapter, or the one of `resume_from`)
+and leave (`leave`: checkpoint, the engine slot freed, no final status). A member's
+exception or diverged loss fails that member alone, through its own events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..events import Event, StatusEvent
+from ..loop.control import ControlSource, StaticControl
+from ..loop.driver import Outcome
+from ..loop.events import EventHook, MetricsHook
+from ..loop.setup import local_devices, model_dir_for, run_training
+from ..names import TERMINAL_RUN_STATES
+from ..policy.multi import MultiLoraTrainer
+from ..rollout.pool_engine import LanePool, PoolAdmissionError
+from ..spec import RunSpec, parse_spec
+from .gate import FairGate
+from .key import misfit, pool_key
+from .members import LaneBackend, PooledExecutor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Member:
+    run_id: str
+    spec: RunSpec
+    out: Path
+    control: ControlSource
+    task: asyncio.Task | None = None
+    leaving: bool = False
+    ended: str | None = None  # the terminal status it reported, if any
+    outcome: Outcome | None = None
+    error: BaseException | None = None
+    events: list[Event] = field(default_factory=list)  # kept only with `keep_events`
+
+
+def make_pool_engine(
+    spec: RunSpec, model_dir: Path, capacity: int, max_lora_rank: int, device: torch.device
+) -> LanePool:
+    """The pool engine of the spec's backend: vLLM and TensorRT-LLM batch rows of every
+    adapter together; torch is time-sliced (workers/pool/torch_lanes.py)."""
+    backend = spec.rollout.backend
+    if backend == "torch":
+        from .torch_lanes import TorchLanePool
+
+        return TorchLanePool(spec, model_dir, capacity, max_lora_rank, device=device)
+    if backend == "vllm":
+        from ..rollout.vllm_pool import VllmPoolEngine
+
+        return VllmPoolEngine(spec, model_dir, capacity, max_lora_rank)
+    from ..rollout.trtllm_pool import TrtllmPoolEngine
+
+    return TrtllmPoolEngine(spec, model_dir, capacity, max_lora_rank)
+
+
+class PoolDriver:
+    """The pool's trainer, engine and members. The trainer and the engine start with the
+    first member (whose spec fixes the pool key); `close` stops them."""
+
+    def __init__(
+        self,
+        capacity: int | None = None,
+        max_lora_rank: int | None = None,
+        key: dict | None = None,
+        cluster: str | None = None,
+        keep_events: bool = False,
+    ):
+        self.capacity, self.max_lora_rank = capacity, max_lora_rank
+        self.key, self.cluster = key, cluster
+        self.keep_events = keep_events
+        self.trainer: MultiLoraTrainer | None = None
+        self.engine: LanePool | None = None
+        self.trainer_gate = FairGate(slots=1)
+        self.gen_gate: FairGate | None = None
+        self.members: dict[str, Member] = {}
+
+    # ---------------------------------------------------------------- the shared parts
+
+    def _start(self, spec: RunSpec) -> None:
+        self.key = self.key or pool_key(spec)
+        model_dir = model_dir_for(spec)
+        trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
+        # the host's placeholder adapter is never trained: rank 1, no optimizer steps
+        host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
+        self.trainer = MultiLoraTrainer(host, model_dir, trainer_device)
+        capacity = self.capacity or getattr(spec.rollout, "max_loras", 8)
+        self.engine = make_pool_engine(
+            spec, model_dir, capacity, self.max_lora_rank or spec.lora.r, engine_device
+        )
+        # one generation turn at a time where the engine decodes one adapter at a time;
+        # engines that batch every adapter's rows take every member's calls together
+        slots = 1 if spec.rollout.backend == "torch" else self.engine.capacity
+        self.gen_gate = FairGate(slots=slots)
+
+    def check(self, run_id: str, spec: RunSpec) -> None:
+        """Raise PoolAdmissionError unless the run may join now, with the reason."""
+        if run_id in self.members:
+            raise PoolAdmissionError(f"run {run_id} is already in the pool")
+        if self.key is not None:
+            why = misfit(spec, self.key, self.cluster)
+            if why:
+                raise PoolAdmissionError(f"run {run_id} does not fit the pool: {why}")
+        if self.engine is not None:
+            self.engine.check_admission(run_id, spec.lora)
+
+    # ---------------------------------------------------------------- members
+
+    def admit(
+        self,
+        run_id: str,
+        spec: RunSpec | dict,
+        out: str | Path,
+        control: ControlSource | None = None,
+        on_event: EventHook | None = None,
+        on_metrics: MetricsHook | None = None,
+        resume_from: str | None = None,
+        weight: float | None = None,
+        progress: bool = False,
+    ) -> Member:
+        """Start the run in the pool (its loop a task of this event loop): a fresh adapter,
+        or `resume_from`'s checkpoint (a pooled or a solo run's). Raises
+        PoolAdmissionError, before anything starts, if it cannot join."""
+        spec = parse_spec(spec) if isinstance(spec, dict) else spec
+        if resume_from:
+            spec = spec.model_copy(
+                update={
+                    "checkpoint": spec.checkpoint.model_copy(update={"resume_from": resume_from})
+                }
+            )
+        self.check(run_id, spec)
+        if self.trainer is None:
+            self._start(spec)
+        member = Member(run_id, spec, Path(out), control or StaticControl())
+        self.trainer.add_run(run_id, spec)
+        w = weight if weight is not None else spec.resources.pool_weight
+        self.trainer_gate.join(run_id, w)
+        self.gen_gate.join(run_id, w)
+        self.members[run_id] = member
+        member.task = asyncio.create_task(
+            self._run(member, self._hook(member, on_event), on_metrics, progress),
+            name=f"paddock-pool-{run_id}",
+        )
+        return member
+
+    def set_weight(self, run_id: str, weight: float) -> None:
+        for gate in (self.trainer_gate, self.gen_gate):
+            if gate is not None and run_id in gate.share.clocks:
+                gate.share.set_weight(run_id, weight)
+
+    async def leave(self, run_id: str) -> Outcome | None:
+        """The run leaves at its next step boundary (or now, if paused): checkpointed, its
+        engine slot and trainer adapter freed, no final status."""
+        member = self.members[run_id]
+        member.leaving = True
+        if member.task is not None:
+            await asyncio.shield(member.task)
+        return member.outcome
+
+    async def wait(self) -> dict[str, Member]:
+        """Until every member's loop has ended."""
+        tasks = [m.task for m in self.members.values() if m.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks)
+        return self.members
+
+    async def close(self) -> None:
+        for run_id, m in list(self.members.items()):
+            if m.task is not None and not m.task.done():
+                await self.leave(run_id)
+        if self.engine is not None:
+            await self.engine.close()
+
+    def _hook(self, member: Member, on_event: EventHook | None) -> EventHook:
+        def hook(event: Event) -> None:
+            if isinstance(event, StatusEvent) and event.state in TERMINAL_RUN_STATES:
+                member.ended = event.state
+            if self.keep_events:
+                member.events.append(event)
+            if on_event is not None:
+                on_event(event)
+
+        return hook
+
+    async def _run(
+        self,
+        m: Member,
+        on_event: EventHook,
+        on_metrics: MetricsHook | None,
+        progress: bool,
+    ) -> None:
+        leaving: Callable[[], bool] = lambda: m.leaving  # noqa: E731
+        try:
+            m.outcome = await run_training(
+                m.spec,
+                m.out,
+                control=m.control,
+                on_metrics=on_metrics,
+                on_event=on_event,
+                progress=progress,
+                executor=PooledExecutor(self.trainer, m.run_id, self.trainer_gate, self.gen_gate),
+                backend=LaneBackend(self.engine, m.run_id, m.spec.lora, self.gen_gate),
+                leave=leaving,
+            )
+        except Exception as exc:  # this member fails alone; the pool goes on
+            m.error = exc
+            log.warning("pooled run %s failed: %s: %s", m.run_id, type(exc).__name__, exc)
+            if m.ended is None:  # failed before its loop ran (data, checkpoint, engine)
+                tail = "".join(traceback.format_exception(exc))[-4000:]
+                on_event(StatusEvent.now("failed", f"{type(exc).__name__}: {exc}\n{tail}"))
+        finally:
+            self.trainer_gate.leave(m.run_id)
+            self.gen_gate.leave(m.run_id)
+            if m.run_id in self.trainer.runs:
+                self.trainer.remove_run(m.run_id)
+            if m.run_id in self.engine.served_versions():  # its loop's close normally did it
+                await self.engine.unload_adapter(m.run_id)

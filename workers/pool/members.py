@@ -1,0 +1,116 @@
+"""What one pooled run's loop talks to: the executor and the rollout backend of a run alone
+(workers/loop/executor.py, workers/rollout/base.py), over the pool's shared trainer and
+engine. So a pooled run is driven by the single-run loop itself (workers/loop/driver.py):
+its steps, checkpoints, metrics, pause, resume and abort are a run alone's.
+
+- `PooledExecutor`: the run's adapter in the pool's `MultiLoraTrainer`. A train step waits
+  for the run's fair turn of the trainer (`FairGate`); adapter exports and checkpoints take
+  the trainer briefly (the shared model's active adapter is switched for them). After a step
+  whose loss or gradient is not finite the run fails (its own error, its adapter alone).
+- `LaneBackend`: the run's lane of the pool engine. A generate call waits for the run's fair
+  turn of the engine's generation slots; a pause, resume or abort touches this run's
+  requests only; `close` is the run leaving the engine (its slot freed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+
+from ..policy import TrainSample, collate
+from ..policy.multi import MultiLoraTrainer
+from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
+from ..rollout.pool_engine import PoolEngine, PoolRequest
+from ..spec import LoraSpec
+from .gate import FairGate
+
+# a step's values that must be finite for the run to go on (a NaN there is in its adapter)
+FINITE = ("loss/total", "grad_norm")
+
+
+class PooledExecutor:
+    """One run's side of the shared trainer, as the loop's `TrainerExecutor`."""
+
+    def __init__(self, trainer: MultiLoraTrainer, run_id: str, gate: FairGate, gen: FairGate):
+        self.trainer, self.run_id, self.gate, self.gen = trainer, run_id, gate, gen
+
+    @property
+    def adapter_version(self) -> int:
+        return self.trainer.runs[self.run_id].adapter_version
+
+    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
+        batch = collate(samples, self.trainer.policy.tokenizer.pad_token_id)
+        async with self.gate.turn(self.run_id):
+            metrics = await asyncio.to_thread(self.trainer.train_step, self.run_id, batch)
+        bad = [k for k in FINITE if k in metrics and not math.isfinite(metrics[k])]
+        if bad:
+            step = self.trainer.runs[self.run_id].step
+            raise FloatingPointError(
+                f"pooled run {self.run_id}: {', '.join(f'{k}={metrics[k]}' for k in bad)} at "
+                f"train step {step}: its adapter diverged; the run stops (the pool's other "
+                "runs go on)"
+            )
+        metrics.update(self.gate.metrics(self.run_id))  # pool/share, pool/wait_s
+        gen = self.gen.metrics(self.run_id)
+        metrics.update({"pool/gen_share": gen["pool/share"], "pool/gen_wait_s": gen["pool/wait_s"]})
+        return metrics
+
+    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
+        async with self.gate.exclusive(self.run_id):
+            return await asyncio.to_thread(self.trainer.adapter_update, self.run_id, with_probe)
+
+    async def save(self, out: Path) -> None:
+        async with self.gate.exclusive(self.run_id):
+            await asyncio.to_thread(self.trainer.save, self.run_id, out)
+
+    async def load(self, src: Path) -> None:
+        async with self.gate.exclusive(self.run_id):
+            await asyncio.to_thread(self.trainer.load, self.run_id, src)
+
+
+class LaneBackend:
+    """One run's lane of the pool engine, as the loop's `RolloutBackend`. The lane exists
+    from the run's first adapter load (its admission) to `close` (its leaving)."""
+
+    def __init__(self, engine: PoolEngine, run_id: str, lora: LoraSpec, gen: FairGate):
+        self.engine, self.run_id, self.lora, self.gen = engine, run_id, lora, gen
+        self.name = f"{engine.name} pool"
+        self.needs_probe = engine.needs_probe
+        self.generate_s = 0.0  # engine seconds of this run's turns
+
+    @property
+    def served_version(self) -> int:
+        return self.engine.served_versions().get(self.run_id, -1)
+
+    @property
+    def admitted(self) -> bool:
+        return self.run_id in self.engine.served_versions()
+
+    async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        async with self.gen.turn(self.run_id):
+            t0 = time.perf_counter()
+            try:
+                return await self.engine.generate([PoolRequest(self.run_id, r) for r in requests])
+            finally:
+                self.generate_s += time.perf_counter() - t0
+
+    async def load_adapter(self, update: AdapterUpdate) -> int:
+        return await self.engine.load_adapter(self.run_id, update, self.lora)
+
+    async def pause(self, mode: PauseMode) -> None:
+        pause_mode_check(mode)
+        if self.admitted:  # before its first load the run has nothing in the engine
+            await self.engine.pause(self.run_id, mode)
+
+    async def resume(self) -> None:
+        if self.admitted:
+            await self.engine.resume(self.run_id)
+
+    async def abort(self) -> list[GroupResult]:
+        return await self.engine.abort(self.run_id) if self.admitted else []
+
+    async def close(self) -> None:
+        if self.admitted:
+            await self.engine.unload_adapter(self.run_id)
