@@ -14,11 +14,13 @@ const pages = {
   launch: preloadable(() => import("./launcher/LauncherPage")),
   compare: preloadable(() => import("./compare/ComparePage")),
   team: preloadable(() => import("./teams/TeamAdminPage")),
+  pool: preloadable(() => import("./pools/PoolPage")),
 };
 const RunPage = pages.run.Component;
 const LauncherPage = pages.launch.Component;
 const ComparePage = pages.compare.Component;
 const TeamAdminPage = pages.team.Component;
+const PoolPage = pages.pool.Component;
 
 /** The page a URL opens (null: the main chunk's run list or the login page). */
 function pageOf(path: string): keyof typeof pages | null {
@@ -26,6 +28,7 @@ function pageOf(path: string): keyof typeof pages | null {
   if (/^\/launch/.test(path)) return "launch";
   if (/^\/(experiments\/\d+\/)?compare/.test(path)) return "compare";
   if (/^\/team/.test(path)) return "team";
+  if (/^\/pools/.test(path)) return "pool";
   return null;
 }
 
@@ -57,6 +60,8 @@ export function App() {
               <Route path="experiments/:experimentId/compare" element={<ComparePage />} />
               <Route path="compare" element={<ComparePage />} />
               <Route path="team" element={<TeamAdminPage />} />
+              <Route path="pools" element={<PoolPage />} />
+              <Route path="pools/:poolId" element={<PoolPage />} />
               <Route path="*" element={<ErrorBox error={new Error("No such page.")} />} />
             </Route>
           </Routes>

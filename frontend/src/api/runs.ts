@@ -2,7 +2,7 @@ import { useCallback, useState } from "react";
 import { ApiError, listOf, request, type ListBody } from "./client";
 import { invalidate, useQuery } from "./useQuery";
 import type {
-  Checkpoint, Run, RunAction, RunEventPage, RunFilters, SampleSetPage,
+  Checkpoint, Run, RunAction, RunDetail, RunEventPage, RunFilters, SampleSetPage,
 } from "./types";
 
 // /api/v1/runs/… (the metrics endpoints: metrics.ts).
@@ -58,7 +58,7 @@ export function useRunPages(teamId: number | null, filters: RunFilters = {}) {
 }
 
 export function useRun(id: number | null) {
-  return useQuery<Run>(id ? `/api/v1/runs/${id}` : null);
+  return useQuery<RunDetail>(id ? `/api/v1/runs/${id}` : null);
 }
 
 export function useCheckpoints(id: number | null) {

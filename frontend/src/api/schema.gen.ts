@@ -187,6 +187,38 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["pools_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["pools_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runs": {
         parameters: {
             query?: never;
@@ -833,6 +865,63 @@ export interface components {
             /** Format: double */
             gpus: number;
         };
+        Pool: {
+            id: number;
+            name: string;
+            state: string;
+            cluster_name: string;
+            /** @description runs it hosts at most */
+            capacity: number;
+            /** @description the runs it hosts now, of every team */
+            members_total: number;
+            /**
+             * Format: double
+             * @description GPUs its job holds
+             */
+            gpus: number;
+            dispatch_count: number;
+            /** Format: date-time */
+            created_at: string;
+            /** @description what its runs share (workers/pool/key.py) */
+            key: {
+                [key: string]: unknown;
+            };
+            /** @description the caller's teams' runs only */
+            members: components["schemas"]["PoolMember"][];
+        };
+        PoolMember: {
+            run: number;
+            experiment_name: string;
+            team: number;
+            team_name: string;
+            state: string;
+            /** @description the run's dispatch this membership is of */
+            dispatch: number;
+            /**
+             * Format: double
+             * @description resources.pool_weight
+             */
+            weight: number;
+            /**
+             * Format: double
+             * @description its weight over the current members' (null once it left)
+             */
+            share: number | null;
+            /**
+             * Format: double
+             * @description what it counts for in its team's GPU quota
+             */
+            gpus: number | null;
+            /** Format: date-time */
+            joined_at: string;
+            /** Format: date-time */
+            left_at: string | null;
+            left_reason: string;
+            /** @description last throughput/tokens_per_s, pool/share, pool/wait_s and memory/* values, those reported */
+            latest: {
+                [key: string]: number;
+            };
+        };
         Quota: {
             /** Format: int64 */
             max_concurrent_runs?: number;
@@ -907,6 +996,57 @@ export interface components {
             /** Format: date-time */
             finished_at?: string | null;
         };
+        /**
+         * @description One run, with the pool that hosts it (`pool_info`, set by the view: clusters'
+         *     run_pool_info) or null.
+         */
+        RunDetail: {
+            readonly id: number;
+            experiment: number;
+            experiment_name: string;
+            team: number;
+            config: number;
+            backend: components["schemas"]["BackendEnum"];
+            /** Format: int64 */
+            seed: number;
+            /**
+             * Format: double
+             * @description GPUs the spec asks for, for quotas
+             */
+            gpus?: number;
+            state?: components["schemas"]["StateEnum"];
+            desired_state?: components["schemas"]["DesiredStateEnum"];
+            queued_reason?: string;
+            error?: string;
+            cluster?: number | null;
+            cluster_name?: string | null;
+            /** Format: int64 */
+            dispatch_count?: number;
+            ray_submission_id?: string;
+            /** Format: int64 */
+            attempts?: number;
+            /** Format: int64 */
+            max_attempts?: number;
+            /** Format: int64 */
+            step?: number;
+            /** Format: int64 */
+            total_steps?: number;
+            cursor: components["schemas"]["Cursor"];
+            /** @description the value at the highest stored step of each of reward/mean, accuracy, eval/accuracy, kl, token_mult_prob_error, throughput/tokens_per_s, staleness/mean; a key with no value yet is absent */
+            readonly latest: {
+                [key: string]: number;
+            };
+            created_by: components["schemas"]["UserBrief"] | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+            /** Format: date-time */
+            started_at?: string | null;
+            /** Format: date-time */
+            finished_at?: string | null;
+            readonly pool: components["schemas"]["RunPool"] | null;
+        };
         RunEvent: {
             readonly id: number;
             /** Format: int64 */
@@ -928,6 +1068,24 @@ export interface components {
             run: number;
             x: string;
             series: components["schemas"]["Series"][];
+        };
+        RunPool: {
+            id: number;
+            name: string;
+            state: string;
+            /**
+             * Format: double
+             * @description null once the run left
+             */
+            share: number | null;
+            /** Format: double */
+            weight: number;
+            /** Format: date-time */
+            joined_at: string;
+            /** Format: date-time */
+            left_at: string | null;
+            members_of_your_team: number[];
+            members_total: number;
         };
         SampleSet: {
             readonly id: number;
@@ -1770,6 +1928,78 @@ export interface operations {
             };
         };
     };
+    pools_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"][];
+                };
+            };
+        };
+    };
+    pools_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     runs_list: {
         parameters: {
             query?: {
@@ -1822,7 +2052,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Run"];
+                    "application/json": components["schemas"]["RunDetail"];
                 };
             };
             400: {
@@ -1875,7 +2105,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Run"];
+                    "application/json": components["schemas"]["RunDetail"];
                 };
             };
             400: {
@@ -2242,7 +2472,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Run"];
+                    "application/json": components["schemas"]["RunDetail"];
                 };
             };
             400: {
@@ -2295,7 +2525,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Run"];
+                    "application/json": components["schemas"]["RunDetail"];
                 };
             };
             400: {

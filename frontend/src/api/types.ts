@@ -31,6 +31,12 @@ export type Cursor = Schemas["Cursor"];
 export type Experiment = Sent<Schemas["Experiment"]>;
 
 export type Run = Sent<Schemas["Run"]>;
+/** One run with the pool that hosts it (docs/pools.md), as its team may see it. */
+export type RunDetail = Sent<Schemas["RunDetail"]>;
+export type RunPool = Schemas["RunPool"];
+/** A pool as the caller sees it: its own teams' member runs only, and a count of all. */
+export type Pool = Schemas["Pool"];
+export type PoolMember = Schemas["PoolMember"];
 
 export interface RunFilters {
   state?: string;

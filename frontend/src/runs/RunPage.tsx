@@ -14,6 +14,7 @@ import { panelChart, runPanelGroups, TOKENS_KEY } from "../charts/panels";
 import { emptySeries, etaFromSeries, mergeHistory, spliceWindow, type Series } from "../charts/series";
 import { timeWindow } from "../charts/transforms";
 import { formatNumber } from "../lib/format";
+import { runPoolLine } from "../lib/pools";
 import { useSession } from "../session/SessionContext";
 import { ErrorBox, Loading } from "../ui/States";
 import { Checkpoints } from "./Checkpoints";
@@ -126,6 +127,7 @@ export default function RunPage() {
           <Link to={`/?experiment=${r.experiment}`}>{r.experiment_name ?? `experiment ${r.experiment}`}</Link>
           <Link to={`/experiments/${r.experiment}/compare`}>compare backends</Link>
           {can("member") && <Link to={`/launch?clone=${r.id}`}>clone</Link>}
+          {r.pool && <Link to={`/pools/${r.pool.id}`} data-testid="run-pool">{runPoolLine(r.pool)}</Link>}
         </div>
         <Progress step={step} total={total} startedAt={r.started_at} state={state}
           secondsLeft={etaFromSeries(series.get("reward/mean"), total)} />
