@@ -1,0 +1,160 @@
+"""`python -m workers.pool.job` against a platform on a real HTTP server that speaks the pool
+contract (the pool's bootstrap and members calls, each run's bootstrap and ingest), and the
+by-hand form with spec files.
+
+Under the platform: each member bootstraps with its one-time token and reports through its
+own run token; run 11 trains to its end, run 12 is aborted through its own desired state,
+run 13 leaves when the platform stops listing it (no final status), run 14 does not fit the
+pool and fails alone naming the setting; the job exits once told to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from workers.pool import job as pool_job
+from workers.pool.key import pool_key
+from workers.spec import parse_spec
+
+
+class Platform:
+    """The platform's side of the pool contract, scripted."""
+
+    def __init__(self, specs: dict[int, dict], root: Path, key: dict):
+        self.specs, self.root, self.key = specs, root, key
+        self.lock = threading.Lock()
+        self.bootstrapped: set[int] = set()
+        self.events: dict[int, list[dict]] = {r: [] for r in specs}
+        self.desired = dict.fromkeys(specs, "running")
+        self.listed = set(specs)
+        self.bad_auth: list[str] = []
+
+    def steps(self, run: int) -> list[int]:
+        return [e["step"] for e in self.events[run] if e["type"] == "metric"]
+
+    def states(self, run: int) -> list[str]:
+        return [e["state"] for e in self.events[run] if e["type"] == "status"]
+
+    def handle(self, method: str, path: str, auth: str, body: dict) -> tuple[int, dict]:
+        with self.lock:
+            parts = path.split("?")[0].strip("/").split("/")  # api v1 pools|runs id verb
+            kind, ident, verb = parts[2], int(parts[3]), parts[4]
+            if kind == "pools" and verb == "bootstrap":
+                if auth != "Bearer pool-boot":
+                    return 401, {}
+                return 200, {"token": "pool-token", "capacity": 4, "key": self.key}
+            if kind == "pools" and verb == "members":
+                if auth != "Bearer pool-token":
+                    return 401, {}
+                members = [
+                    {"run_id": r, "dispatch": 1, "weight": 1.0,
+                     "bootstrap_token": None if r in self.bootstrapped else f"boot-{r}"}
+                    for r in sorted(self.listed)
+                ]  # fmt: skip
+                return 200, {"members": members, "stop": not self.listed}
+            if kind == "runs" and verb == "bootstrap":
+                if auth != f"Bearer boot-{ident}" or ident in self.bootstrapped:
+                    return 401, {}
+                self.bootstrapped.add(ident)
+                out = self.root / f"run-{ident}"
+                return 200, {"token": f"run-token-{ident}", "spec": self.specs[ident],
+                             "artifacts_uri": f"file://{out}", "resume_from": None}  # fmt: skip
+            if kind == "runs" and verb == "ingest":
+                if auth != f"Bearer run-token-{ident}":
+                    self.bad_auth.append(f"{ident}: {auth}")
+                    return 401, {}
+                self.events[ident] += body["events"]
+                self.script(ident)
+                return 200, {"ack": body["seq"], "desired_state": self.desired[ident]}
+            return 404, {}
+
+    def script(self, run: int) -> None:
+        """What the platform decides as events come in."""
+        states = self.states(run)
+        if any(s in ("succeeded", "aborted", "failed") for s in states):
+            self.listed.discard(run)  # ended: no longer a member
+        if run == 12 and self.steps(run) and max(self.steps(run)) >= 1:
+            self.desired[12] = "aborted"
+        if run == 13 and self.steps(run) and max(self.steps(run)) >= 1:
+            self.listed.discard(13)  # e.g. the run was moved: it leaves this pool
+
+
+def serve(platform: Platform) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self, method: str) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(n) or b"{}")
+            code, out = platform.handle(method, self.path, self.headers.get("Authorization"), body)
+            data = json.dumps(out).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802
+            self._reply("GET")
+
+        def do_POST(self):  # noqa: N802
+            self._reply("POST")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.slow
+def test_the_pool_job_under_the_platform(make_spec, tmp_path, monkeypatch):
+    monkeypatch.setattr(pool_job, "POLL_S", 0.2)
+    specs = {
+        11: make_spec("train.steps=3", "seed=1"),
+        12: make_spec("train.steps=30", "seed=2"),
+        13: make_spec("train.steps=30", "seed=3", "lora.r=4"),
+        14: make_spec("train.steps=3", "model.dtype=bfloat16"),
+    }
+    key = {**pool_key(parse_spec(specs[11])), "cluster": "local"}
+    platform = Platform(specs, tmp_path, key)
+    server = serve(platform)
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(SystemExit, match="refused the bootstrap of pool 7"):
+            pool_job.bootstrap_pool(url, 7, 1, "wrong")
+        pool = pool_job.bootstrap_pool(url, 7, 1, "pool-boot")
+        assert asyncio.run(asyncio.wait_for(pool_job.PoolJob(url, pool).run(), 120)) == 0
+    finally:
+        server.shutdown()
+    assert platform.bad_auth == []  # each run reported with its own run token only
+    assert platform.states(11) == ["starting", "running", "succeeded"]
+    assert platform.steps(11)[-1] == 3
+    assert platform.states(12) == ["starting", "running", "aborted"]
+    assert platform.states(13) == ["starting", "running"]  # left: no final status
+    assert (tmp_path / "run-13" / "dispatch-1" / "checkpoints").is_dir()
+    assert platform.states(14)[0] == "starting" and platform.states(14)[-1] == "failed"
+    failed = [e for e in platform.events[14] if e.get("state") == "failed"][0]
+    assert "model.dtype is 'bfloat16', the pool's is 'auto'" in failed["detail"]
+
+
+@pytest.mark.slow
+def test_the_pool_job_by_hand(make_spec, tmp_path, capsys):
+    paths = []
+    for name, seed in (("a", 1), ("b", 2)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(make_spec("train.steps=2", f"seed={seed}")))
+        paths += ["--spec", str(path)]
+    assert pool_job.main([*paths, "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r: (s["state"], s["step"]) for r, s in summary.items()} == {
+        "a": ("succeeded", 2),
+        "b": ("succeeded", 2),
+    }
+    events = [json.loads(x) for x in (tmp_path / "out" / "a" / "events.jsonl").open()]
+    assert [e["state"] for e in events if e["type"] == "status"] == ["running", "succeeded"]
