@@ -8,7 +8,7 @@
 `--gpus N` sets the trainer's world size (train: 1 against N), so the same script scales to
 a 4- or 8-GPU host by configuration alone.
 
-`train` launches the trainer without Ray (`torch.distributed.run` → workers/distributed/
+`train` launches the trainer without Ray (`torch.distributed.run` → bench/gpu/
 standalone.py: the ShardedLoraPolicy that Ray trainer actors hold, the plain LoraPolicy on
 one GPU) on the model of --shape (common.py), LoRA r=16 on every linear layer, at the
 same tokens per GPU (16×1024 a rank), then once more at one global batch on both world sizes
@@ -37,7 +37,7 @@ ROOT = HERE.parents[1]  # the repository, the subprocesses' working directory
 def torchrun(nproc: int, out: Path, model_dir: Path, extra: list[str]) -> dict:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={nproc}", "-m", "workers.distributed.standalone",
+        f"--nproc-per-node={nproc}", "-m", "bench.gpu.standalone",
         "--model-dir", str(model_dir), "--out", str(out), *extra,
     ]  # fmt: skip
     print("$", " ".join(cmd[1:]), flush=True)
@@ -64,7 +64,7 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
     eq += ["--micro-batch", str(args.eq_seqs // 2)]
     torchrun(1, out / "eq-1", model_dir, eq)
     torchrun(n, out / f"eq-{n}", model_dir, eq)
-    from workers.distributed.standalone import compare
+    from standalone import compare
 
     res["equivalence"] = compare(out / "eq-1", out / f"eq-{n}")
     print(f"\nFSDP2 trainer, {args.seq_len}-token sequences, {per_rank} a GPU a step")

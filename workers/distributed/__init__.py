@@ -11,14 +11,14 @@ instead of `run_training`; both run the same Driver).
 - process_group.py: the trainer ranks' torch.distributed group (NCCL on GPU, gloo on CPU).
 - run.py: `run_on_ray` (join the job's cluster, start the fleet, run, restart from the last
   checkpoint up to `resources.max_restarts` when an actor dies).
-- standalone.py: the same FSDP2 trainer without Ray, under `torch.distributed.run`, on a
-  synthetic batch (throughput and equivalence across world sizes).
 - torchrun_train.py: a whole run without Ray on one multi-GPU host: the trainer ranks under
   `torch.distributed.run`, rank 0 driving, engine replicas in child processes.
 - rank_executor.py: the executor of one trainer rank (Ray actors and torchrun share it).
 
-Ray is imported only when `connect` or `run_on_ray` is first used, so the standalone trainer
-runs where Ray is not installed.
+Ray is imported only when `connect` or `run_on_ray` is first used, so the trainer ranks run
+under torchrun where Ray is not installed (torchrun_train.py; bench/gpu/standalone.py, the
+FSDP2 trainer alone on a synthetic batch, measures throughput and equivalence across world
+sizes).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The torch.distributed group of the trainer ranks: NCCL on GPU, gloo on CPU. Under Ray, rank
 0's actor names the meeting point (`TrainerActor.rendezvous`) and every rank joins it in
 `build`; without Ray, `torch.distributed.run` sets the environment that `init_from_env`
-reads (workers/distributed/standalone.py)."""
+reads (torchrun_train.py, bench/gpu/standalone.py)."""
 
 from __future__ import annotations
 

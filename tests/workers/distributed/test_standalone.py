@@ -1,4 +1,4 @@
-"""The FSDP2 trainer outside Ray (`torch.distributed.run` → workers/distributed/standalone.py),
+"""The FSDP2 trainer outside Ray (`torch.distributed.run` → bench/gpu/standalone.py),
 on the CPU with gloo: two data-parallel ranks train on the same batch as one process and end
 with the same metrics and adapter, to fp32 rounding. The batch of 5 splits 3 + 2 and the
 micro-batch is 2, so the second rank runs a weight-0 micro-batch to keep the ranks' gathers
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from workers.distributed.standalone import compare
+from bench.gpu.standalone import compare
 
+ROOT = Path(__file__).resolve().parents[3]
 ARGS = ["--cpu", "--seqs", "5", "--group", "2", "--micro-batch", "2", "--seq-len", "20",
         "--prompt-len", "8", "--rank", "4", "--lr", "1e-2", "--steps", "2",
         "--warmup", "0"]  # fmt: skip
@@ -22,9 +23,10 @@ ARGS = ["--cpu", "--seqs", "5", "--group", "2", "--micro-batch", "2", "--seq-len
 
 def run(nproc: int, tiny_dir: Path, out: Path, *flags: str) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", "-m", "workers.distributed.standalone",
+           f"--nproc-per-node={nproc}", "-m", "bench.gpu.standalone",
            "--model-dir", str(tiny_dir), "--out", str(out), *ARGS, *flags]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    # from the repository root: `-m bench.gpu.standalone` is found there
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "result.json").read_text())
 

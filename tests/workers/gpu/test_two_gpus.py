@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.distributed.standalone import compare
+from bench.gpu.standalone import compare
 
 from .small_qwen3 import build_small_qwen3
 
@@ -38,7 +38,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 def run(nproc: int, model_dir: Path, out: Path) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", "-m", "workers.distributed.standalone",
+           f"--nproc-per-node={nproc}", "-m", "bench.gpu.standalone",
            "--model-dir", str(model_dir), "--out", str(out), *ARGS]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,8 +1,8 @@
-"""The FSDP2 trainer without Ray, under `torch.distributed.run`:
+"""The FSDP2 trainer without Ray, under `torch.distributed.run`, from the repository root:
 
-    python -m torch.distributed.run --nproc-per-node 2 -m workers.distributed.standalone \\
+    python -m torch.distributed.run --nproc-per-node 2 -m bench.gpu.standalone \\
         --model-dir DIR --seqs 32 --seq-len 1024 --out OUT
-    python -m workers.distributed.standalone compare OUT_1GPU OUT_2GPU
+    python -m bench.gpu.standalone compare OUT_1GPU OUT_2GPU
 
 Each rank builds the policy a Ray trainer actor builds (`ShardedLoraPolicy` when there are
 several ranks, the plain `LoraPolicy` of a one-GPU run otherwise) and trains `--steps`
@@ -25,10 +25,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..loop.version_check import AdapterHistory, stale_token_sums
-from ..policy import LoraPolicy, TrainSample, collate
-from ..policy.lora import write_adapter_file
-from ..spec import parse_spec
+from workers.distributed.process_group import init_from_env
+from workers.loop.version_check import AdapterHistory, stale_token_sums
+from workers.policy import LoraPolicy, TrainSample, collate
+from workers.policy.fsdp import ShardedLoraPolicy
+from workers.policy.lora import write_adapter_file
+from workers.spec import parse_spec
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -75,16 +77,12 @@ def train(args: argparse.Namespace) -> None:
     rank = 0
     on_gpu = torch.cuda.is_available() and not args.cpu
     if world > 1:
-        from .process_group import init_from_env
-
         rank, world = init_from_env(on_gpu)
     elif on_gpu:
         torch.cuda.set_device(0)
     torch.manual_seed(args.seed)
     spec = build_spec(args, on_gpu)
     if world > 1:
-        from ..policy.fsdp import ShardedLoraPolicy
-
         policy: LoraPolicy = ShardedLoraPolicy(spec, args.model_dir, shard_lora=args.shard_lora)
     else:
         policy = LoraPolicy(spec, args.model_dir)
