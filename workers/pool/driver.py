@@ -55,12 +55,25 @@ class Member:
     events: list[Event] = field(default_factory=list)  # kept only with `keep_events`
 
 
+TORCH_ENGINES = ("lanes", "slots")
+
+
 def make_pool_engine(
-    spec: RunSpec, model_dir: Path, capacity: int, max_lora_rank: int, device: torch.device
+    spec: RunSpec,
+    model_dir: Path,
+    capacity: int,
+    max_lora_rank: int | None,
+    device: torch.device,
+    torch_engine: str = "lanes",
 ) -> LanePool:
     """The pool engine of the spec's backend: vLLM and TensorRT-LLM batch rows of every
-    adapter together; torch is time-sliced (workers/pool/torch_lanes.py)."""
+    adapter together; torch is time-sliced (`lanes`: workers/pool/torch_lanes.py) or the
+    static decoder's per-row adapter slots (`slots`: workers/rollout/torch_pool.py)."""
     backend = spec.rollout.backend
+    if backend == "torch" and torch_engine == "slots":
+        from ..rollout.torch_pool import TorchPoolEngine
+
+        return TorchPoolEngine(spec, model_dir, capacity, max_lora_rank, device=device)
     if backend == "torch":
         from .torch_lanes import TorchLanePool
 
@@ -85,7 +98,11 @@ class PoolDriver:
         key: dict | None = None,
         cluster: str | None = None,
         keep_events: bool = False,
+        torch_engine: str = "lanes",
     ):
+        if torch_engine not in TORCH_ENGINES:
+            raise ValueError(f"torch_engine must be one of {TORCH_ENGINES}, got {torch_engine!r}")
+        self.torch_engine = torch_engine
         self.capacity, self.max_lora_rank = capacity, max_lora_rank
         self.key, self.cluster = key, cluster
         self.keep_events = keep_events
@@ -105,13 +122,19 @@ class PoolDriver:
         host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
         self.trainer = MultiLoraTrainer(host, model_dir, trainer_device)
         capacity = self.capacity or getattr(spec.rollout, "max_loras", 8)
+        # engines with slots of one rank: the founding member's unless the pool was told
+        # (a later member of a higher rank is refused, naming it); time-sliced lanes: any
+        rank = self.max_lora_rank or (None if self._sliced(spec) else spec.lora.r)
         self.engine = make_pool_engine(
-            spec, model_dir, capacity, self.max_lora_rank or spec.lora.r, engine_device
+            spec, model_dir, capacity, rank, engine_device, self.torch_engine
         )
         # one generation turn at a time where the engine decodes one adapter at a time;
         # engines that batch every adapter's rows take every member's calls together
-        slots = 1 if spec.rollout.backend == "torch" else self.engine.capacity
+        slots = 1 if self._sliced(spec) else self.engine.capacity
         self.gen_gate = FairGate(slots=slots)
+
+    def _sliced(self, spec: RunSpec) -> bool:
+        return spec.rollout.backend == "torch" and self.torch_engine == "lanes"
 
     def check(self, run_id: str, spec: RunSpec) -> None:
         """Raise PoolAdmissionError unless the run may join now, with the reason."""

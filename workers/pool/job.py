@@ -38,7 +38,7 @@ from ..job import bootstrap
 from ..loop.control import FileControl, StaticControl
 from ..report import Reporter, ReporterConfig
 from ..spec import SpecError, load_spec
-from .driver import PoolDriver
+from .driver import TORCH_ENGINES, PoolDriver
 
 log = logging.getLogger("workers.pool.job")
 
@@ -192,7 +192,9 @@ class _EventFile:
         self.file.flush()
 
 
-def run_specs(specs: list[str], out: Path, progress: bool = False) -> dict[str, dict[str, Any]]:
+def run_specs(
+    specs: list[str], out: Path, progress: bool = False, torch_engine: str = "lanes"
+) -> dict[str, dict[str, Any]]:
     """Every spec a run of one pool, to their ends; a summary per run."""
     names: list[str] = []
     for path in specs:
@@ -205,7 +207,7 @@ def run_specs(specs: list[str], out: Path, progress: bool = False) -> dict[str, 
 
     async def main() -> dict[str, dict[str, Any]]:
         rank = max(s.lora.r for s in loaded.values())
-        driver = PoolDriver(capacity=len(loaded), max_lora_rank=rank)
+        driver = PoolDriver(capacity=len(loaded), max_lora_rank=rank, torch_engine=torch_engine)
         files = {}
         try:
             for name, spec in loaded.items():
@@ -244,10 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spec", action="append", help="a run's spec file (once per run)")
     parser.add_argument("--out", help="output directory (with --spec)")
+    parser.add_argument(
+        "--torch-engine",
+        choices=TORCH_ENGINES,
+        default="lanes",
+        help="torch backend: time-sliced lanes, or the static decoder's per-row adapter slots",
+    )
     args = parser.parse_args(argv)
     if args.spec:
         out = Path(args.out or f"runs/pool-{time.strftime('%Y%m%d-%H%M%S')}")
-        summary = run_specs(args.spec, out)
+        summary = run_specs(args.spec, out, torch_engine=args.torch_engine)
         print(json.dumps(summary))
         return 0 if all(s["state"] == "succeeded" for s in summary.values()) else 1
     env = os.environ
