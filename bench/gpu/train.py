@@ -2,6 +2,8 @@
 
     python3 bench/gpu/train.py --profile     # 16×1024 and 32×1024 tokens a step
     python3 bench/gpu/train.py --seqs 16 --micro-batches 16 --compile --no-cast-row --reps 3
+    python3 bench/gpu/train.py --seqs 16 --micro-batches 16 --compile --peft-layers \
+        --no-cast-row --no-baseline --reps 5
     python3 bench/gpu/train.py --shape llama-3.1-8b --seqs 16 --micro-batches 16 \
         --checkpointing --compile-checkpointed --no-cast-row
 
@@ -11,7 +13,9 @@ Tokens a second and peak memory of one step of --seqs sequences × --seq-len tok
 the plain step of the same size (or the largest that fitted); an out-of-memory is a row.
 On a GPU also the engine with PEFT's cast of LoRA inputs to fp32 (--no-cast-row leaves it
 out) and with train.compile (--compile; --compile-checkpointed: with activation
-checkpointing too). --checkpointing adds each micro-batch size with
+checkpointing too); --peft-layers: each engine row also with PEFT's own LoRA layers and
+foreach AdamW instead of the stacked LoRA and fused AdamW, the same run's baseline of the
+"vs PEFT layers" column. --checkpointing adds each micro-batch size with
 train.activation_checkpointing, and plain PEFT with transformers' gradient checkpointing,
 the baseline of the checkpointed rows. Model and shapes
 (--shape): common.py. Writes train.json (and train_profile.txt with --profile) under --out.
@@ -53,7 +57,12 @@ def plain_peft_step_fn(model_dir: Path, seqs: int, seq_len: int, ckpt: bool = Fa
 
 
 def engine_policy(
-    model_dir: Path, resp_len: int, micro_batch: int, compile: bool = False, ckpt: bool = False
+    model_dir: Path,
+    resp_len: int,
+    micro_batch: int,
+    compile: bool = False,
+    ckpt: bool = False,
+    stack: bool | None = None,
 ):
     from workers.policy import LoraPolicy
     from workers.spec import parse_spec
@@ -61,7 +70,7 @@ def engine_policy(
     over = {"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch}
     over |= {"train.compile": compile, "train.activation_checkpointing": ckpt}
     spec = parse_spec(base_spec(model_dir, **over))
-    return LoraPolicy(spec, model_dir)
+    return LoraPolicy(spec, model_dir, stack_lora=stack)
 
 
 def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
@@ -106,14 +115,16 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         variants = [(mb, False) for mb in sorted({min(m, seqs) for m in args.micro_batches})]
         if args.checkpointing:
             variants += [(mb, True) for mb, _ in variants]
-        for mb, ckpt in variants:
+        stacks = [False, None] if args.peft_layers else [None]
+        for mb, ckpt, stack in [(m, c, s) for m, c in variants for s in stacks]:
 
-            def make(seqs=seqs, mb=mb, ckpt=ckpt):
-                policy = engine_policy(model_dir, resp_len, mb, ckpt=ckpt)
+            def make(seqs=seqs, mb=mb, ckpt=ckpt, stack=stack):
+                policy = engine_policy(model_dir, resp_len, mb, ckpt=ckpt, stack=stack)
                 batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
                 return (lambda: policy.train_step(batch)), policy
 
             name = f"engine {seqs}x{seq_len} micro-batch {mb}" + (", checkpointed" if ckpt else "")
+            name += ", PEFT layers + foreach AdamW" if stack is False else ""
             rows.append(dict(measure(name, make, tokens, args.warmup, args.reps), ckpt=ckpt))
             print(
                 rows[-1]["name"],
@@ -133,12 +144,16 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         rows.append(measure(name, make_cast, seqs * seq_len, args.warmup, args.reps))
         print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
     compiled = [False] * args.compile + [True] * args.compile_checkpointed
-    for ckpt in compiled if torch.cuda.is_available() else []:  # train.compile, same run
+    # --peft-layers: each engine row also with PEFT's own LoRA layers and foreach AdamW (what
+    # the engine ran before the stacked LoRA), first, as the same run's baseline
+    for ckpt, stack in (
+        [(c, s) for c in compiled for s in stacks] if torch.cuda.is_available() else []
+    ):
         seqs = args.seqs[0]
-        key = "compile_ckpt_s" if ckpt else "compile_s"
+        key = ("compile_ckpt_s" if ckpt else "compile_s") + ("_peft" if stack is False else "")
 
-        def make_compiled(seqs=seqs, ckpt=ckpt, key=key):
-            policy = engine_policy(model_dir, resp_len, seqs, True, ckpt)
+        def make_compiled(seqs=seqs, ckpt=ckpt, key=key, stack=stack):
+            policy = engine_policy(model_dir, resp_len, seqs, True, ckpt, stack)
             batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
             t0 = time.perf_counter()
             policy.train_step(batch)  # the first step compiles
@@ -148,6 +163,7 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
 
         name = f"engine {seqs}x{seq_len} micro-batch {seqs}, train.compile"
         name += ", checkpointed" if ckpt else ""
+        name += ", PEFT layers + foreach AdamW" if stack is False else ""
         rows.append(measure(name, make_compiled, seqs * seq_len, args.warmup, args.reps))
         rows[-1]["ckpt"] = ckpt
         print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
@@ -169,17 +185,24 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
     res["rows"] = rows
     print("\ntrain step (tokens = sequences × seq_len; engine trains on the response tokens)")
     plain = [r for r in rows if r["name"].startswith("plain") and "tok_s" in r]
-    table([("what", "tokens/s", "peak GB", "vs plain")])
+    table([("what", "tokens/s", "peak GB", "vs plain", "vs PEFT layers")])
     for r in rows:
         if r.get("oom") or r.get("failed"):
-            table([(r["name"], "OOM" if r.get("oom") else "failed", f"{r['peak_gb']:.1f}", "")])
+            table([(r["name"], "OOM" if r.get("oom") else "failed", f"{r['peak_gb']:.1f}", "", "")])
             continue
         # against the plain step of the same size and checkpointing, else of the same size,
         # else the largest that fitted
         same = [b for b in plain if b["tokens"] == r["tokens"]]
         same = [b for b in same if b["ckpt"] == r.get("ckpt", False)] or same or plain[-1:]
         ratio = f"{r['tok_s'] / same[0]['tok_s']:.2f}x" if same else ""
-        table([(r["name"], f"{r['tok_s'] / 1e3:.1f}k", f"{r['peak_gb']:.1f}", ratio)])
+        # a stacked compiled row against the same run's PEFT-layers row of its checkpointing
+        twin = [
+            b
+            for b in rows
+            if b["name"] == r["name"] + ", PEFT layers + foreach AdamW" and "tok_s" in b
+        ]
+        vs = f"{r['tok_s'] / twin[0]['tok_s']:.2f}x" if twin else ""
+        table([(r["name"], f"{r['tok_s'] / 1e3:.1f}k", f"{r['peak_gb']:.1f}", ratio, vs)])
     if args.shape == "qwen3-0.6b":
         print(
             f"(issue 10's plain PEFT figure: {ISSUE['train_tok_s_16k'] / 1e3:.1f}k tokens/s at "
@@ -197,6 +220,11 @@ def main() -> None:
         help="also with train.compile and train.activation_checkpointing",
     )
     ap.add_argument("--no-cast-row", dest="cast_row", action="store_false")
+    ap.add_argument(
+        "--peft-layers",
+        action="store_true",
+        help="each engine row also with PEFT's LoRA layers and foreach AdamW (no stacking)",
+    )
     ap.add_argument(
         "--checkpointing",
         action="store_true",

@@ -17,6 +17,7 @@ from .checkpointing import checkpoint_layers
 from .fused_logprobs import token_logprobs as token_logprobs_fn
 from .mixed_precision import bf16_autocast
 from .parallel import OneProcess, Parallelism
+from .stacked_lora import stack_layers
 
 
 def pick_device(spec: RunSpec) -> torch.device:
@@ -36,7 +37,11 @@ class LoraPolicy:
         model_dir: str | Path,
         device: torch.device | None = None,
         parallel: Parallelism | None = None,
+        stack_lora: bool | None = None,
     ):
+        """`stack_lora`: run the LoRA linears stacked (stacked_lora.py) with the fused AdamW;
+        by default on a GPU in one process. False: PEFT's own layers and the foreach AdamW,
+        the step as it was before both (the benchmarks' baseline)."""
         self.spec = spec
         self.parallel = parallel or OneProcess()
         self.device = device or pick_device(spec)
@@ -44,8 +49,16 @@ class LoraPolicy:
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         t = spec.train
+        # One process on a GPU: the LoRA linears that read one input run as one matmul
+        # (stacked_lora.py: 24 matmuls a layer instead of PEFT's 56) and AdamW is one fused
+        # kernel over all adapter tensors instead of a foreach chain. FSDP2 shards the base
+        # weights and the parameters (DTensors), so it keeps PEFT's layers and foreach.
+        alone = self.device.type == "cuda" and isinstance(self.parallel, OneProcess)
+        stack = alone if stack_lora is None else stack_lora
+        self.stacked = stack and stack_layers(self._lm_parts()[0].layers)
+        fused = alone and stack_lora is not False
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=t.lr, weight_decay=t.weight_decay, betas=t.betas
+            self.params, lr=t.lr, weight_decay=t.weight_decay, betas=t.betas, fused=fused or None
         )
         self.adapter_version = 0
         use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
