@@ -4,6 +4,9 @@ members."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
@@ -18,59 +21,47 @@ from .pools import pool_bootstrap as pool_bootstrap_exchange
 from .pools import pool_members as pool_members_of
 
 
+def _door(
+    request: HttpRequest, dispatch: int | None, what: str, answer: Callable[..., dict]
+) -> JsonResponse:
+    """`answer(dispatch=…, raw=…)` for a request that sent its dispatch and a bearer secret;
+    the refusals (a 401 counted against the address) otherwise."""
+    if dispatch is None:
+        answer_ = error_answer(ErrorCode.INVALID, "send the dispatch number N", "dispatch")
+        return answer_.json_response()
+    raw = bearer_secret(request.headers.get("Authorization", ""))
+    if raw is None:
+        return error_answer(ErrorCode.NOT_AUTHENTICATED, f"send the {what}").json_response()
+    try:
+        return JsonResponse(answer(dispatch=dispatch, raw=raw))
+    except DomainError as exc:
+        return refusal(exc, request_client_address(request)).json_response()
+
+
+def _body_dispatch(request: HttpRequest) -> int | None:
+    try:
+        return int(json_parse(request.body or b"{}")["dispatch"])
+    except (JsonBodyError, ValueError, KeyError, TypeError):
+        return None
+
+
 @csrf_exempt  # a bearer token, not a cookie
 @require_POST
 def bootstrap(request: HttpRequest, run_id: int) -> JsonResponse:
-    try:
-        body = json_parse(request.body or b"{}")
-        dispatch = int(body["dispatch"])
-    except (JsonBodyError, ValueError, KeyError, TypeError):
-        answer = error_answer(ErrorCode.INVALID, "send {'dispatch': N}", "dispatch")
-        return answer.json_response()
-    raw = bearer_secret(request.headers.get("Authorization", ""))
-    if raw is None:
-        return error_answer(ErrorCode.NOT_AUTHENTICATED, "send the bootstrap token").json_response()
-    try:
-        reply = bootstrap_exchange(run_id=run_id, dispatch=dispatch, raw=raw)
-    except DomainError as exc:
-        return refusal(exc, request_client_address(request)).json_response()
-    return JsonResponse(reply)
+    exchange = partial(bootstrap_exchange, run_id=run_id)
+    return _door(request, _body_dispatch(request), "bootstrap token", exchange)
 
 
-@csrf_exempt  # a bearer token, not a cookie
+@csrf_exempt
 @require_POST
 def pool_bootstrap(request: HttpRequest, pool_id: int) -> JsonResponse:
-    """POST /api/v1/pools/{id}/bootstrap: a pool job's first contact (pools.pool_bootstrap)."""
-    try:
-        body = json_parse(request.body or b"{}")
-        dispatch = int(body["dispatch"])
-    except (JsonBodyError, ValueError, KeyError, TypeError):
-        answer = error_answer(ErrorCode.INVALID, "send {'dispatch': N}", "dispatch")
-        return answer.json_response()
-    raw = bearer_secret(request.headers.get("Authorization", ""))
-    if raw is None:
-        return error_answer(ErrorCode.NOT_AUTHENTICATED, "send the bootstrap token").json_response()
-    try:
-        reply = pool_bootstrap_exchange(pool_id=pool_id, dispatch=dispatch, raw=raw)
-    except DomainError as exc:
-        return refusal(exc, request_client_address(request)).json_response()
-    return JsonResponse(reply)
+    exchange = partial(pool_bootstrap_exchange, pool_id=pool_id)
+    return _door(request, _body_dispatch(request), "bootstrap token", exchange)
 
 
 @require_GET
 def pool_members(request: HttpRequest, pool_id: int) -> JsonResponse:
     """GET /api/v1/pools/{id}/members?dispatch=N: what the pool's job hosts now."""
-    try:
-        dispatch = int(request.GET["dispatch"])
-        if not 0 < dispatch < 2**31:
-            raise ValueError(dispatch)
-    except (KeyError, ValueError):
-        return error_answer(ErrorCode.INVALID, "send ?dispatch=N", "dispatch").json_response()
-    raw = bearer_secret(request.headers.get("Authorization", ""))
-    if raw is None:
-        return error_answer(ErrorCode.NOT_AUTHENTICATED, "send the pool token").json_response()
-    try:
-        reply = pool_members_of(pool_id=pool_id, dispatch=dispatch, raw=raw)
-    except DomainError as exc:
-        return refusal(exc, request_client_address(request)).json_response()
-    return JsonResponse(reply)
+    raw = request.GET.get("dispatch", "")
+    dispatch = int(raw) if raw.isascii() and raw.isdigit() and 0 < len(raw) < 10 else None
+    return _door(request, dispatch, "pool token", partial(pool_members_of, pool_id=pool_id))
