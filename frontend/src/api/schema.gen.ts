@@ -917,7 +917,7 @@ export interface components {
             /** Format: date-time */
             left_at: string | null;
             left_reason: string;
-            /** @description last throughput/tokens_per_s, pool/share, pool/wait_s and memory/* values, those reported */
+            /** @description last throughput/tokens_per_s, pool/* (workers/names.py POOL_METRICS) and memory/* values, those reported */
             latest: {
                 [key: string]: number;
             };

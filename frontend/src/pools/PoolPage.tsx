@@ -15,7 +15,7 @@ function PoolTable({ pool }: { pool: Pool }) {
   return (
     <table className="compact" data-testid="pool-members">
       <thead><tr><th>Run</th><th>Experiment</th><th>Team</th><th>State</th><th>Weight</th><th>Share</th>
-        <th>GPUs (quota)</th><th>tok/s</th><th>Wait</th><th>Memory</th><th>Joined</th><th>Left</th></tr></thead>
+        <th>GPUs (quota)</th><th>tok/s</th><th title="trainer time, generation turns (as reported)">Got</th><th>Wait</th><th>Memory</th><th>Joined</th><th>Left</th></tr></thead>
       <tbody>
         {members.map((m) => (
           <tr key={`${m.run}-${m.dispatch}`}>
@@ -27,6 +27,7 @@ function PoolTable({ pool }: { pool: Pool }) {
             <td>{shareLabel(m.share)}</td>
             <td>{formatNumber(m.gpus)}</td>
             <td>{formatNumber(m.latest["throughput/tokens_per_s"])}</td>
+            <td className="small">{shareLabel(m.latest["pool/share"])} / {shareLabel(m.latest["pool/gen_share"])}</td>
             <td>{m.latest["pool/wait_s"] === undefined ? "—" : `${formatNumber(m.latest["pool/wait_s"])} s`}</td>
             <td className="small">{memoryFigures(m.latest).map(([k, v]) => `${k} ${formatNumber(v)}`).join(", ") || "—"}</td>
             <td className="muted">{timeAgo(m.joined_at)}</td>

@@ -9,6 +9,7 @@ from django.db.models import Q, QuerySet
 from paddock.core.errors import not_found
 from paddock.experiments.models import MetricPoint, Run
 from paddock.teams.access import Actor
+from workers import names
 
 from .models import Pool, PoolMember, RayCluster
 from .pools import current_members, pool_of_run, shares
@@ -24,7 +25,7 @@ def cluster_list(*, actor: Actor) -> QuerySet[RayCluster]:
 # --- pools: not team-scoped, so each reader shows a team only its own members --------------
 
 # what the pool page shows of each visible member, when its job reports it
-POOL_METRIC_KEYS = ("throughput/tokens_per_s", "pool/share", "pool/wait_s")
+POOL_METRIC_KEYS = ("throughput/tokens_per_s", *names.POOL_METRICS)
 MEMORY_PREFIX = "memory/"
 
 

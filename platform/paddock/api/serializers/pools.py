@@ -25,8 +25,8 @@ class PoolMemberSerializer(serializers.Serializer):
     left_reason = serializers.CharField()
     latest = serializers.DictField(
         child=serializers.FloatField(),
-        help_text="last throughput/tokens_per_s, pool/share, pool/wait_s and memory/* "
-        "values, those reported",
+        help_text="last throughput/tokens_per_s, pool/* (workers/names.py POOL_METRICS) and "
+        "memory/* values, those reported",
     )
 
 
