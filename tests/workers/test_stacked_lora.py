@@ -143,3 +143,33 @@ def test_not_stacked_where_it_would_change_the_function(model_dir):
     some = parse_spec(_spec(model_dir).model_dump() | {"lora": {"r": 4, "alpha": 8,
         "target_modules": ["q_proj", "v_proj"]}})  # fmt: skip
     assert not LoraPolicy(some, model_dir, stack_lora=True).stacked
+
+
+def test_another_adapter_runs_stacked_or_through_peft(model_dir):
+    # a pool's runs are named adapters on one model (multi.py): the active one is stacked,
+    # one with dropout goes through PEFT's layers; both give PEFT's logprobs
+    from workers.policy.lora import lora_config
+
+    spec = _spec(model_dir)
+    ref, fast = _policy(model_dir, False), _policy(model_dir, True)
+    batch = _batch(ref.tokenizer, False)
+    g = torch.Generator().manual_seed(4)
+    for name, dropout in (("plain", 0.0), ("dropped", 0.2)):
+        config = lora_config(spec.lora.model_copy(update={"dropout": dropout}))
+        tensors = None
+        for policy in (ref, fast):
+            policy.model.add_adapter(name, config)
+            policy.model.set_adapter(name)
+            params = [p for n, p in policy.model.named_parameters() if f".{name}." in n]
+            tensors = tensors or [torch.randn(p.shape, generator=g) * 0.2 for p in params]
+            with torch.no_grad():
+                torch._foreach_copy_(params, tensors)
+            policy.model.eval()  # dropout off: the two paths draw no masks
+        with torch.no_grad():
+            lp0, lp1 = ref.token_logprobs(batch)[0], fast.token_logprobs(batch)[0]
+            base = fast.token_logprobs(batch)[0]
+            fast.model.set_adapter("default")
+            other = fast.token_logprobs(batch)[0]
+        torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
+        assert (other - base).abs().max() > 1e-3  # the named adapter really took part
+        ref.model.set_adapter("default")

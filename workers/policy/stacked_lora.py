@@ -25,7 +25,9 @@ after an optimizer step or a load.
 Only where it is the same function as PEFT's: LoRA on all seven linears, no dropout (a
 dropped-out input differs per linear), no bias on the base linears (Qwen2's q/k/v have one),
 one process (FSDP2 shards the base weights). With the adapter off (the KL reference,
-`disable_adapter()`) the groups run their stacked base weights alone.
+`disable_adapter()`) the groups run their stacked base weights alone; with another
+adapter active (a pool's runs, multi.py) they stack that one, and where it has dropout, or
+several are active, they fall back to PEFT's own layers, call by call.
 """
 
 from __future__ import annotations
@@ -72,18 +74,33 @@ class _StackedLora(torch.autograd.Function):
         return dx, None, da, db
 
 
-def _lora_on(m: nn.Module) -> bool:
-    return not m.disable_adapters and not m.merged and ADAPTER_NAME in m.active_adapters
+def _active(mods: tuple[nn.Module, ...]) -> str | None:
+    """The adapter the group runs stacked: its one active adapter; "" with the adapter off
+    (the base alone); None where only PEFT's own forward computes the same function (several
+    adapters active, or one with dropout or DoRA, as a pool's added adapters may be)."""
+    if mods[0].disable_adapters or mods[0].merged:
+        return ""
+    names = mods[0].active_adapters
+    if len(names) != 1:
+        return None
+    name = names[0]
+    for m in mods:
+        if name not in m.lora_A or not isinstance(m.lora_dropout[name], nn.Identity):
+            return None
+        if getattr(m, "use_dora", {}).get(name, False):
+            return None
+    return name
 
 
 def _group(x: Tensor, weight: Tensor, mods: tuple[nn.Module, ...]) -> Tensor:
     """The group's outputs side by side ([..., in] → [..., Σ out])."""
-    if not _lora_on(mods[0]):
+    name = _active(mods)
+    if name == "":
         return F.linear(x, weight)
-    a = torch.cat([m.lora_A[ADAPTER_NAME].weight for m in mods]).to(x.dtype)
-    b = torch.block_diag(
-        *[m.lora_B[ADAPTER_NAME].weight * m.scaling[ADAPTER_NAME] for m in mods]
-    ).to(x.dtype)
+    if name is None:
+        return torch.cat([m(x) for m in mods], -1)
+    a = torch.cat([m.lora_A[name].weight for m in mods]).to(x.dtype)
+    b = torch.block_diag(*[m.lora_B[name].weight * m.scaling[name] for m in mods]).to(x.dtype)
     lead = x.shape[:-1]
     y = _StackedLora.apply(x.reshape(-1, x.shape[-1]), weight, a, b)
     return y.view(*lead, y.shape[-1])
