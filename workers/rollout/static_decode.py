@@ -27,9 +27,11 @@ of K adapters instead of the model's own: per fused linear, A stacked [K, R, in]
 folded into B), and each batch row carries its slot (`prefill(..., adapters=...)`). Rows of
 different adapters share one step and one CUDA graph; `set_adapter(slot, tensors, scale)`
 is a copy into the slot (graphs read the table, so nothing is recaptured). The LoRA delta is
-a segmented matmul (rows sorted by slot, one grouped GEMM for A and one for B: each row pays
-its own rank only) or, where grouped GEMMs are missing, a gathered one (x·A of every slot,
-masked to the row's own, times every slot's B: K times the rank's work).
+gathered (the default: every slot's A stacked under the base weight, so one matmul gives the
+base output and x·A of every slot; masked to the row's own slot; one matmul with every
+slot's B: K times the rank's work, in two large GEMMs) or segmented (rows sorted by slot,
+one grouped GEMM for A and one for B: each row pays its own rank only, but the sort and the
+grouped GEMMs cost more than they save at 8 slots of rank 16).
 
 Supported: the Llama-style decoders (llama, mistral, qwen2, qwen3: RMSNorm, RoPE, GQA, SwiGLU,
 optional q/k/v bias and per-head q/k norms). `supports(model)` says whether a model is one.
@@ -100,12 +102,18 @@ class FusedLinear:
         outs = [b.out_features for b in bases]
         ranks = [m.lora_A[ADAPTER_NAME].out_features for m in self.lora]
         self.width = sum(outs)
-        if len(bases) == 1 and not self.lora:
+        # the gathered kernel's A table: every slot's A rows after the base outputs, so
+        # that one matmul gives the base and every slot's x·Aᵀ (as the folded adapter)
+        extra = 0
+        if table is not None and table[2] == "gathered":
+            extra = table[0] * table[1] * len(bases)
+        if len(bases) == 1 and not self.lora and not extra:
             self.weight, self.bias = ref, bases[0].bias  # nothing to stack: use it as it is
         else:
-            self.weight = ref.new_empty((self.width + sum(ranks), ref.shape[1]))
+            self.weight = ref.new_empty((self.width + sum(ranks) + extra, ref.shape[1]))
+            self.weight[self.width :].zero_()
             has_bias = any(b.bias is not None for b in bases)
-            self.bias = ref.new_zeros(self.width + sum(ranks)) if has_bias else None
+            self.bias = ref.new_zeros(self.width + sum(ranks) + extra) if has_bias else None
             at = 0
             for b in bases:  # the model's parameters now live in the stacked buffer
                 rows = slice(at, at + b.out_features)
@@ -131,7 +139,10 @@ class FusedLinear:
             at += r
         self.rank = sum(ranks)
         self.b = ref.new_zeros((self.width, self.rank)) if self.rank else None
-        self.rows = None if table is None else RowLora(self.slices, ref, *table)
+        self.rows = None
+        if table is not None:
+            a = self.weight[self.width :].view(table[0], -1, ref.shape[1]) if extra else None
+            self.rows = RowLora(self.slices, ref, *table, a=a)
         self.refresh()
 
     @torch.no_grad()
@@ -160,6 +171,15 @@ def _fused(x, weight, bias, b, width: int, residual: Tensor | None = None) -> Te
     whatever the count of linears and adapters (per-row adapters: see `_row_delta`)."""
     y = F.linear(x, weight, bias)
     if isinstance(b, tuple):
+        kernel, a, bt, route = b
+        if kernel == "gathered":  # y holds every slot's x·Aᵀ after the base outputs
+            slots, r_all = bt.shape[0], bt.shape[1]
+            base, xa = y[:, :width], y[:, width:].view(-1, slots, r_all)
+            xa = (xa * route[:, :, None]).view(-1, slots * r_all)
+            bt = bt.reshape(slots * r_all, width)
+            return (
+                torch.addmm(base, xa, bt) if residual is None else (residual + base).addmm_(xa, bt)
+            )
         y = y + _row_delta(x, *b)
         return y if residual is None else residual + y
     if b is None:
@@ -180,11 +200,20 @@ class RowLora:
     stay zero, so padding changes no output. The gathered kernel keeps B as [slots, R,
     width] (one flat matmul); `b` is then a view of it."""
 
-    def __init__(self, slices: list[slice], ref: Tensor, slots: int, rank: int, kernel: str):
+    def __init__(
+        self,
+        slices: list[slice],
+        ref: Tensor,
+        slots: int,
+        rank: int,
+        kernel: str,
+        a: Tensor | None = None,
+    ):
+        """`a`: where the A table lives (the gathered kernel's rows of the fused weight)."""
         self.kernel, self.slots, self.rank = kernel, slots, rank
         self.slices = slices
         width, n_in, r_all = slices[-1].stop, ref.shape[1], rank * len(slices)
-        self.a = ref.new_zeros((slots, r_all, n_in))
+        self.a = ref.new_zeros((slots, r_all, n_in)) if a is None else a
         if kernel == "gathered":
             self.bt = ref.new_zeros((slots, r_all, width))
             self.b = self.bt.transpose(1, 2)
@@ -207,22 +236,20 @@ class RowLora:
         self.b[slot, self.slices[j], block][:, :r].copy_(b * scale)
 
     def lora(self, route) -> tuple:
-        return (self.kernel, self.a, self.bt, route)
+        # gathered: x·A comes out of the fused weight's matmul, no A needed here
+        return (self.kernel, None if self.kernel == "gathered" else self.a, self.bt, route)
 
 
 def _row_delta(x: Tensor, kernel: str, a: Tensor, bt: Tensor, route) -> Tensor:
-    """Each row's LoRA output under its own slot's adapter: [tokens, in] → [tokens, width].
-    segmented: rows sorted by slot (route = (order, back, ends)), A and B each one grouped
-    GEMM over the slots' runs of rows; gathered: x·A of every slot, masked to the row's own
-    slot (route = its one-hot [tokens, slots]), then one matmul with every slot's B."""
-    slots, r_all = a.shape[0], a.shape[1]
-    if kernel == "segmented":
-        order, back, ends = route
-        xs = x.index_select(0, order)
-        xa = torch._grouped_mm(xs, a.transpose(1, 2), offs=ends)
-        return torch._grouped_mm(xa, bt, offs=ends).index_select(0, back)
-    xa = F.linear(x, a.view(slots * r_all, -1)).view(-1, slots, r_all) * route[:, :, None]
-    return xa.view(-1, slots * r_all) @ bt.reshape(slots * r_all, -1)
+    """The segmented kernel: each row's LoRA output under its own slot's adapter ([tokens,
+    in] → [tokens, width]), rows sorted by slot (route = (order, back, ends)), A and B each
+    one grouped GEMM over the slots' runs of rows. (The gathered kernel is in `_fused`: x·A
+    of every slot from the fused weight, masked to the row's own slot (route: the one-hot
+    [tokens, slots]), then one matmul with every slot's B.)"""
+    order, back, ends = route
+    xs = x.index_select(0, order)
+    xa = torch._grouped_mm(xs, a.transpose(1, 2), offs=ends)
+    return torch._grouped_mm(xa, bt, offs=ends).index_select(0, back)
 
 
 def _route(kernel: str, slot: Tensor, slots: int, dtype: torch.dtype):
@@ -395,9 +422,11 @@ class StaticDecoder:
             if max_rank < 1:
                 raise ValueError("per-row adapters need max_rank >= 1")
             ref = lm.model.embed_tokens.weight
-            if lora_kernel is None:
-                fast = grouped_mm_works(ref.device, ref.dtype)
-                lora_kernel = "segmented" if fast else "gathered"
+            # gathered by default: with 8 slots of rank 16 on an H200 a decode step at 256
+            # rows takes 92 % of the single adapter's speed, segmented 64 % (docs/pools.md)
+            lora_kernel = lora_kernel or "gathered"
+            if lora_kernel == "segmented" and not grouped_mm_works(ref.device, ref.dtype):
+                raise ValueError(f"torch's grouped GEMM does not run on {ref.device}/{ref.dtype}")
             if lora_kernel not in LORA_KERNELS:
                 raise ValueError(f"lora_kernel must be one of {LORA_KERNELS}, not {lora_kernel!r}")
             self.lora_kernel = lora_kernel
