@@ -44,19 +44,26 @@ class Assignment:
     resume_from: str | None
 
 
-def bootstrap(url: str, run_id: int, dispatch: int, secret: str) -> Assignment:
+def post_bootstrap(url: str, what: str, dispatch: int, secret: str) -> dict[str, Any]:
+    """`POST {url}/api/v1/{what}/bootstrap` (`what`: `runs/<id>`, `pools/<id>`) with the
+    one-time token; its JSON answer, or SystemExit naming the refusal."""
     reply = requests.post(
-        f"{url.rstrip('/')}/api/v1/runs/{run_id}/bootstrap",
+        f"{url.rstrip('/')}/api/v1/{what}/bootstrap",
         json={"dispatch": dispatch},
         headers={"Authorization": f"Bearer {secret}"},
         timeout=30,
     )
     if reply.status_code != 200:
+        kind, ident = what.split("/")
         raise SystemExit(
-            f"workers.job: the platform at {url} refused the bootstrap of run {run_id} "
+            f"workers.job: the platform at {url} refused the bootstrap of {kind[:-1]} {ident} "
             f"dispatch {dispatch}: HTTP {reply.status_code} {reply.text[:300]}"
         )
-    body = reply.json()
+    return reply.json()
+
+
+def bootstrap(url: str, run_id: int, dispatch: int, secret: str) -> Assignment:
+    body = post_bootstrap(url, f"runs/{run_id}", dispatch, secret)
     return Assignment(
         run_id=run_id,
         dispatch=dispatch,

@@ -104,10 +104,26 @@ def move_tensors(tensors: dict[str, torch.Tensor], device: torch.device) -> dict
 def load_adapter_tensors(model: PeftModel, tensors: dict[str, torch.Tensor]) -> None:
     """Copy `tensors` (PEFT file keys) into the adapter's parameters: one transfer to their
     device, then one batched copy."""
-    index = lora_index(model)
+    copy_into(lora_index(model), tensors)
+
+
+def update_tensors(update) -> dict[str, torch.Tensor]:
+    """An `AdapterUpdate`'s tensors: its own, or read from the PEFT directory it names."""
+    if update.tensors is not None:
+        return update.tensors
+    if update.path is not None:
+        return read_adapter_dir(update.path)[0]
+    raise ValueError(f"adapter update {update.version} has neither tensors nor a path")
+
+
+def copy_into(
+    index: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], who: str = ""
+) -> None:
+    """Copy `tensors` (PEFT file keys) into the parameters `index` names (one adapter's, of
+    a model that may hold several): one transfer to their device, then one batched copy."""
     unexpected = [k for k in tensors if k not in index and "lora_" in k]
     if unexpected:
-        raise ValueError(f"adapter has keys this model lacks: {unexpected[:3]}…")
+        raise ValueError(f"{who}adapter has keys this model lacks: {unexpected[:3]}…")
     keys = [k for k in index if k in tensors]
     device = index[keys[0]].device if keys else torch.device("cpu")
     if any(tensors[k].device != device for k in keys):

@@ -195,13 +195,7 @@ class MultiLoraTrainer:
 
     def load_adapter_tensors(self, run_id: str, tensors: dict[str, torch.Tensor], version: int):
         run = self._run(run_id)
-        unexpected = [k for k in tensors if k not in run.index and "lora_" in k]
-        if unexpected:
-            raise ValueError(f"run {run_id!r}: adapter has keys this model lacks: {unexpected[:3]}")
-        keys = [k for k in run.index if k in tensors]
-        with torch.no_grad():
-            for k in keys:
-                run.index[k].copy_(tensors[k].to(run.index[k].device))
+        lora_io.copy_into(run.index, tensors, f"run {run_id!r}: ")
         run.adapter_version = version
 
     # ---------------------------------------------------------------- checkpoints

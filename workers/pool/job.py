@@ -34,7 +34,7 @@ from typing import Any
 
 import requests
 
-from ..job import bootstrap
+from ..job import bootstrap, post_bootstrap
 from ..loop.control import FileControl, StaticControl
 from ..report import Reporter, ReporterConfig
 from ..spec import SpecError, load_spec
@@ -55,18 +55,7 @@ class PoolAssignment:
 
 
 def bootstrap_pool(url: str, pool_id: int, dispatch: int, secret: str) -> PoolAssignment:
-    reply = requests.post(
-        f"{url.rstrip('/')}/api/v1/pools/{pool_id}/bootstrap",
-        json={"dispatch": dispatch},
-        headers={"Authorization": f"Bearer {secret}"},
-        timeout=30,
-    )
-    if reply.status_code != 200:
-        raise SystemExit(
-            f"workers.pool.job: the platform at {url} refused the bootstrap of pool {pool_id} "
-            f"dispatch {dispatch}: HTTP {reply.status_code} {reply.text[:300]}"
-        )
-    body = reply.json()
+    body = post_bootstrap(url, f"pools/{pool_id}", dispatch, secret)
     return PoolAssignment(pool_id, dispatch, body["token"], int(body["capacity"]), body["key"])
 
 

@@ -77,21 +77,9 @@ class TorchLane(TorchBackend):
             return super()._decode(requests)
 
     def _load_adapter(self, update: AdapterUpdate) -> int:
-        if update.tensors is not None:
-            tensors = update.tensors
-        elif update.path is not None:
-            tensors, _ = lora_io.read_adapter_dir(update.path)
-        else:
-            raise ValueError(f"adapter update {update.version} has neither tensors nor a path")
-        unexpected = [k for k in tensors if k not in self.index and "lora_" in k]
-        if unexpected:
-            raise ValueError(
-                f"run {self.run_id!r}: adapter has keys this model lacks: {unexpected[:3]}"
-            )
-        keys = [k for k in self.index if k in tensors]
-        with self._step_lock, torch.no_grad():
-            for k in keys:
-                self.index[k].copy_(tensors[k].to(self.index[k].device))
+        tensors = lora_io.update_tensors(update)
+        with self._step_lock:  # between two of its own decode steps
+            lora_io.copy_into(self.index, tensors, f"run {self.run_id!r}: ")
             self._version = update.version
             self.served_log.append(update.version)
         return self._version

@@ -126,7 +126,7 @@ def test_the_pool_job_under_the_platform(make_spec, tmp_path, monkeypatch):
     server = serve(platform)
     url = f"http://127.0.0.1:{server.server_port}"
     try:
-        with pytest.raises(SystemExit, match="refused the bootstrap of pool 7"):
+        with pytest.raises(SystemExit, match="refused the bootstrap of pool 7 dispatch 1"):
             pool_job.bootstrap_pool(url, 7, 1, "wrong")
         pool = pool_job.bootstrap_pool(url, 7, 1, "pool-boot")
         assert asyncio.run(asyncio.wait_for(pool_job.PoolJob(url, pool).run(), 120)) == 0
