@@ -47,6 +47,10 @@ LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 # last batch waited for each.
 PoolMetric = Literal["pool/share", "pool/wait_s", "pool/gen_share", "pool/gen_wait_s"]
 POOL_METRICS: tuple[PoolMetric, ...] = get_args(PoolMetric)
+# The pool job's memory, reported with each member's steps (the pool page shows them): the
+# process's resident memory and, with CUDA, what torch holds on its GPUs, in GB.
+MemoryMetric = Literal["memory/cpu_gb", "memory/gpu_gb"]
+MEMORY_METRICS: tuple[MemoryMetric, ...] = get_args(MemoryMetric)
 
 # The Python modules each backend's engine needs, the first one its own: what `paddock doctor`
 # looks for and what a job whose engine is missing names.

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from pathlib import Path
 
+import torch
+
+from ..names import MEMORY_METRICS, POOL_METRICS
 from ..policy import TrainSample, collate
 from ..policy.multi import MultiLoraTrainer
 from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
@@ -52,9 +56,11 @@ class PooledExecutor:
                 f"train step {step}: its adapter diverged; the run stops (the pool's other "
                 "runs go on)"
             )
-        metrics.update(self.gate.metrics(self.run_id))  # pool/share, pool/wait_s
-        gen = self.gen.metrics(self.run_id)
-        metrics.update({"pool/gen_share": gen["pool/share"], "pool/gen_wait_s": gen["pool/wait_s"]})
+        share, wait, gen_share, gen_wait = POOL_METRICS
+        trainer, gen = self.gate.metrics(self.run_id), self.gen.metrics(self.run_id)
+        metrics.update({share: trainer[share], wait: trainer[wait]})
+        metrics.update({gen_share: gen[share], gen_wait: gen[wait]})
+        metrics.update(memory_metrics())
         return metrics
 
     async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
@@ -114,3 +120,16 @@ class LaneBackend:
     async def close(self) -> None:
         if self.admitted:
             await self.engine.unload_adapter(self.run_id)
+
+
+def memory_metrics() -> dict[str, float]:
+    """The pool process's memory (all members together): resident set and, with CUDA, what
+    torch holds on every GPU, in GB."""
+    cpu, gpu = MEMORY_METRICS
+    page = os.sysconf("SC_PAGE_SIZE")
+    with open("/proc/self/statm") as f:  # Linux: resident pages are the second field
+        out = {cpu: int(f.read().split()[1]) * page / 1e9}
+    if torch.cuda.is_available():
+        held = sum(torch.cuda.memory_reserved(d) for d in range(torch.cuda.device_count()))
+        out[gpu] = held / 1e9
+    return out

@@ -66,6 +66,7 @@ def test_a_pool_of_one_is_the_run_alone(make_spec, tmp_path):
         assert {k: a.get(k) for k in same} == {k: b.get(k) for k in same}
         assert ("pool/share" in b) == ("loss/total" in b)  # every train step reports it
     assert [r["pool/share"] for r in rows(tmp_path / "pool")[1:]] == [1.0, 1.0, 1.0]
+    assert all(r["memory/cpu_gb"] > 0 for r in rows(tmp_path / "pool")[1:])  # the pool page's
 
 
 def test_pause_one_abort_another_the_others_go_on(make_spec, tmp_path):
