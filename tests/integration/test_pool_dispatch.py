@@ -1,7 +1,8 @@
 """A pool job on a real local Ray head (the Jobs API), with the real dispatch and reconcile
 code on PostgreSQL: two pooled runs share one submitted job; one member's abort never stops
 it; when it dies, the pool ends and each member is handled like a solo run whose job died
-(failed, queued again from its checkpoint while attempts remain) and packed into a new pool.
+(failed, queued again from its checkpoint while attempts remain) and packed into a new pool;
+the cluster sweep stops the job of a pool that ended, never one that lives.
 
 The pool job here is a sleeper standing in for `python -m workers.pool.job` (the entrypoint
 is the one knob changed): what is under test is the control plane's handling of its job."""
@@ -90,3 +91,11 @@ def test_a_pool_job_survives_a_members_abort_and_its_death_retries_every_member(
     order = dispatch.dispatch_prepare(run_id=stays.pk)
     assert order.submission_id != pool.ray_submission_id and order.dispatch == 2
     assert Pool.objects.count() == 2
+    # the cluster sweep leaves a live pool's job alone and stops one of an ended pool
+    dispatch.dispatch_submit(order)
+    wait_for(lambda: _status(address, order.submission_id) == "RUNNING", 60, "the new pool job")
+    cluster = RayCluster.objects.get(pk=world.cluster.pk)
+    assert tasks.jobs_left_behind_stop(cluster) == []
+    Pool.objects.filter(ray_submission_id=order.submission_id).update(state="ended")
+    assert tasks.jobs_left_behind_stop(cluster) == [order.submission_id]
+    wait_for(lambda: _status(address, order.submission_id) == "STOPPED", 60, "the sweep's stop")

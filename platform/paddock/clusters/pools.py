@@ -233,7 +233,10 @@ def pool_members(*, pool_id: int, dispatch: int, raw: str) -> dict:
         pool = _pool_for_job(pool_id, dispatch)
         members = list(current_members(pool_id))
         if not members and pool.state != Pool.State.STOPPING:
-            Pool.objects.filter(pk=pool_id).update(state=Pool.State.STOPPING)
+            # updated_at is the clock reconcile gives the job to exit on its own
+            Pool.objects.filter(pk=pool_id).update(
+                state=Pool.State.STOPPING, updated_at=timezone.now()
+            )
             log.info("pool %s has no members left: its job is told to stop", pool.name)
     spent = set(
         BootstrapUse.objects.filter(run_id__in=[m.run_id for m in members]).values_list(

@@ -47,6 +47,8 @@ FINAL_REPORT_GRACE_S = 20
 # run is aborted anyway (Ray's stop sends SIGTERM, then SIGKILL 3 s later)
 ABORT_STOP_GRACE_S = 30
 DISPATCH_STUCK_S = 10  # a job that ended may still be flushing its last batch
+# a pool dispatched this recently whose job Ray does not know yet is being submitted
+SUBMIT_GRACE_S = 30
 # states in which a Ray job exists (or should) for the run
 WATCHED = [S.STARTING, S.RUNNING, S.PAUSING, S.PAUSED, S.RESUMING, S.ABORTING]
 
@@ -328,11 +330,14 @@ def pools_reconcile() -> int:
         except ClusterUnreachable:
             continue
         alive = info is not None and info.status in ("PENDING", "RUNNING")
+        since = (timezone.now() - pool.updated_at).total_seconds()
+        if info is None and since < SUBMIT_GRACE_S:
+            continue  # just dispatched: its job may not be submitted yet
         if alive:
             idle = not _pool_has_members(pool) and (
                 info.status == "PENDING" or pool.state == Pool.State.STOPPING
             )
-            quiet = (timezone.now() - pool.updated_at).total_seconds() > ABORT_STOP_GRACE_S
+            quiet = since > ABORT_STOP_GRACE_S  # told to stop that long ago
             if not (idle and (info.status == "PENDING" or quiet)):
                 continue
             job_stop(address=pool.cluster.address, submission_id=pool.ray_submission_id)
