@@ -115,12 +115,11 @@ class PoolDriver:
     # ---------------------------------------------------------------- the shared parts
 
     def _start(self, spec: RunSpec) -> None:
-        self.key = self.key or pool_key(spec)
         model_dir = model_dir_for(spec)
         trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
         # the host's placeholder adapter is never trained: rank 1, no optimizer steps
         host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
-        self.trainer = MultiLoraTrainer(host, model_dir, trainer_device)
+        trainer = MultiLoraTrainer(host, model_dir, trainer_device)
         capacity = self.capacity or getattr(spec.rollout, "max_loras", 8)
         # engines with slots of one rank: the founding member's unless the pool was told
         # (a later member of a higher rank is refused, naming it); time-sliced lanes: any
@@ -128,10 +127,12 @@ class PoolDriver:
         self.engine = make_pool_engine(
             spec, model_dir, capacity, rank, engine_device, self.torch_engine
         )
+        self.trainer = trainer  # both started, or neither: a failed start is tried again
         # one generation turn at a time where the engine decodes one adapter at a time;
         # engines that batch every adapter's rows take every member's calls together
         slots = 1 if self._sliced(spec) else self.engine.capacity
         self.gen_gate = FairGate(slots=slots)
+        self.key = self.key or pool_key(spec)
 
     def _sliced(self, spec: RunSpec) -> bool:
         return spec.rollout.backend == "torch" and self.torch_engine == "lanes"

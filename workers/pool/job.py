@@ -37,7 +37,7 @@ import requests
 from ..job import bootstrap, post_bootstrap
 from ..loop.control import FileControl, StaticControl
 from ..report import Reporter, ReporterConfig
-from ..spec import SpecError, load_spec
+from ..spec import load_spec
 from .driver import TORCH_ENGINES, PoolDriver
 
 log = logging.getLogger("workers.pool.job")
@@ -69,6 +69,7 @@ class PoolJob:
         )
         self.reporters: dict[str, Reporter] = {}
         self.closed: set[str] = set()
+        self.refused: set[str] = set()
 
     def _members(self) -> tuple[int, dict[str, Any]]:
         reply = requests.get(
@@ -97,7 +98,8 @@ class PoolJob:
                     continue
                 listed = {str(m["run_id"]): m for m in body.get("members", [])}
                 for run_id, m in listed.items():
-                    if m.get("bootstrap_token") and run_id not in self.reporters:
+                    new = run_id not in self.reporters and run_id not in self.refused
+                    if m.get("bootstrap_token") and new:
                         await self._join(run_id, m)
                     elif run_id in self.driver.members and m.get("weight"):
                         self.driver.set_weight(run_id, float(m["weight"]))
@@ -122,6 +124,7 @@ class PoolJob:
             )
         except SystemExit as exc:  # refused: the run is another job's now, or its token spent
             log.warning("member %s: %s", run_id, exc)
+            self.refused.add(run_id)  # not asked again while it stays listed
             return
         control = StaticControl("running")
         reporter = Reporter(
@@ -145,7 +148,8 @@ class PoolJob:
                 resume_from=a.resume_from,
                 weight=float(m["weight"]) if m.get("weight") else None,
             )
-        except (ValueError, SpecError) as exc:  # PoolAdmissionError is a ValueError
+        except Exception as exc:  # a misfit (PoolAdmissionError), a bad spec, a failed start
+            log.warning("member %s cannot join: %s: %s", run_id, type(exc).__name__, exc)
             reporter.status("failed", f"{type(exc).__name__}: {exc}")
             await self._close_reporter(run_id)
 
