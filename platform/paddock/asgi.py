@@ -15,15 +15,24 @@ thread per request, each waiting for the loop.
 Here a request runs in one of `LANES` single-thread executors, the least busy when it
 arrives (its thread-sensitive calls all go to that thread, as in Django's own context, so
 the ORM keeps its connection), and the whole middleware chain and view are one call in it.
-A slow request holds up only the requests queued on its lane. Reading the body, building
-the ASGIRequest and sending the answer stay in the event loop, as before."""
+A slow request holds up only the requests queued on its lane. Reading the body and sending
+the answer stay in the event loop; the request's signals, building the request, the chain
+and view and, for an answer already rendered, its close (request_finished, which gives the
+database connection back to the pool) are that one call: Django's handler made three hops
+to the request's thread for them, each a wait for the thread and one for the loop."""
 
+import asyncio
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse
+from django.urls import set_script_prefix
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddock.settings")
 
@@ -34,6 +43,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddock.settings")
 # would outnumber the connection pool (8 a process: the lanes, the consumers' thread and
 # the ingest threads share it) and bring back the contention for the GIL.
 LANES = 6
+# The event loop takes the GIL back from a busy lane after 1 ms, not CPython's 5: every
+# accept, websocket handshake step and reply sent waits for it behind the lanes' Python.
+SWITCH_INTERVAL_S = 0.001
 
 
 class LanedASGIHandler(ASGIHandler):
@@ -47,8 +59,47 @@ class LanedASGIHandler(ASGIHandler):
     def load_middleware(self, is_async=False):
         super().load_middleware(is_async=False)  # the sync chain: no crossing inside it
 
-    async def get_response_async(self, request):
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+    def _respond(self, scope, body_file):
+        """In the request's lane: what Django's handle does between reading the body and
+        sending the answer, and the close of an answer that is not streamed."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self.get_response(request)
+            response._handler_class = self.__class__
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size  # the server chunks it
+        if not response.streaming:
+            response.close()  # its content is rendered: request_finished now, not after a hop
+            body_file.close()
+        return response
+
+    async def handle(self, scope, receive, send):
+        """Django's ASGIHandler.handle, with one hop to the lane (`_respond`) where it makes
+        three; a streamed answer is sent as Django sends it, stopped if the client leaves."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        response = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file)
+        if not response.streaming:
+            await self.send_response(response, send)
+            return
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(self.send_response(response, send)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, RequestAborted):
+                pass
+        await sync_to_async(response.close, thread_sensitive=True)()
+        body_file.close()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -62,6 +113,7 @@ class LanedASGIHandler(ASGIHandler):
             self.queued[lane] -= 1
 
 
+sys.setswitchinterval(SWITCH_INTERVAL_S)
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 django_asgi_app = LanedASGIHandler()
 

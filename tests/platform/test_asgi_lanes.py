@@ -78,3 +78,55 @@ async def test_concurrent_requests_share_the_lanes_threads(world):
     assert threads and threads <= lanes, threads
     assert after <= before + len(lanes)  # no thread left behind per request
     assert django_asgi_app.queued == [0] * len(django_asgi_app.lanes)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_answer_is_one_hop_to_its_lane_and_a_streamed_one_still_streams(world):
+    """The request's signals, the chain, the view and the close of a rendered answer are one
+    call on the lane (Django's handler made three); a streamed answer (a file download, the
+    metrics export) is still sent chunk by chunk and closed after."""
+    from asgiref.sync import sync_to_async
+
+    from paddock.asgi import application, django_asgi_app
+    from paddock.experiments.metrics import metric_points_store
+    from paddock.experiments.models import Run
+    from tests.platform.conftest import launch
+
+    def setup() -> tuple[str, int]:
+        from rest_framework.test import APIClient
+
+        owner = world.users_a[Role.OWNER]
+        session = APIClient()
+        session.force_login(owner)
+        assert launch(session, world.team_a).status_code == 201
+        run = Run.objects.get(team=world.team_a)
+        metric_points_store(run_id=run.pk, points=[("a", s, 0.0, s * 0.5) for s in range(300)])
+        token = api_token_create(actor=actor_for(user=owner), team=world.team_a, name="hops")[1]
+        connections.close_all()
+        return token, run.pk
+
+    token, run_id = await sync_to_async(setup)()
+    hops: list[int] = []
+    submits = [lane.submit for lane in django_asgi_app.lanes]
+
+    def counted(i):
+        def submit(*args, **kwargs):
+            hops.append(i)
+            return submits[i](*args, **kwargs)
+
+        return submit
+
+    for i, lane in enumerate(django_asgi_app.lanes):
+        lane.submit = counted(i)
+    try:
+        assert await _get(application, "/api/v1/me", token) == 200
+        assert len(hops) == 1, hops
+        hops.clear()
+        export = f"/api/v1/runs/{run_id}/metrics/export"
+        assert await _get(application, export, token) == 200  # ?format= defaults to csv
+        assert len(hops) > 2  # the view, its chunks, then the close
+    finally:
+        for lane, submit in zip(django_asgi_app.lanes, submits, strict=True):
+            del lane.submit
+            assert lane.submit == submit
+    assert django_asgi_app.queued == [0] * len(django_asgi_app.lanes)

@@ -19,7 +19,13 @@ from paddock.core.errors import DomainError, ErrorCode, not_found
 from paddock.experiments import selectors
 from paddock.experiments.artifacts import CHECKPOINT_PARTS, checkpoint_download
 from paddock.experiments.control import RUN_CONTROLS
-from paddock.experiments.metrics import Series, Window, metric_keys, metric_series_many
+from paddock.experiments.metrics import (
+    Series,
+    Window,
+    metric_keys,
+    metric_latest_many,
+    metric_series_many,
+)
 from paddock.experiments.metrics_export import CONTENT_TYPES as EXPORT_CONTENT_TYPES
 from paddock.experiments.metrics_export import metrics_export as export_chunks
 from paddock.experiments.metrics_stride import metric_series_stride
@@ -67,30 +73,40 @@ class RunViewSet(ActorViewSet):
     queryset = Run.objects.none()
     pagination_class = NewestFirst
 
-    def _run(self, pk, with_latest: bool = False) -> Run:
-        run_id = parse_id(pk, "run")
-        return selectors.run_get(actor=self.actor, run_id=run_id, with_latest=with_latest)
+    def _run(self, pk) -> Run:
+        return selectors.run_get(actor=self.actor, run_id=parse_id(pk, "run"))
 
     @extend_schema(parameters=[s.RunFilterSerializer])
     def list(self, request):
         filters = query(s.RunFilterSerializer, request)
         renames = {"team": "team_id", "experiment": "experiment_id", "state": "states"}
         filters = {renames.get(k, k): v for k, v in filters.items()}
-        runs = selectors.run_list(actor=self.actor, with_latest=True, **filters)
+        runs = selectors.run_list(actor=self.actor, **filters).values(*s.RUN_COLUMNS)
         page = self.paginate_queryset(runs)
-        return self.get_paginated_response(s.RunSerializer(page, many=True).data)
+        latest = metric_latest_many([row["id"] for row in page])
+        return self.get_paginated_response(s.run_rows(page, latest))
 
-    def _detail(self, run: Run) -> dict:
-        run.pool_info = run_pool_info(run)  # its pool as the run's team may see it
-        return s.RunDetailSerializer(run).data
+    def _detail(self, run_id: int) -> dict:
+        """RunDetailSerializer's answer, built as the list's rows are (`run_rows`)."""
+        row = selectors.run_list(actor=self.actor).filter(pk=run_id).values(*s.RUN_COLUMNS)
+        row = row.first()
+        if row is None:
+            raise not_found("run")
+        [answer] = s.run_rows([row], metric_latest_many([run_id]))
+        # its pool as the run's team may see it; the run's other fields load if it reads them
+        run = Run.from_db(Run.objects.db, ["id", "team_id", "dispatch_count"],
+                          [row["id"], row["team_id"], row["dispatch_count"]])  # fmt: skip
+        pool = run_pool_info(run)
+        answer["pool"] = None if pool is None else s.RunPoolSerializer(pool).data
+        return answer
 
     @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS})
     def retrieve(self, request, pk=None):
-        return Response(self._detail(self._run(pk, with_latest=True)))
+        return Response(self._detail(parse_id(pk, "run")))
 
     def _control(self, pk, verb: str) -> Response:
         run = RUN_CONTROLS[verb](actor=self.actor, run=self._run(pk))
-        return Response(self._detail(self._run(run.pk, with_latest=True)))
+        return Response(self._detail(run.pk))
 
     @extend_schema(request=None, responses={200: s.RunDetailSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
@@ -192,9 +208,9 @@ class RunViewSet(ActorViewSet):
     @action(detail=True, methods=["get"])
     def metrics(self, request, pk=None):
         params = query(s.MetricsQuerySerializer, request)
-        run = self._run(pk)
-        keys = params.get("keys") or metric_keys(run_id=run.pk)
-        return Response(_series([run.pk], params, keys)[0])
+        run_id = selectors.run_id_visible(actor=self.actor, run_id=parse_id(pk, "run"))
+        keys = params.get("keys") or metric_keys(run_id=run_id)
+        return Response(_series([run_id], params, keys)[0])
 
     @extend_schema(
         parameters=[s.MetricsExportQuerySerializer],

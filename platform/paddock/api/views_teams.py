@@ -22,19 +22,8 @@ ERRORS = {400: s.ErrorSerializer, 403: s.ErrorSerializer, 404: s.ErrorSerializer
 @api_view(["GET"])
 def me(request):
     actor = request_actor(request)
-    teams = selectors.team_list(actor=actor)
-    return Response(
-        s.MeSerializer(
-            {
-                "id": actor.user.pk,
-                "username": actor.user.username,
-                "is_staff": actor.user.is_staff,
-                "teams": teams,
-                "token": actor.token.prefix if actor.token else None,
-            },
-            context={"actor": actor},
-        ).data
-    )
+    teams = selectors.team_list(actor=actor).values(*s.TEAM_COLUMNS)
+    return Response(s.me_answer(actor, list(teams)))
 
 
 class TeamViewSet(ActorViewSet):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, connection, transaction
 from django.db.models import OuterRef, Subquery
 
-from paddock.experiments.models import MetricPoint
+from paddock.experiments.models import MetricPoint, Run
 
 X_AXES = ("step", "time", "tokens")
 # the last values a runs table shows: `latest` on every run the API returns
@@ -366,9 +366,9 @@ def metric_series(
 
 def metric_latest_annotations() -> dict[str, Subquery]:
     """Annotations for a queryset of runs: per key of LATEST_KEYS, the value stored at the
-    run's highest step of that key. Correlated subqueries, each a backward step of the
-    (run, key, step) index, so a page of runs and their last values is one statement (no
-    query per run, nothing added to ingest); read back with `metric_latest_of`."""
+    run's highest step of that key (correlated subqueries, each a backward step of the
+    (run, key, step) index); read back with `metric_latest_of`. `metric_latest_many` reads
+    the same values for a page of runs without them."""
     return {
         f"latest_{i}": Subquery(
             MetricPoint.objects.filter(run_id=OuterRef("pk"), key=key)
@@ -386,7 +386,59 @@ def metric_latest_of(run) -> dict[str, float]:
     return {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
 
 
+# Each (run, key) of LATEST_KEYS: the value at its highest step, by a backward step of the
+# (run, key, step) index. A statement of constant text: compiling the same seven correlated
+# subqueries as ORM annotations cost more CPU than the rest of a 50-run page together.
+_LATEST_MANY = f"""
+    SELECT r.id, k.i, (SELECT p.value FROM {MetricPoint._meta.db_table} p
+                       WHERE p.run_id = r.id AND p.key = k.key ORDER BY p.step DESC LIMIT 1)
+    FROM unnest(%s::bigint[]) AS r(id), unnest(%s::text[]) WITH ORDINALITY AS k(key, i)"""
+
+
+def metric_latest_many(run_ids: Sequence[int]) -> dict[int, dict[str, float]]:
+    """`metric_latest_of` for each of `run_ids`, in one statement: run id → {key: value} in
+    the order of LATEST_KEYS, a key with no (finite) value left out."""
+    run_ids = list(dict.fromkeys(run_ids))
+    if not run_ids:
+        return {}
+    found: dict[int, list] = {r: [None] * len(LATEST_KEYS) for r in run_ids}
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_LATEST_MANY, [run_ids, list(LATEST_KEYS)])
+            for run_id, i, value in cursor.fetchall():
+                found[run_id][i - 1] = value
+    else:  # SQLite (`paddock up` alone): the annotations
+        names = [f"latest_{i}" for i in range(len(LATEST_KEYS))]
+        rows = Run.objects.filter(pk__in=run_ids).annotate(**metric_latest_annotations())
+        for run_id, *values in rows.values_list("pk", *names):
+            found[run_id] = values
+    return {
+        run_id: {k: v for k, v in zip(LATEST_KEYS, values, strict=True)
+                 if v is not None and math.isfinite(v)}
+        for run_id, values in found.items()
+    }  # fmt: skip
+
+
+# A run's distinct keys by a walk of the (run, key, step) index, one probe per key: DISTINCT
+# read every point of the run (hundreds of thousands for a long one) to find a few dozen.
+_KEYS = f"""
+    WITH RECURSIVE keys(key) AS (
+        (SELECT key FROM {MetricPoint._meta.db_table} WHERE run_id = %(run)s
+         ORDER BY key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT p.key FROM {MetricPoint._meta.db_table} p
+                WHERE p.run_id = %(run)s AND p.key > keys.key ORDER BY p.key LIMIT 1)
+        FROM keys WHERE keys.key IS NOT NULL
+    )
+    SELECT key FROM keys WHERE key IS NOT NULL"""
+
+
 def metric_keys(*, run_id: int) -> list[str]:
+    """The run's metric keys, sorted."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_KEYS, {"run": run_id})
+            return [key for (key,) in cursor.fetchall()]
     return list(
         MetricPoint.objects.filter(run_id=run_id)
         .order_by("key")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
 from paddock.core.errors import not_found
-from paddock.experiments.metrics import metric_latest_annotations
 from paddock.experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -59,6 +58,15 @@ def experiment_list(
     return experiments
 
 
+def experiment_tag_names(experiment_ids: list[int]) -> dict[int, list[str]]:
+    """Each experiment's tag names, by name (as experiment_list's prefetch has them)."""
+    names: dict[int, list[str]] = {}
+    rows = ExperimentTag.objects.filter(experiment_id__in=experiment_ids).order_by("name")
+    for experiment_id, name in rows.values_list("experiment_id", "name"):
+        names.setdefault(experiment_id, []).append(name)
+    return names
+
+
 def experiment_get(*, actor: Actor, experiment_id: int) -> Experiment:
     experiment = experiment_list(actor=actor).filter(pk=experiment_id).first()
     if experiment is None:
@@ -75,15 +83,11 @@ def run_list(
     backend: str = "",
     tag: str = "",
     creator: str = "",
-    with_latest: bool = False,
 ) -> QuerySet[Run]:
-    """Runs of the actor's teams; `with_latest` adds each run's last metric values
-    (LATEST_KEYS, read with `metric_latest_of`) to the same query."""
+    """Runs of the actor's teams (their last metric values: metrics.metric_latest_many)."""
     runs = Run.objects.filter(team_id__in=actor.team_ids).select_related(
         "experiment", "created_by", "cluster"
     )
-    if with_latest:
-        runs = runs.annotate(**metric_latest_annotations())
     if team_id is not None:
         runs = runs.filter(team_id=team_id)
     if experiment_id is not None:
@@ -101,11 +105,19 @@ def run_list(
     return runs
 
 
-def run_get(*, actor: Actor, run_id: int, with_latest: bool = False) -> Run:
-    run = run_list(actor=actor, with_latest=with_latest).filter(pk=run_id).first()
+def run_get(*, actor: Actor, run_id: int) -> Run:
+    run = run_list(actor=actor).filter(pk=run_id).first()
     if run is None:
         raise not_found("run")
     return run
+
+
+def run_id_visible(*, actor: Actor, run_id: int) -> int:
+    """`run_id` when the actor may read that run, else not found: run_get's check without
+    reading the run (the metrics endpoint needs only its id)."""
+    if not Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).exists():
+        raise not_found("run")
+    return run_id
 
 
 def experiment_run_ids(*, actor: Actor, experiment_id: int) -> list[int]:

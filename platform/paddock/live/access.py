@@ -44,6 +44,12 @@ def stream_run(actor: Actor, run_id: int) -> Run | None:
     return Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).first()
 
 
+def stream_run_allowed(actor: Actor, run_id: int) -> bool:
+    """Whether the actor may watch the run: `stream_run`'s check without reading the run
+    (a connect's and each recheck's, where a model row cost more than the query)."""
+    return Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).exists()
+
+
 def stream_experiment(actor: Actor, experiment_id: int) -> Experiment | None:
     return Experiment.objects.filter(pk=experiment_id, team_id__in=actor.team_ids).first()
 

@@ -24,7 +24,13 @@ from paddock.core.errors import DomainError, ErrorCode, error_body
 from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.control import RUN_CONTROLS
 
-from .access import parse_cursors, scope_actor, stream_experiment, stream_run
+from .access import (
+    parse_cursors,
+    scope_actor,
+    stream_experiment,
+    stream_run,
+    stream_run_allowed,
+)
 from .groups import experiment_group, run_group
 from .snapshots import experiment_run_ids, run_replay, run_snapshot
 
@@ -210,7 +216,7 @@ class RunStreamConsumer(_StreamConsumer):
         return self.run_id
 
     def _still_allowed(self) -> bool:
-        return stream_run(scope_actor(self.scope), self.run_id) is not None
+        return stream_run_allowed(scope_actor(self.scope), self.run_id)
 
 
 class ExperimentStreamConsumer(_StreamConsumer):

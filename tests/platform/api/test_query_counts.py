@@ -11,9 +11,10 @@ from paddock.teams.models import Role
 from paddock.teams.services import api_token_create
 from tests.platform.conftest import launch
 
-# session (2) + the actor's memberships (1) + the page (+ tags prefetch): the rest is N+1
+# session (2) + the actor's memberships (1) + the page (+ tags prefetch, or the runs' last
+# values: one statement for the page): the rest is N+1
 LISTS = {
-    "/api/v1/runs": 4,
+    "/api/v1/runs": 5,
     "/api/v1/experiments": 5,
     "/api/v1/teams": 4,
     "/api/v1/teams/{team}/members": 5,
@@ -38,7 +39,7 @@ def _grow(world, client, actor, times):
         run.checkpoints.create(step=step, uri=f"file:///x/{step}")
         run.events.create(kind="log", message=f"step {step}", time=timezone.now())
         SampleSet.objects.create(run=run, step=step, items=[{"prompt": "p", "completion": "c"}])
-        # every run of the list carries its last values: still one query for the page
+        # every run of the list carries its last values: still one statement for the page
         metric_points_store(run_id=run.pk, points=[("reward/mean", step, 0.0, 1.0)])
 
 

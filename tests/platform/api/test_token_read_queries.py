@@ -19,8 +19,8 @@ from tests.platform.conftest import launch
 # the token with its user and role (1), then each endpoint's own reads
 READS = {
     "/api/v1/me": 2,  # + the teams
-    "/api/v1/runs?limit=50": 2,  # + the page, each run's last values in the same statement
-    "/api/v1/runs/{run}": 2,
+    "/api/v1/runs?limit=50": 3,  # + the page + the page's last values, one statement
+    "/api/v1/runs/{run}": 4,  # + the run + its last values + its pool membership
     "/api/v1/runs/{run}/metrics?keys=a,b": 4,  # + the run + one statement per key
     "/api/v1/experiments": 3,  # + the page + the tags
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .clusters import ClusterSerializer
 from .common import MAX_ID, Description, ErrorSerializer, Id, Name, UserBriefSerializer
 from .experiments import (
+    EXPERIMENT_COLUMNS,
     ChangeSerializer,
     CloneSerializer,
     ConfigVersionSerializer,
@@ -22,6 +23,7 @@ from .experiments import (
     PlannedRunSerializer,
     TagsField,
     ValidationReportSerializer,
+    experiment_rows,
 )
 from .metrics import (
     MAX_COMPARED_RUNS,
@@ -34,6 +36,7 @@ from .metrics import (
 )
 from .pools import PoolMemberSerializer, PoolSerializer, RunPoolSerializer
 from .runs import (
+    RUN_COLUMNS,
     CheckpointSerializer,
     CursorSerializer,
     RunDetailSerializer,
@@ -45,8 +48,10 @@ from .runs import (
     SampleQuerySerializer,
     SampleSetPageSerializer,
     SampleSetSerializer,
+    run_rows,
 )
 from .teams import (
+    TEAM_COLUMNS,
     AuditEventSerializer,
     AuditFilterSerializer,
     MemberAddSerializer,
@@ -61,4 +66,5 @@ from .teams import (
     TokenCreatedSerializer,
     TokenCreateSerializer,
     TokenSerializer,
+    me_answer,
 )

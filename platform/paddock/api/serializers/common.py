@@ -3,6 +3,7 @@ error body, a user in brief."""
 
 from __future__ import annotations
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from paddock.core.text import text_problem
@@ -40,3 +41,17 @@ class ErrorSerializer(serializers.Serializer):
 class UserBriefSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     username = serializers.CharField()
+
+
+def datetime_text(value, zone) -> str | None:
+    """A datetime as DRF's DateTimeField writes it (ISO 8601 in `zone`, UTC as `Z`), for the
+    answers built by hand (`run_rows`): `zone` is timezone.get_current_timezone(), read
+    once per answer."""
+    if not value:
+        return None
+    if timezone.is_aware(value):
+        value = value.astimezone(zone)
+    else:
+        value = timezone.make_aware(value, zone)
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
