@@ -70,7 +70,8 @@ def stack(ray_head, django_db_setup, django_db_blocker):
         server.stop()
 
 
-def _launch(stack, spec=FAST_SPEC, max_attempts=None):
+def member_on_local_cluster(stack):
+    """A team with a member, and the local Ray head registered as the shared cluster."""
     team = TeamFactory()
     user = UserFactory()
     MembershipFactory(team=team, user=user, role=Role.MEMBER)
@@ -79,6 +80,11 @@ def _launch(stack, spec=FAST_SPEC, max_attempts=None):
         defaults={"address": stack["ray"]["jobs_address"], "backends": ["torch"],
                   "labels": {"embedded": True}, "healthy": True},
     )  # fmt: skip
+    return team, user
+
+
+def _launch(stack, spec=FAST_SPEC, max_attempts=None):
+    team, user = member_on_local_cluster(stack)
     actor = actor_for(user=user)
     result = experiment_launch(actor=actor, team=team, name="dispatch", spec=spec, seeds=1)
     run = Run.objects.get(experiment=result.experiment)

@@ -10,25 +10,19 @@ from paddock.clusters.models import Pool, PoolMember, RayCluster
 from paddock.experiments.launch import experiment_launch
 from paddock.experiments.models import MetricPoint, Run
 from paddock.teams.access import actor_for
-from paddock.teams.models import AuditEvent, Role
+from paddock.teams.models import AuditEvent
 from tests.conftest import wait_for
 from tests.integration.test_dispatch import (
     FAST_SPEC,
+    member_on_local_cluster,
     stack,  # noqa: F401  (the module's fixture)
 )
-from tests.platform.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_two_pooled_runs_succeed_in_one_pool_job(stack):  # noqa: F811
-    team, user = TeamFactory(), UserFactory()
-    MembershipFactory(team=team, user=user, role=Role.MEMBER)
-    RayCluster.objects.update_or_create(
-        name="test-local",
-        defaults={"address": stack["ray"]["jobs_address"], "backends": ["torch"],
-                  "labels": {"embedded": True}, "healthy": True},
-    )  # fmt: skip
+    team, user = member_on_local_cluster(stack)
     spec = {**FAST_SPEC, "resources": {"pool": "auto"}}
     result = experiment_launch(actor=actor_for(user=user), team=team, name="pooled", spec=spec,
                                seeds=2)  # fmt: skip
