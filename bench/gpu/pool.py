@@ -27,8 +27,8 @@ import torch
 from common import base_spec, gen_requests, parser, peak_gb, random_adapter, run, sync, table
 
 
-def _free(*objs) -> None:
-    del objs
+def _free() -> None:
+    """Give back what the engine just deleted held (its model, cache and graphs)."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -81,6 +81,8 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
         dt = time.perf_counter() - t0
         toks = sum(len(s.token_ids) for r in results for s in r.samples)
         row = {"name": name, "tok_s": toks / dt, "tokens": toks, "s": dt, "peak_gb": peak_gb()}
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
         print(row, flush=True)
         rows.append(row)
         return row
@@ -91,11 +93,12 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
     asyncio.run(single.load_adapter(AdapterUpdate(1, tensors=adapter)))
     base = timed(
         f"1 adapter, TorchBackend static, batch {args.batch}",
-        lambda seed: single.generate(gen_requests(groups, n, p_len, new, vocab, seed=seed)),
+        lambda seed, e=single: e.generate(gen_requests(groups, n, p_len, new, vocab, seed=seed)),
     )
     steps.append(("1 adapter (folded)", step_time(single.decoder, args.batch, p_len, vocab)))
     asyncio.run(single.close())
-    _free(single)
+    del single
+    _free()
 
     adapters = []
     for i in range(k):  # each its own B (A is PEFT's seeded init, shared: it does not matter)
@@ -130,7 +133,8 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
                     pool.decoder, args.batch, p_len, vocab, adapters=slots
                 )))  # fmt: skip
             asyncio.run(pool.close())
-            _free(pool)
+            del pool, generate
+            _free()
         except Exception as exc:  # a variant that fails is a row; the others still run
             import traceback
 
