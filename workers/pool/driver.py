@@ -55,7 +55,7 @@ class Member:
     events: list[Event] = field(default_factory=list)  # kept only with `keep_events`
 
 
-TORCH_ENGINES = ("lanes", "slots")
+TORCH_ENGINES = ("auto", "lanes", "slots")
 
 
 def make_pool_engine(
@@ -64,12 +64,15 @@ def make_pool_engine(
     capacity: int,
     max_lora_rank: int | None,
     device: torch.device,
-    torch_engine: str = "lanes",
+    torch_engine: str = "auto",
 ) -> LanePool:
     """The pool engine of the spec's backend: vLLM and TensorRT-LLM batch rows of every
     adapter together; torch is time-sliced (`lanes`: workers/pool/torch_lanes.py) or the
-    static decoder's per-row adapter slots (`slots`: workers/rollout/torch_pool.py)."""
+    static decoder's per-row adapter slots (`slots`: workers/rollout/torch_pool.py); `auto`:
+    slots on a GPU (rows of every adapter in one CUDA-graph batch), lanes on the CPU (the
+    PEFT forward, faster there than the eager slot decoder: bench/pool_cpu.py)."""
     backend = spec.rollout.backend
+    torch_engine = resolve_torch_engine(torch_engine, device)
     if backend == "torch" and torch_engine == "slots":
         from ..rollout.torch_pool import TorchPoolEngine
 
@@ -87,6 +90,12 @@ def make_pool_engine(
     return TrtllmPoolEngine(spec, model_dir, capacity, max_lora_rank)
 
 
+def resolve_torch_engine(choice: str, device: torch.device) -> str:
+    if choice == "auto":
+        return "slots" if device.type == "cuda" else "lanes"
+    return choice
+
+
 class PoolDriver:
     """The pool's trainer, engine and members. The trainer and the engine start with the
     first member (whose spec fixes the pool key); `close` stops them."""
@@ -98,7 +107,7 @@ class PoolDriver:
         key: dict | None = None,
         cluster: str | None = None,
         keep_events: bool = False,
-        torch_engine: str = "lanes",
+        torch_engine: str = "auto",
     ):
         if torch_engine not in TORCH_ENGINES:
             raise ValueError(f"torch_engine must be one of {TORCH_ENGINES}, got {torch_engine!r}")
@@ -119,6 +128,7 @@ class PoolDriver:
         trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
         # the host's placeholder adapter is never trained: rank 1, no optimizer steps
         host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
+        self.torch_engine = resolve_torch_engine(self.torch_engine, engine_device)
         trainer = MultiLoraTrainer(host, model_dir, trainer_device)
         capacity = self.capacity or getattr(spec.rollout, "max_loras", 8)
         # engines with slots of one rank: the founding member's unless the pool was told

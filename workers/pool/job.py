@@ -186,7 +186,7 @@ class _EventFile:
 
 
 def run_specs(
-    specs: list[str], out: Path, progress: bool = False, torch_engine: str = "lanes"
+    specs: list[str], out: Path, progress: bool = False, torch_engine: str = "auto"
 ) -> dict[str, dict[str, Any]]:
     """Every spec a run of one pool, to their ends; a summary per run."""
     names: list[str] = []
@@ -242,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--torch-engine",
         choices=TORCH_ENGINES,
-        default="lanes",
-        help="torch backend: time-sliced lanes, or the static decoder's per-row adapter slots",
+        default="auto",
+        help="torch backend: time-sliced lanes, the static decoder's per-row adapter slots, "
+        "or auto (slots on a GPU, lanes on the CPU)",
     )
     args = parser.parse_args(argv)
     if args.spec:
