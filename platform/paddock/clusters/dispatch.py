@@ -37,7 +37,7 @@ from paddock.teams.models import TeamQuota
 from . import pools
 from .bootstrap_tokens import bootstrap_token_for
 from .models import Pool, RayCluster
-from .placement import never_placeable, run_bundles, snapshot_less, wait_reason
+from .placement import Bundle, never_placeable, run_bundles, snapshot_less, wait_reason
 from .ray_jobs import ClusterUnreachable, cluster_resources, job_submit
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,18 @@ def _taken_since_report(cluster: RayCluster, run: Run) -> list:
         .exclude(pk=run.pk)
         .select_related("config")
     )
-    return [b for other in others for b in run_bundles(other.config.spec.get("resources", {}))]
+    taken = [
+        b
+        for other in others.exclude(ray_submission_id__startswith="paddock-pool-")
+        for b in run_bundles(other.config.spec.get("resources", {}))
+    ]
+    # a pool's job holds what its dispatch reserved once, however many members joined it
+    pools_started = Pool.objects.filter(
+        cluster=cluster, updated_at__gte=since, state__in=pools.LIVE
+    )
+    return taken + [
+        Bundle("a pool's job", {"CPU": p.num_cpus, "GPU": p.num_gpus}, {}) for p in pools_started
+    ]
 
 
 def cluster_pick(*, run: Run) -> tuple[RayCluster | None, str | None]:

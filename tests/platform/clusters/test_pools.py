@@ -2,6 +2,8 @@
 into pool jobs, membership from join to leave, shares counted in quotas, and the pool job's
 two doors (bootstrap, members) with their refusals."""
 
+import time
+
 import pytest
 
 from paddock.clusters.bootstrap_tokens import bootstrap_exchange, bootstrap_token_for
@@ -185,3 +187,21 @@ def test_a_run_the_pool_job_cannot_host_is_refused_at_launch(world, client_as):
     assert reply.status_code == 400
     assert reply.json()["field"] == "spec.resources.pool"
     assert "resources.executor is 'ray'" in reply.json()["message"]
+
+
+def test_a_pool_job_counts_once_against_the_clusters_free_cpus(world, client_as):
+    # the cluster's last report: 2 free CPUs; what was dispatched since is not in it yet
+    now = time.time()
+    world.cluster.resources = {"nodes": [{"total": {"CPU": 2, "GPU": 0},
+                                          "free": {"CPU": 2, "GPU": 0}}],
+                               "reported_at": now, "observed_at": now}  # fmt: skip
+    world.cluster.save()
+    TeamQuota.objects.update_or_create(team=world.team_a, defaults={"max_concurrent_runs": 10})
+    members = [_run(world, client_as, pooled()) for _ in range(3)]
+    assert all(_dispatched(r) is not None for r in members)  # one pool job: 1 CPU
+    solo = _run(world, client_as, TINY_SPEC)
+    assert _dispatched(solo) is not None  # the second CPU
+    late = _run(world, client_as, TINY_SPEC)
+    assert _dispatched(late) is None
+    late.refresh_from_db()
+    assert late.queued_reason == "waiting for 1 CPU; the cluster shared has 0 free"
