@@ -245,25 +245,41 @@ def _live_token_sql() -> str:
 _LIVE_TOKEN_SQL: dict[str, str] = {}  # by database vendor, built on first use
 
 
+def _converters() -> list[tuple]:
+    """Per column of the statement, the database's converters the ORM would apply (SQLite
+    gives datetimes naive and booleans as 0/1; PostgreSQL needs none of these)."""
+    fields = [*ApiToken._meta.concrete_fields, *get_user_model()._meta.concrete_fields]
+    out = []
+    for f in fields:
+        col = f.get_col(f.model._meta.db_table)
+        out.append((col, connection.ops.get_db_converters(col) + f.get_db_converters(connection)))
+    return out
+
+
+_CONVERTERS: dict[str, list[tuple]] = {}
+
+
 def _live_token(prefix: str) -> ApiToken | None:
     """The token of `prefix`, its user loaded, `member_role` set; None when there is no such
     token or its user is not (any more) a member of its team."""
-    sql = _LIVE_TOKEN_SQL.get(connection.vendor) or _LIVE_TOKEN_SQL.setdefault(
-        connection.vendor, _live_token_sql()
-    )
+    vendor = connection.vendor
+    sql = _LIVE_TOKEN_SQL.get(vendor) or _LIVE_TOKEN_SQL.setdefault(vendor, _live_token_sql())
+    converters = _CONVERTERS.get(vendor) or _CONVERTERS.setdefault(vendor, _converters())
     with connection.cursor() as cursor:
         cursor.execute(sql, [prefix])
         row = cursor.fetchone()
     if row is None:
         return None
+    values = list(row[:-1])
+    for i, (col, convert) in enumerate(converters):
+        for converter in convert:
+            values[i] = converter(values[i], col, connection)
     user_model = get_user_model()
     token_fields, user_fields = ApiToken._meta.concrete_fields, user_model._meta.concrete_fields
     split = len(token_fields)
     db = connection.alias
-    token = ApiToken.from_db(db, [f.attname for f in token_fields], row[:split])
-    token.user = user_model.from_db(
-        db, [f.attname for f in user_fields], row[split : split + len(user_fields)]
-    )
+    token = ApiToken.from_db(db, [f.attname for f in token_fields], values[:split])
+    token.user = user_model.from_db(db, [f.attname for f in user_fields], values[split:])
     token.member_role = row[-1]
     return token
 

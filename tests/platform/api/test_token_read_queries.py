@@ -74,3 +74,21 @@ def test_a_lowered_role_or_a_removal_counts_from_the_next_request(world, client_
     assert client.get("/api/v1/me").json()["teams"][0]["role"] == Role.VIEWER
     Membership.objects.filter(user=member, team=world.team_a).delete()
     assert client.get("/api/v1/me").status_code == 401
+
+
+@pytest.mark.django_db
+def test_the_token_statement_reads_what_the_orm_reads(world):
+    """The token check's hand-written statement (teams/services.py) gives the token and its
+    user with every field as the ORM gives them: values and types (aware datetimes, bools)."""
+    from paddock.teams.models import ApiToken
+    from paddock.teams.services import api_token_authenticate
+
+    member = world.users_a[Role.MEMBER]
+    token, raw = api_token_create(actor=world.actor(member), team=world.team_a, name="same")
+    read = api_token_authenticate(raw=raw)
+    orm = ApiToken.objects.select_related("user").get(pk=token.pk)
+    for got, want in ((read, orm), (read.user, orm.user)):
+        for field in type(want)._meta.concrete_fields:
+            mine, theirs = getattr(got, field.attname), getattr(want, field.attname)
+            assert (mine, type(mine)) == (theirs, type(theirs)), field.name
+    assert read.member_role == Role.MEMBER
