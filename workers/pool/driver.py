@@ -186,7 +186,6 @@ class PoolDriver:
         if self.trainer is None:
             self._start(spec)
         member = Member(run_id, spec, Path(out), control or StaticControl())
-        self.trainer.add_run(run_id, spec)
         w = weight if weight is not None else spec.resources.pool_weight
         self.trainer_gate.join(run_id, w)
         self.gen_gate.join(run_id, w)
@@ -245,6 +244,11 @@ class PoolDriver:
     ) -> None:
         leaving: Callable[[], bool] = lambda: m.leaving  # noqa: E731
         try:
+            # Adding (and below, removing) a PEFT adapter changes the model's module dicts and
+            # reseeds the global RNG for its init: never while another member's step runs in
+            # the trainer's thread, so it takes the trainer's turn like a checkpoint does.
+            async with self.trainer_gate.exclusive(m.run_id):
+                await asyncio.to_thread(self.trainer.add_run, m.run_id, m.spec)
             m.outcome = await run_training(
                 m.spec,
                 m.out,
@@ -266,6 +270,7 @@ class PoolDriver:
             self.trainer_gate.leave(m.run_id)
             self.gen_gate.leave(m.run_id)
             if m.run_id in self.trainer.runs:
-                self.trainer.remove_run(m.run_id)
+                async with self.trainer_gate.exclusive(m.run_id):
+                    await asyncio.to_thread(self.trainer.remove_run, m.run_id)
             if m.run_id in self.engine.served_versions():  # its loop's close normally did it
                 await self.engine.unload_adapter(m.run_id)

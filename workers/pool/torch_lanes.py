@@ -21,7 +21,6 @@ the same adapter. What differs:
 
 from __future__ import annotations
 
-import importlib
 import threading
 from pathlib import Path
 
@@ -32,16 +31,8 @@ from ..policy import lora as lora_io
 from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
 from ..rollout.eos import eos_token_ids
 from ..rollout.pool_engine import LanePool
-from ..rollout.registry import BACKENDS
+from ..rollout.torch_engine import TorchBackend, draw
 from ..spec import LoraSpec, RunSpec
-
-
-def _torch_backend_class() -> type:
-    module, cls = BACKENDS["torch"]
-    return getattr(importlib.import_module(module), cls)
-
-
-TorchBackend = _torch_backend_class()
 
 
 class TorchLane(TorchBackend):
@@ -117,7 +108,7 @@ class TorchLanePool(LanePool):
         self.eos_ids = frozenset(eos_token_ids(self.model_dir, self.tokenizer.eos_token_id))
         self.model = lora_io.load_spec_model(self.model_dir, self.spec, self.device)  # once
         self.model.eval()
-        self.draw = importlib.import_module(TorchBackend.__module__).draw
+        self.draw = draw
         self.turn = threading.Lock()
         self._names = 0
 

@@ -35,11 +35,7 @@ from .eos import eos_token_ids
 from .gate import RequestGate, unfinished
 from .pool_engine import LanePool
 from .static_decode import StaticDecoder
-
-try:  # the torch engine's sampling module (the package form of torch_backend)
-    from .torch_engine.sampling import draw
-except ImportError:  # pragma: no cover - before that package
-    from .torch_backend import draw
+from .torch_engine.sampling import draw
 
 
 class _Group:
