@@ -206,12 +206,7 @@ class TorchPoolEngine(LanePool):
     # ---------------------------------------------------------------- adapters
 
     def _load(self, lane: TorchLane, update: AdapterUpdate) -> None:
-        if update.tensors is not None:
-            tensors = update.tensors
-        elif update.path is not None:
-            tensors, _ = lora_io.read_adapter_dir(update.path)
-        else:
-            raise ValueError(f"adapter update {update.version} has neither tensors nor a path")
+        tensors = lora_io.update_tensors(update)
         slot = lane.slot - 1
         with self._lock:  # between two steps; the run has no row in the batch
             self.decoder.set_adapter(slot, tensors, lane.lora.alpha / lane.lora.r)

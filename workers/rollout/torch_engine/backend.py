@@ -130,12 +130,7 @@ class TorchBackend:
             self._cond.wait_for(lambda: self._inflight == 0)
 
     def _load_adapter(self, update: AdapterUpdate) -> int:
-        if update.tensors is not None:
-            tensors = update.tensors
-        elif update.path is not None:
-            tensors, _ = lora_io.read_adapter_dir(update.path)
-        else:
-            raise ValueError(f"adapter update {update.version} has neither tensors nor a path")
+        tensors = lora_io.update_tensors(update)
         with self._step_lock, self._on_stream():  # between two decode steps, never inside one
             if self._stream is not None:  # a trainer's copy of the tensors may be in flight
                 self._stream.wait_stream(torch.cuda.default_stream(self.device))
