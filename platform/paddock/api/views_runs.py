@@ -88,8 +88,7 @@ class RunViewSet(ActorViewSet):
 
     def _detail(self, run_id: int) -> dict:
         """RunDetailSerializer's answer, built as the list's rows are (`run_rows`)."""
-        row = selectors.run_list(actor=self.actor).filter(pk=run_id).values(*s.RUN_COLUMNS)
-        row = row.first()
+        row = selectors.run_row(actor=self.actor, run_id=run_id, columns=s.RUN_COLUMNS)
         if row is None:
             raise not_found("run")
         [answer] = s.run_rows([row], metric_latest_many([run_id]))

@@ -18,11 +18,12 @@ import hmac
 import logging
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from paddock.core.errors import DomainError, ErrorCode
+from paddock.core.fixed_sql import FixedStatement, concrete_fields, instances, select_columns
 from paddock.experiments.models import Run
 from paddock.experiments.states import HOLDING
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
@@ -162,13 +163,32 @@ def gpus_if_joined(pool: Pool, *, team_id: int, weight: float) -> float:
     return pool.num_gpus * (mine + weight) / (total + weight) - before
 
 
-def pool_of_run(run: Run) -> PoolMember | None:
-    """The run's membership of its current dispatch, if it is (or was) pooled."""
+def _membership_sql(_shape=None) -> str:
+    """pool_of_run's statement (core/fixed_sql.py): the membership and its pool, as
+    `filter(run_id, run_dispatch).select_related("pool").first()` reads them."""
+    quote = connection.ops.quote_name
+    columns = select_columns(PoolMember, "m") + select_columns(Pool, "p")
     return (
-        PoolMember.objects.filter(run_id=run.pk, run_dispatch=run.dispatch_count)
-        .select_related("pool")
-        .first()
+        f"SELECT {', '.join(columns)} FROM {quote(PoolMember._meta.db_table)} m"
+        f" JOIN {quote(Pool._meta.db_table)} p ON p.{quote('id')} = m.{quote('pool_id')}"
+        f" WHERE m.{quote('run_id')} = %s AND m.{quote('run_dispatch')} = %s"
+        f" ORDER BY m.{quote('id')} LIMIT 1"
     )
+
+
+_MEMBERSHIP = FixedStatement(_membership_sql, lambda: concrete_fields(PoolMember, Pool))
+
+
+def pool_of_run(run: Run) -> PoolMember | None:
+    """The run's membership of its current dispatch, if it is (or was) pooled, its pool
+    loaded. A statement of constant text: a run detail reads it on every request, and the
+    ORM's compilation of it cost more than the read."""
+    row = _MEMBERSHIP.fetch_one([run.pk, run.dispatch_count])
+    if row is None:
+        return None
+    member, pool = instances(row, PoolMember, Pool)
+    member.pool = pool
+    return member
 
 
 # --- the pool job's doors -------------------------------------------------------------------

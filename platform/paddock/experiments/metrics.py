@@ -261,6 +261,26 @@ def _window_sql(x: str, window: Window) -> tuple[str, dict]:
     return sql, {"x_min": lo, "x_max": hi}
 
 
+# Each run's kept points as three arrays, in x order, built from the groups of `_BY_STEP`,
+# `_BY_X` or `_SPARSE` (`{groups}`): a group's lowest and highest point are one point when
+# the group holds one (DISTINCT ON its x and step), not finite values are null (JSON has
+# no NaN). A Python loop over the groups' rows cost about 2 ms of a 500-point answer.
+_POINTS = """
+    WITH g (r, whole, n, low, high) AS ({groups}),
+    runs AS (SELECT r, bool_or(whole) AS whole, sum(n)::bigint AS n FROM g GROUP BY r),
+    pts AS (
+        SELECT DISTINCT ON (r, x, s) r, x, s, v FROM (
+            SELECT r, low[2] AS x, low[3] AS s, low[1] AS v FROM g
+            UNION ALL SELECT r, -high[2], -high[3], high[1] FROM g) AS q
+        ORDER BY r, x, s)
+    SELECT runs.r, runs.whole, runs.n,
+           array_agg(pts.x ORDER BY pts.x, pts.s),
+           array_agg(pts.s::bigint ORDER BY pts.x, pts.s),
+           array_agg(CASE WHEN pts.v IN ('NaN', 'Infinity', '-Infinity') THEN NULL
+                          ELSE pts.v END ORDER BY pts.x, pts.s)
+    FROM runs JOIN pts ON pts.r = runs.r GROUP BY runs.r, runs.whole, runs.n"""
+
+
 def _series_postgresql(
     *, run_ids: list[int], key: str, x: str, max_points: int, window: Window
 ) -> dict[int, Series]:
@@ -269,28 +289,27 @@ def _series_postgresql(
     parts = {"table": MetricPoint._meta.db_table, "window": where, "x": x_col, "join": join}
     params |= {"runs": run_ids, "key": key, "tokens_key": TOKENS_KEY,
                "max_points": max_points, "buckets": max_points // 2}  # fmt: skip
+    groups = (_BY_STEP if x == "step" else _BY_X).format(**parts)
     with connection.cursor() as cur:
-        cur.execute((_BY_STEP if x == "step" else _BY_X).format(**parts), params)
-        groups = cur.fetchall()
-        counts: dict[int, int] = dict.fromkeys(run_ids, 0)
-        for run_id, _, n, _, _ in groups:
-            counts[run_id] += n
-        sparse = {r for r, whole, *_ in groups if not whole and counts[r] <= max_points}
+        cur.execute(_POINTS.format(groups=groups), params)
+        rows = {r[0]: r for r in cur.fetchall()}
+        # a run sparser than its step range that still has at most max_points points (an
+        # eval every 50 steps) is read again whole; its count stays the first statement's
+        sparse = [r for r, whole, n, *_ in rows.values() if not whole and n <= max_points]
         if sparse:
-            cur.execute(_SPARSE.format(**parts), {**params, "runs": sorted(sparse)})
-            groups = [g for g in groups if g[0] not in sparse] + cur.fetchall()
-    # (x, step) → value: a bucket's low and high may be one point (and NaN != NaN)
-    kept: dict[int, dict[tuple[float, float], float]] = {r: {} for r in run_ids}
-    for run_id, _, _, low, high in groups:
-        kept[run_id][(low[1], low[2])] = low[0]
-        kept[run_id][(-high[1], -high[2])] = high[0]
+            cur.execute(
+                _POINTS.format(groups=_SPARSE.format(**parts)), {**params, "runs": sorted(sparse)}
+            )
+            for r, _, _, xs, steps, ys in cur.fetchall():
+                rows[r] = (r, True, rows[r][2], xs, steps, ys)
     out = {}
     for run_id in run_ids:
-        series = out[run_id] = Series(key=key, count=counts[run_id])
-        for (xv, step), value in sorted(kept[run_id].items()):
-            series.x.append(xv)
-            series.step.append(int(step))
-            series.y.append(_finite(value))
+        row = rows.get(run_id)
+        if row is None:
+            out[run_id] = Series(key=key, count=0)
+        else:
+            _, _, count, xs, steps, ys = row
+            out[run_id] = Series(key=key, x=xs, y=ys, step=steps, count=count)
     return out
 
 

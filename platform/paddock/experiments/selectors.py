@@ -3,9 +3,11 @@ is not found), each shaped for its list so that a page costs a fixed number of q
 
 from __future__ import annotations
 
+from django.db import connection
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
 from paddock.core.errors import not_found
+from paddock.core.fixed_sql import FixedStatement
 from paddock.experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -103,6 +105,55 @@ def run_list(
     if creator:
         runs = runs.filter(created_by__username=creator)
     return runs
+
+
+def _run_row_statement(columns: tuple[str, ...]) -> FixedStatement:
+    """`run_list(actor).filter(pk=…).values(*columns).first()` as a statement of constant
+    text (core/fixed_sql.py), its shape the number of the actor's teams: a run detail reads
+    it on every request. A column is a field of the run or `relation__field` (the relation
+    joined as the ORM joins it for values(): LEFT OUTER when it may be null)."""
+    quote = connection.ops.quote_name
+    fields, selects, joins = [], [], {}
+    for name in columns:
+        first, _, rest = name.partition("__")
+        field = Run._meta.get_field(first)
+        if not rest:
+            fields.append(field)
+            selects.append(f"r.{quote(field.column)}")
+            continue
+        related = field.related_model._meta
+        alias = f"j_{first}"
+        kind = "LEFT OUTER JOIN" if field.null else "INNER JOIN"
+        joins[alias] = (
+            f" {kind} {quote(related.db_table)} {alias}"
+            f" ON {alias}.{quote(related.pk.column)} = r.{quote(field.column)}"
+        )
+        fields.append(related.get_field(rest))
+        selects.append(f"{alias}.{quote(related.get_field(rest).column)}")
+
+    def build(teams: int) -> str:
+        return (
+            f"SELECT {', '.join(selects)} FROM {quote(Run._meta.db_table)} r"
+            f"{''.join(joins.values())}"
+            f" WHERE r.{quote('team_id')} IN ({', '.join(['%s'] * teams)})"
+            f" AND r.{quote('id')} = %s LIMIT 1"
+        )
+
+    return FixedStatement(build, lambda: fields)
+
+
+_RUN_ROWS: dict[tuple[str, ...], FixedStatement] = {}
+
+
+def run_row(*, actor: Actor, run_id: int, columns: tuple[str, ...]) -> dict | None:
+    """The run's `columns` as `run_list(...).values(*columns)` gives them, if the actor may
+    read it (the same team scope), else None."""
+    team_ids = list(actor.team_ids)
+    if not team_ids:
+        return None
+    statement = _RUN_ROWS.get(columns) or _RUN_ROWS.setdefault(columns, _run_row_statement(columns))
+    values = statement.fetch_one([*team_ids, run_id], shape=len(team_ids))
+    return None if values is None else dict(zip(columns, values, strict=True))
 
 
 def run_get(*, actor: Actor, run_id: int) -> Run:

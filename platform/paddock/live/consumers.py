@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from paddock.core.errors import DomainError, ErrorCode, error_body
@@ -46,6 +47,28 @@ MAX_CLIENT_FRAME = 4096  # a control message is a few dozen bytes
 # (their tokens revoked) or a token revoked stops receiving within this time, not when the
 # socket happens to close. One or two indexed queries per viewer per interval.
 ACCESS_RECHECK_S = 30.0
+# The consumers' reads (the access checks, the snapshots and replays, control) run in these
+# threads, not in the one thread Channels gives all the consumers of a process: there a
+# connect's snapshot queued behind every other connect's, and under load that queue was
+# most of a connect's p99 (docs/reliability.md "Load"). Each call takes a connection from
+# the pool and gives it back when it returns (close_old_connections), so they hold at most
+# this many of its 8 connections, and only while they read.
+DB_THREADS = 2
+_db_threads = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="ws-db")
+
+
+def database_sync_to_async(func):
+    """Channels' database_sync_to_async in the consumers' own threads (DB_THREADS)."""
+    return DatabaseSyncToAsync(func, thread_sensitive=False, executor=_db_threads)
+
+
+def _snapshot_text(run_id: int) -> tuple[str, tuple[int, int]]:
+    """The run's snapshot encoded as send_json encodes it (json.dumps: AsyncJsonWebsocket-
+    Consumer.encode_json), and its cursor: encoded in the
+    reading thread, not in the event loop, where a 49 KB snapshot's JSON held up every
+    other socket and request of the process for about 2 ms."""
+    snapshot = run_snapshot(run_id)
+    return json.dumps(snapshot), _key(snapshot["cursor"])
 
 
 def _key(cursor: dict[str, int]) -> tuple[int, int]:
@@ -68,9 +91,9 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         for run_id in run_ids:
             after = cursors.get(run_id)
             if after is None:
-                snapshot = await database_sync_to_async(run_snapshot)(run_id)
-                await self.send_json(snapshot)
-                self.sent_cursor[run_id] = _key(snapshot["cursor"])
+                text, cursor = await database_sync_to_async(_snapshot_text)(run_id)
+                await self.send(text_data=text)
+                self.sent_cursor[run_id] = cursor
             else:
                 messages = await database_sync_to_async(run_replay)(run_id, after)
                 for message in messages:

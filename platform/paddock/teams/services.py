@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from paddock.core.errors import DomainError, ErrorCode, forbidden, not_found
+from paddock.core.fixed_sql import FixedStatement, concrete_fields, instances, select_columns
 from paddock.teams.access import Actor
 from paddock.teams.models import (
     ApiToken,
@@ -222,15 +223,14 @@ def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
     return token
 
 
-def _live_token_sql() -> str:
+def _live_token_sql(_shape=None) -> str:
     """The token of a prefix with its user and its user's role in the token's team, in one
-    statement written once: the ORM built this join anew on every request (about a third of
-    a cheap request's CPU, bench/load/server_cost.py). The columns come from the models, so
-    a field added to either is read too."""
+    statement written once (core/fixed_sql.py): the ORM built this join anew on every
+    request (about a third of a cheap request's CPU, bench/load/server_cost.py). The
+    columns come from the models, so a field added to either is read too."""
     quote = connection.ops.quote_name
     user = get_user_model()
-    columns = [f"t.{quote(f.column)}" for f in ApiToken._meta.concrete_fields]
-    columns += [f"u.{quote(f.column)}" for f in user._meta.concrete_fields]
+    columns = select_columns(ApiToken, "t") + select_columns(user, "u")
     return (
         f"SELECT {', '.join(columns)}, m.{quote('role')}"
         f" FROM {quote(ApiToken._meta.db_table)} t"
@@ -242,45 +242,18 @@ def _live_token_sql() -> str:
     )
 
 
-_LIVE_TOKEN_SQL: dict[str, str] = {}  # by database vendor, built on first use
-
-
-def _converters() -> list[tuple]:
-    """Per column of the statement, the database's converters the ORM would apply (SQLite
-    gives datetimes naive and booleans as 0/1; PostgreSQL needs none of these)."""
-    fields = [*ApiToken._meta.concrete_fields, *get_user_model()._meta.concrete_fields]
-    out = []
-    for f in fields:
-        col = f.get_col(f.model._meta.db_table)
-        out.append((col, connection.ops.get_db_converters(col) + f.get_db_converters(connection)))
-    return out
-
-
-_CONVERTERS: dict[str, list[tuple]] = {}
+_LIVE_TOKEN = FixedStatement(_live_token_sql, lambda: concrete_fields(ApiToken, get_user_model()))
 
 
 def _live_token(prefix: str) -> ApiToken | None:
     """The token of `prefix`, its user loaded, `member_role` set; None when there is no such
     token or its user is not (any more) a member of its team."""
-    vendor = connection.vendor
-    sql = _LIVE_TOKEN_SQL.get(vendor) or _LIVE_TOKEN_SQL.setdefault(vendor, _live_token_sql())
-    converters = _CONVERTERS.get(vendor) or _CONVERTERS.setdefault(vendor, _converters())
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prefix])
-        row = cursor.fetchone()
-    if row is None:
+    values = _LIVE_TOKEN.fetch_one([prefix])
+    if values is None:
         return None
-    values = list(row[:-1])
-    for i, (col, convert) in enumerate(converters):
-        for converter in convert:
-            values[i] = converter(values[i], col, connection)
-    user_model = get_user_model()
-    token_fields, user_fields = ApiToken._meta.concrete_fields, user_model._meta.concrete_fields
-    split = len(token_fields)
-    db = connection.alias
-    token = ApiToken.from_db(db, [f.attname for f in token_fields], values[:split])
-    token.user = user_model.from_db(db, [f.attname for f in user_fields], values[split:])
-    token.member_role = row[-1]
+    token, user = instances(values[:-1], ApiToken, get_user_model())
+    token.user = user
+    token.member_role = values[-1]
     return token
 
 

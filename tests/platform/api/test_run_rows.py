@@ -109,3 +109,19 @@ def test_the_experiment_list_and_me_equal_their_serializers(varied):
         context={"actor": actor},
     ).data  # fmt: skip
     assert me.content == _render(expected)
+
+
+def test_the_run_row_statement_equals_the_orm_values_row(varied, world, client_as):
+    """run_row (a statement of constant text) reads what `.values()` of run_list reads,
+    value and type, for a run with a cluster and creator and one without; another team's
+    run and a missing one are not found."""
+    _, actor = varied
+    for run in Run.objects.filter(team=world.team_a):
+        orm = selectors.run_list(actor=actor).filter(pk=run.pk).values(*s.RUN_COLUMNS).first()
+        fixed = selectors.run_row(actor=actor, run_id=run.pk, columns=s.RUN_COLUMNS)
+        assert fixed == orm
+        assert [type(v) for v in fixed.values()] == [type(v) for v in orm.values()]
+    assert launch(client_as(world.users_b[Role.MEMBER]), world.team_b).status_code == 201
+    theirs = Run.objects.get(team=world.team_b)
+    assert selectors.run_row(actor=actor, run_id=theirs.pk, columns=s.RUN_COLUMNS) is None
+    assert selectors.run_row(actor=actor, run_id=10**12, columns=s.RUN_COLUMNS) is None
