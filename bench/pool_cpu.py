@@ -5,13 +5,16 @@ Each run is examples/tiny-async.yaml (the tiny model's arithmetic task, async GR
 own seed, trained for `--steps` steps with eval/accuracy at the start and the end. Reported:
 the wall-clock of one solo run, of four solo runs in sequence, and of the four runs in one
 pool (workers/pool/driver.py, the torch pool engine), and each run's eval-accuracy gain
-(end minus start) solo and pooled, with the pooled runs' mean `pool/share`.
+(end minus start) solo and pooled, with the pooled runs' mean `pool/share`. Beside each
+wall-clock, the process's CPU seconds (user + system) over it: on a shared machine the
+wall-clock moves with the other work's load, the CPU seconds much less.
 
     .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--torch-engine lanes|slots]
 
-The pool's torch engine is time-sliced (one adapter decodes at a time) and on 2 cores the
-trainer and the engine compete for the same cores, so the pool saves the base model's
-memory and the start-up of K jobs, not compute; the GPU benchmark (bench/gpu/pool.py)
+The pool's torch engine is time-sliced (one adapter decodes at a time) and its trainer takes
+one run's step at a time, so the pool does the K runs' work (its CPU seconds are about the K
+runs' in sequence): it saves the base model's memory and the start-up of K jobs, not
+compute (docs/pools.md says where the time goes); the GPU benchmark (bench/gpu/pool.py)
 measures batched per-row decoding.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import tempfile
 import time
@@ -49,24 +53,31 @@ def gain(out: Path) -> tuple[float, float]:
     return evals[-1] - evals[0], statistics.fmean(shares) if shares else float("nan")
 
 
-def solo(seed: int, steps: int, out: Path) -> float:
-    t0 = time.perf_counter()
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def solo(seed: int, steps: int, out: Path) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), cpu_s()
     train(spec_for(seed, steps), out, progress=False)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, cpu_s() - c0
 
 
-async def pooled(seeds: list[int], steps: int, root: Path, torch_engine: str) -> float:
-    t0 = time.perf_counter()
+async def pooled(
+    seeds: list[int], steps: int, root: Path, torch_engine: str
+) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), cpu_s()
     pool = PoolDriver(capacity=len(seeds), torch_engine=torch_engine)
     for s in seeds:
         pool.admit(f"seed{s}", spec_for(s, steps), root / f"seed{s}")
     members = await pool.wait()
     await pool.close()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
     failed = {r: m.error for r, m in members.items() if m.outcome is None}
     if failed:
         raise RuntimeError(f"pooled runs failed: {failed}")
-    return wall
+    return wall, cpu
 
 
 def main() -> None:
@@ -80,8 +91,9 @@ def main() -> None:
     root = args.out or Path(tempfile.mkdtemp(prefix="pool-bench-"))
     seeds = list(range(args.runs))
     model_dir_for(spec_for(0, 1))  # the tiny model built (or found cached) before any timing
-    pool_wall = asyncio.run(pooled(seeds, args.steps, root / "pool", args.torch_engine))
-    solo_walls = [solo(s, args.steps, root / f"solo-seed{s}") for s in seeds]
+    pool_wall, pool_cpu = asyncio.run(pooled(seeds, args.steps, root / "pool", args.torch_engine))
+    solos = [solo(s, args.steps, root / f"solo-seed{s}") for s in seeds]
+    solo_walls, solo_cpus = [w for w, _ in solos], [c for _, c in solos]
     result = {
         "steps": args.steps,
         "runs": args.runs,
@@ -91,6 +103,11 @@ def main() -> None:
         "pool_s": round(pool_wall, 1),
         "pool_over_one_solo": round(pool_wall / solo_walls[0], 2),
         "pool_over_sequence": round(pool_wall / sum(solo_walls), 2),
+        "cpu_s": {
+            "one_solo": round(solo_cpus[0], 1),
+            "solo_in_sequence": round(sum(solo_cpus), 1),
+            "pool": round(pool_cpu, 1),
+        },
         "per_run": {},
     }
     for s in seeds:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,13 @@ from .mirrors import open_mirrors
 from .producer import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
 from .types import RunState
+
+# The GIL switch interval of a run's process (the default is 5 ms). The trainer's thread, the
+# engine's and the event loop hand the GIL back and forth around every torch op; a thread back
+# from a small op waits for one in pure Python (scoring, collating, the decode loop's rows) to
+# give it up, up to the interval each time. On the tiny model, where a step is thousands of
+# small ops, that wait was most of a pooled train step (bench/pool_cpu.py, docs/pools.md).
+SWITCH_INTERVAL_S = 0.0002
 
 
 def model_dir_for(spec: RunSpec) -> Path:
@@ -86,6 +94,7 @@ async def run_training(
     (out / "spec.yaml").write_text(spec.to_yaml())
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
     tokenizer = load_tokenizer(model_dir)

@@ -44,26 +44,31 @@ def collate(samples: list[TrainSample], pad_id: int) -> TrainBatch:
     b = len(samples)
     seq_len = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     resp_len = max(max(len(s.response_ids) for s in samples), 1)
-    input_ids = torch.full((b, seq_len), pad_id, dtype=torch.long)
-    attn = torch.zeros((b, seq_len), dtype=torch.long)
-    resp_pos = torch.zeros((b, resp_len), dtype=torch.long)
-    resp_tokens = torch.full((b, resp_len), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, resp_len))
-    lp_roll = torch.zeros((b, resp_len))
-    versions = torch.full((b, resp_len), -1, dtype=torch.long)
+    # Padded Python lists, then one tensor a field: a small tensor op a sample and field
+    # (7 a sample) costs more than the rest of the step on a small model, and much more
+    # when other threads hold the GIL (each op gives it up and waits to get it back).
+    ids, attn, pos, toks, mask, lp, vers = [], [], [], [], [], [], []
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
         if len(s.lp_roll) != r or len(s.versions) != r:
             raise ValueError(
                 f"sample {i}: {r} tokens but {len(s.lp_roll)} logprobs / {len(s.versions)} versions"
             )
-        input_ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids)
-        attn[i, : p + r] = 1
-        resp_pos[i, :r] = torch.arange(p - 1, p - 1 + r)
-        resp_tokens[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
-        mask[i, :r] = 1.0
-        lp_roll[i, :r] = torch.tensor(s.lp_roll)
-        versions[i, :r] = torch.tensor(s.versions)
+        pad, rpad = seq_len - p - r, resp_len - r
+        ids.append([*s.prompt_ids, *s.response_ids] + [pad_id] * pad)
+        attn.append([1] * (p + r) + [0] * pad)
+        pos.append(list(range(p - 1, p - 1 + r)) + [0] * rpad)
+        toks.append([*s.response_ids] + [pad_id] * rpad)
+        mask.append([1.0] * r + [0.0] * rpad)
+        lp.append([*s.lp_roll] + [0.0] * rpad)
+        vers.append([*s.versions] + [-1] * rpad)
+    input_ids = torch.tensor(ids, dtype=torch.long).reshape(b, seq_len)
+    attn = torch.tensor(attn, dtype=torch.long).reshape(b, seq_len)
+    resp_pos = torch.tensor(pos, dtype=torch.long).reshape(b, resp_len)
+    resp_tokens = torch.tensor(toks, dtype=torch.long).reshape(b, resp_len)
+    mask = torch.tensor(mask, dtype=torch.get_default_dtype()).reshape(b, resp_len)
+    lp_roll = torch.tensor(lp, dtype=torch.get_default_dtype()).reshape(b, resp_len)
+    versions = torch.tensor(vers, dtype=torch.long).reshape(b, resp_len)
     advantages = torch.tensor([s.advantage for s in samples])
     prompt_len = torch.tensor([len(s.prompt_ids) for s in samples], dtype=torch.long)
     return TrainBatch(
