@@ -32,6 +32,8 @@ from .types import RunState
 # from a small op waits for one in pure Python (scoring, collating, the decode loop's rows) to
 # give it up, up to the interval each time. On the tiny model, where a step is thousands of
 # small ops, that wait was most of a pooled train step (bench/pool_cpu.py, docs/pools.md).
+# Measured on the CPU only: a run with a GPU keeps Python's default until the GPU benchmarks
+# (bench/gpu/async_overlap.py, whose figures were taken at 5 ms) have been run at this one.
 SWITCH_INTERVAL_S = 0.0002
 
 
@@ -94,7 +96,8 @@ async def run_training(
     (out / "spec.yaml").write_text(spec.to_yaml())
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if spec.resources.trainer_gpus <= 0 and spec.resources.rollout_gpus <= 0:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
     tokenizer = load_tokenizer(model_dir)
