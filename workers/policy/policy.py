@@ -108,19 +108,28 @@ class LoraPolicy:
         """Logprobs `[B, T]` (after the rollout temperature) and entropy `[B, T]` of the
         response tokens; differentiable when grad is enabled. `share_prompts` picks the
         forward (see `shares_prompts`; by default decided on `batch` itself)."""
-        _, head = self._lm_parts()
         if share_prompts is None:
             share_prompts = self.shares_prompts(batch)
         with self._autocast():
             hidden = self._response_hidden(batch, share_prompts)  # [B, T, H]
+        return self.hidden_logprobs(hidden, batch)
+
+    def hidden_logprobs(
+        self, hidden: torch.Tensor, batch: TrainBatch, spec: RunSpec | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`token_logprobs` from the final hidden states `[B, T, H]` of `_response_hidden`,
+        at `spec`'s temperature and chunk size (the policy's own by default; a pool's
+        batched step passes each run's: workers/policy/multi.py)."""
+        spec = spec or self.spec
+        _, head = self._lm_parts()
         rows, cols = batch.mask.nonzero(as_tuple=True)  # only response tokens: N of them
         sel = hidden[rows, cols]  # [N, H]
         lp_flat, ent_flat = token_logprobs_fn(
             sel,
             batch.resp_tokens[rows, cols],
             head,
-            temperature=self.spec.rollout.temperature,
-            chunk_size=self.spec.train.logprob_chunk_size,
+            temperature=spec.rollout.temperature,
+            chunk_size=spec.train.logprob_chunk_size,
             compiled=self._compiled,
         )
         lp = torch.zeros(batch.mask.shape, dtype=lp_flat.dtype, device=lp_flat.device)
@@ -278,16 +287,7 @@ class LoraPolicy:
             (loss * scale).backward()
             if scale == 0.0:
                 continue
-            n_tok = mb.mask.sum().item()
-            n_same = (mb.mask * same).sum().item()
-            for k, v in metrics.items():
-                if k in ADDITIVE_METRICS:
-                    sums[k] += v
-                    weights[k] = 1.0
-                else:  # token-weighted mean across micro-batches
-                    w = n_same if k in ("token_mult_prob_error", "gen_kl_error") else n_tok
-                    sums[k] += v * w
-                    weights[k] += w
+            add_metrics(sums, weights, metrics, mb.mask, same)
 
     def warm_compiled(self) -> bool:
         """With train.compile: compile now every graph a train step will use, so that no
@@ -357,6 +357,22 @@ class LoraPolicy:
 
     def load_optimizer_state(self, state: dict) -> None:
         self.parallel.load_optimizer_state(self.optimizer, state)
+
+
+def add_metrics(sums, weights, metrics, mask: torch.Tensor, same: torch.Tensor) -> None:
+    """A micro-batch's metrics into the step's sums and weights: the additive ones (losses,
+    already over full-batch denominators) added, the others token-weighted (the stale-token
+    check's over the current version's tokens `same`)."""
+    n_tok = mask.sum().item()
+    n_same = (mask * same).sum().item()
+    for k, v in metrics.items():
+        if k in ADDITIVE_METRICS:
+            sums[k] += v
+            weights[k] = 1.0
+        else:  # token-weighted mean across micro-batches
+            w = n_same if k in ("token_mult_prob_error", "gen_kl_error") else n_tok
+            sums[k] += v * w
+            weights[k] += w
 
 
 # The compiled layer's graphs, each its own guards (seen on an H200 with TORCH_LOGS=
