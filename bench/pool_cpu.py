@@ -4,18 +4,20 @@ the CPU, measured side by side in one run.
 Each run is examples/tiny-async.yaml (the tiny model's arithmetic task, async GRPO) with its
 own seed, trained for `--steps` steps with eval/accuracy at the start and the end. Reported:
 the wall-clock of one solo run, of four solo runs in sequence, and of the four runs in one
-pool (workers/pool/driver.py, the torch pool engine), and each run's eval-accuracy gain
-(end minus start) solo and pooled, with the pooled runs' mean `pool/share`. Beside each
-wall-clock, the process's CPU seconds (user + system) over it: on a shared machine the
-wall-clock moves with the other work's load, the CPU seconds much less.
+pool (workers/pool/driver.py, the torch pool engine) twice: with the batched trainer (each
+trainer turn steps every run whose batch is waiting in one forward and backward, the
+default) and with one run's step a turn (the trainer before batching); and each run's
+eval-accuracy gain (end minus start) solo and pooled, with the pooled runs' mean
+`pool/share`. Beside each wall-clock, the process's CPU seconds (user + system) over it: on
+a shared machine the wall-clock moves with the other work's load, the CPU seconds much less.
+For the batched pool, how many runs its trainer turns took (the mean, and the count of
+turns by size).
 
     .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--torch-engine lanes|slots]
+        [--only batched|per_run]
 
-The pool's torch engine is time-sliced (one adapter decodes at a time) and its trainer takes
-one run's step at a time, so the pool does the K runs' work (its CPU seconds are about the K
-runs' in sequence): it saves the base model's memory and the start-up of K jobs, not
-compute (docs/pools.md says where the time goes); the GPU benchmark (bench/gpu/pool.py)
-measures batched per-row decoding.
+The pool's torch engine on the CPU is time-sliced (one adapter decodes at a time); the GPU
+benchmark (bench/gpu/pool.py) measures batched per-row decoding.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import resource
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -65,10 +68,10 @@ def solo(seed: int, steps: int, out: Path) -> tuple[float, float]:
 
 
 async def pooled(
-    seeds: list[int], steps: int, root: Path, torch_engine: str
-) -> tuple[float, float]:
+    seeds: list[int], steps: int, root: Path, torch_engine: str, batched: bool
+) -> tuple[float, float, list[int]]:
     t0, c0 = time.perf_counter(), cpu_s()
-    pool = PoolDriver(capacity=len(seeds), torch_engine=torch_engine)
+    pool = PoolDriver(capacity=len(seeds), torch_engine=torch_engine, batched_trainer=batched)
     for s in seeds:
         pool.admit(f"seed{s}", spec_for(s, steps), root / f"seed{s}")
     members = await pool.wait()
@@ -77,7 +80,8 @@ async def pooled(
     failed = {r: m.error for r, m in members.items() if m.outcome is None}
     if failed:
         raise RuntimeError(f"pooled runs failed: {failed}")
-    return wall, cpu
+    sizes = pool.train_turns.sizes if pool.train_turns is not None else []
+    return wall, cpu, sizes
 
 
 def main() -> None:
@@ -86,12 +90,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--torch-engine", choices=("lanes", "slots"), default="lanes")
+    parser.add_argument("--only", choices=("batched", "per_run"), default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
     root = args.out or Path(tempfile.mkdtemp(prefix="pool-bench-"))
     seeds = list(range(args.runs))
     model_dir_for(spec_for(0, 1))  # the tiny model built (or found cached) before any timing
-    pool_wall, pool_cpu = asyncio.run(pooled(seeds, args.steps, root / "pool", args.torch_engine))
+    pools = {}
+    for kind in ("batched", "per_run"):
+        if args.only in (None, kind):
+            pools[kind] = asyncio.run(
+                pooled(seeds, args.steps, root / kind, args.torch_engine, kind == "batched")
+            )
     solos = [solo(s, args.steps, root / f"solo-seed{s}") for s in seeds]
     solo_walls, solo_cpus = [w for w, _ in solos], [c for _, c in solos]
     result = {
@@ -100,24 +110,30 @@ def main() -> None:
         "torch_engine": args.torch_engine,
         "one_solo_s": round(solo_walls[0], 1),
         "solo_in_sequence_s": round(sum(solo_walls), 1),
-        "pool_s": round(pool_wall, 1),
-        "pool_over_one_solo": round(pool_wall / solo_walls[0], 2),
-        "pool_over_sequence": round(pool_wall / sum(solo_walls), 2),
         "cpu_s": {
             "one_solo": round(solo_cpus[0], 1),
             "solo_in_sequence": round(sum(solo_cpus), 1),
-            "pool": round(pool_cpu, 1),
         },
-        "per_run": {},
     }
+    for kind, (wall, cpu, sizes) in pools.items():
+        result[f"pool_{kind}_s"] = round(wall, 1)
+        result[f"pool_{kind}_over_one_solo"] = round(wall / solo_walls[0], 2)
+        result[f"pool_{kind}_over_sequence"] = round(wall / sum(solo_walls), 2)
+        result["cpu_s"][f"pool_{kind}"] = round(cpu, 1)
+        if sizes:
+            result[f"pool_{kind}_runs_per_turn"] = {
+                "mean": round(statistics.fmean(sizes), 2),
+                "turns_by_size": dict(sorted(Counter(sizes).items())),
+            }
+    result["per_run"] = {}
     for s in seeds:
         g_solo, _ = gain(root / f"solo-seed{s}")
-        g_pool, share = gain(root / "pool" / f"seed{s}")
-        result["per_run"][f"seed{s}"] = {
-            "eval_gain_solo": round(g_solo, 3),
-            "eval_gain_pool": round(g_pool, 3),
-            "pool_share_mean": round(share, 3),
-        }
+        row = {"eval_gain_solo": round(g_solo, 3)}
+        for kind in pools:
+            g_pool, share = gain(root / kind / f"seed{s}")
+            row[f"eval_gain_pool_{kind}"] = round(g_pool, 3)
+            row[f"pool_share_mean_{kind}"] = round(share, 3)
+        result["per_run"][f"seed{s}"] = row
     print(json.dumps(result, indent=2))
 
 

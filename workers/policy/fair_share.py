@@ -10,6 +10,11 @@ earns no credit while it is not ready: when it becomes ready, or joins, its virt
 brought up to the pool's (that of the step last started), so it cannot claim the trainer for
 the time it was away.
 
+A trainer that steps several runs in one forward and backward (workers/policy/multi.py)
+takes every ready run at once (`next_many`, in this order, up to a limit) and charges each
+its part of the turn's time; weights then order the runs and decide who goes when more
+are ready than a turn takes.
+
 Pure bookkeeping with the clock passed in: what `pool/share` (the trainer time a run got
 over a window, as a fraction) and `pool/wait_s` (how long its last ready batch waited for
 the trainer) report comes from here.
@@ -95,6 +100,18 @@ class FairShare:
             c.ready_since = None
             self.vnow = c.vtime
         return run
+
+    def next_many(self, now: float, limit: int | None = None) -> list[str]:
+        """The ready runs whose steps go now together (a batched trainer turn), in fair
+        order (smallest virtual time first), at most `limit` of them: each one's wait is
+        recorded and it is no longer ready."""
+        out = []
+        while limit is None or len(out) < limit:
+            run = self.next(now)
+            if run is None:
+                break
+            out.append(run)
+        return out
 
     def charge(self, run: str, seconds: float) -> None:
         """The trainer spent `seconds` on the run's step."""

@@ -7,7 +7,9 @@ single-run loop (`run_training`, workers/loop/setup.py) over its side of both
 where they may differ (data, reward, algorithm, LoRA rank, sampling, async settings), step
 counter, RNG, checkpoints, metrics and event stream, and its own control (pause, resume,
 abort). The trainer's time and the engine's generation turns go to the members by weighted
-fair share (workers/pool/gate.py; `resources.pool_weight`, equal by default).
+fair share (workers/pool/gate.py; `resources.pool_weight`, equal by default); a trainer turn
+steps every member whose batch is waiting, in one forward and backward over the base model
+(`batched_trainer`, the default; MultiLoraTrainer.train_steps).
 
 Members join while the pool lives (`admit`: a fresh adapter, or the one of `resume_from`)
 and leave (`leave`: checkpoint, the engine slot freed, no final status). A member's
@@ -34,7 +36,7 @@ from ..names import TERMINAL_RUN_STATES
 from ..policy.multi import MultiLoraTrainer
 from ..rollout.pool_engine import LanePool, PoolAdmissionError
 from ..spec import RunSpec, parse_spec
-from .gate import FairGate
+from .gate import FairGate, TrainTurns
 from .key import misfit, pool_key
 from .members import LaneBackend, PooledExecutor
 
@@ -108,7 +110,11 @@ class PoolDriver:
         cluster: str | None = None,
         keep_events: bool = False,
         torch_engine: str = "auto",
+        batched_trainer: bool = True,
     ):
+        """`batched_trainer`: each trainer turn steps every member whose batch is waiting in
+        one forward and backward (MultiLoraTrainer.train_steps); False: one member's step a
+        turn (bench/pool_cpu.py measures both)."""
         if torch_engine not in TORCH_ENGINES:
             raise ValueError(f"torch_engine must be one of {TORCH_ENGINES}, got {torch_engine!r}")
         self.torch_engine = torch_engine
@@ -118,6 +124,12 @@ class PoolDriver:
         self.trainer: MultiLoraTrainer | None = None
         self.engine: LanePool | None = None
         self.trainer_gate = FairGate(slots=1)
+        self.batched_trainer = batched_trainer
+        self.train_turns = (
+            TrainTurns(self.trainer_gate, self._train_steps, cost=_tokens)
+            if batched_trainer
+            else None
+        )
         self.gen_gate: FairGate | None = None
         self.members: dict[str, Member] = {}
 
@@ -129,7 +141,7 @@ class PoolDriver:
         # the host's placeholder adapter is never trained: rank 1, no optimizer steps
         host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
         self.torch_engine = resolve_torch_engine(self.torch_engine, engine_device)
-        trainer = MultiLoraTrainer(host, model_dir, trainer_device)
+        trainer = MultiLoraTrainer(host, model_dir, trainer_device, batched=self.batched_trainer)
         capacity = self.capacity or getattr(spec.rollout, "max_loras", 8)
         # engines with slots of one rank: the founding member's unless the pool was told
         # (a later member of a higher rank is refused, naming it); time-sliced lanes: any
@@ -143,6 +155,9 @@ class PoolDriver:
         slots = 1 if self._sliced(spec) else self.engine.capacity
         self.gen_gate = FairGate(slots=slots)
         self.key = self.key or pool_key(spec)
+
+    def _train_steps(self, batches: dict) -> dict:
+        return self.trainer.train_steps(batches)
 
     def _sliced(self, spec: RunSpec) -> bool:
         return spec.rollout.backend == "torch" and self.torch_engine == "lanes"
@@ -256,7 +271,9 @@ class PoolDriver:
                 on_metrics=on_metrics,
                 on_event=on_event,
                 progress=progress,
-                executor=PooledExecutor(self.trainer, m.run_id, self.trainer_gate, self.gen_gate),
+                executor=PooledExecutor(
+                    self.trainer, m.run_id, self.trainer_gate, self.gen_gate, self.train_turns
+                ),
                 backend=LaneBackend(self.engine, m.run_id, m.spec.lora, self.gen_gate),
                 leave=leaving,
             )
@@ -274,3 +291,8 @@ class PoolDriver:
                     await asyncio.to_thread(self.trainer.remove_run, m.run_id)
             if m.run_id in self.engine.served_versions():  # its loop's close normally did it
                 await self.engine.unload_adapter(m.run_id)
+
+
+def _tokens(batch) -> float:
+    """A train batch's cost in a shared turn: its tokens (prompt and response)."""
+    return float(batch.attention_mask.sum())

@@ -6,6 +6,11 @@ waiting run with the smallest virtual time gets it, and the seconds it holds the
 charged to it. A run that is not asking is never waited for. `exclusive(run)` takes the
 resource without the fair pick, for short work that must not overlap a turn (an adapter
 export, a checkpoint), still charged to the run.
+
+`TrainTurns` over a gate: one turn steps every run whose work is waiting, together (the
+pool's batched train step). A run's work goes in the next turn that starts after it is
+ready, never held for another run's: a turn starts as soon as the resource is free and
+takes what is waiting then, alone if only one run is.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from ..policy.fair_share import FairShare, pick
 
@@ -76,3 +82,95 @@ class FairGate:
                 if run in self.share.clocks:
                     self.share.charge(run, self.clock() - start)
                 self._cond.notify_all()
+
+
+class TrainTurns:
+    """Turns of a gate's resource, each taking every waiting run's work at once:
+    `step_many({run: work})` (in a thread) returns each run's result or exception. The
+    runs go in fair order (smallest virtual time first), at most `max_runs` a turn; the
+    turn's seconds are charged to its runs in proportion to `cost(work)` (e.g. tokens)."""
+
+    def __init__(
+        self,
+        gate: FairGate,
+        step_many: Callable[[dict[str, Any]], dict[str, Any]],
+        cost: Callable[[Any], float] | None = None,
+        max_runs: int | None = None,
+    ):
+        if gate.slots != 1:
+            raise ValueError("batched turns need a gate of one slot")
+        self.gate, self.step_many = gate, step_many
+        self.cost = cost or (lambda work: 1.0)
+        self.max_runs = max_runs
+        self.pending: dict[str, tuple[Any, asyncio.Future]] = {}
+        self.sizes: list[int] = []  # runs per turn, in order
+        self._driver: asyncio.Task | None = None
+
+    async def step(self, run: str, work: Any) -> Any:
+        """The run's work done in the next turn; its result (an exception is raised)."""
+        g = self.gate
+        fut = asyncio.get_running_loop().create_future()
+        async with g._cond:
+            if run in self.pending:
+                raise RuntimeError(f"run {run!r} already has a step waiting")
+            self.pending[run] = (work, fut)
+            g.share.ready(run, g.clock())
+            if self._driver is None or self._driver.done():
+                self._driver = asyncio.create_task(self._drive(), name="paddock-pool-trainer")
+            g._cond.notify_all()
+        try:
+            result = await asyncio.shield(fut)
+        except asyncio.CancelledError:  # withdrawn before its turn took it: not stepped
+            async with g._cond:
+                if self.pending.get(run, (None, None))[1] is fut:
+                    del self.pending[run]
+                    if run in g.share.clocks:
+                        g.share.not_ready(run)
+                g._cond.notify_all()
+            raise
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def _drive(self) -> None:
+        g = self.gate
+        while True:
+            async with g._cond:
+                await g._cond.wait_for(lambda: not self.pending or g.busy < g.slots)
+                if not self.pending:
+                    return
+                known = {r: c for r, c in g.share.clocks.items() if r in self.pending}
+                for run in [r for r in self.pending if r not in known]:  # left meanwhile
+                    _, fut = self.pending.pop(run)
+                    fut.set_result(KeyError(f"run {run!r} is not in the pool"))
+                share = FairShare(known, g.share.vnow)  # the pick among the waiting runs
+                take = share.next_many(g.clock(), self.max_runs)
+                g.share.vnow = share.vnow
+                if not take:
+                    continue
+                works = {r: self.pending.pop(r) for r in take}
+                g.busy += 1
+            self.sizes.append(len(take))
+            start = g.clock()
+            results: dict[str, Any] = {}
+            try:
+                results = await asyncio.to_thread(
+                    self.step_many, {r: w for r, (w, _) in works.items()}
+                )
+            except Exception as exc:
+                results = dict.fromkeys(works, exc)
+            finally:
+                elapsed = g.clock() - start
+                async with g._cond:
+                    g.busy -= 1
+                    costs = {r: max(float(self.cost(w)), 0.0) for r, (w, _) in works.items()}
+                    total = sum(costs.values())
+                    for r in works:
+                        if r in g.share.clocks:
+                            part = costs[r] / total if total > 0 else 1.0 / len(works)
+                            g.share.charge(r, elapsed * part)
+                    for r, (_, fut) in works.items():
+                        if not fut.done():
+                            res = results.get(r, RuntimeError(f"run {r!r}: no result"))
+                            fut.set_result(res)
+                    g._cond.notify_all()

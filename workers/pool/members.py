@@ -4,8 +4,10 @@ engine. So a pooled run is driven by the single-run loop itself (workers/loop/dr
 its steps, checkpoints, metrics, pause, resume and abort are a run alone's.
 
 - `PooledExecutor`: the run's adapter in the pool's `MultiLoraTrainer`. A train step waits
-  for the run's fair turn of the trainer (`FairGate`); adapter exports and checkpoints take
-  the trainer briefly (the shared model's active adapter is switched for them). After a step
+  for the next turn of the trainer, which steps every run whose batch is waiting in one
+  forward and backward (`TrainTurns`; unbatched: the run's own fair turn, `FairGate`);
+  adapter exports and checkpoints take the trainer briefly (the shared model's active
+  adapter is switched for them). After a step
   whose loss or gradient is not finite the run fails (its own error, its adapter alone).
 - `LaneBackend`: the run's lane of the pool engine. A generate call waits for the run's fair
   turn of the engine's generation slots; a pause, resume or abort touches this run's
@@ -28,7 +30,7 @@ from ..policy.multi import MultiLoraTrainer
 from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
 from ..rollout.pool_engine import PoolEngine, PoolRequest
 from ..spec import LoraSpec
-from .gate import FairGate
+from .gate import FairGate, TrainTurns
 
 # a step's values that must be finite for the run to go on (a NaN there is in its adapter)
 FINITE = ("loss/total", "grad_norm")
@@ -37,8 +39,19 @@ FINITE = ("loss/total", "grad_norm")
 class PooledExecutor:
     """One run's side of the shared trainer, as the loop's `TrainerExecutor`."""
 
-    def __init__(self, trainer: MultiLoraTrainer, run_id: str, gate: FairGate, gen: FairGate):
+    def __init__(
+        self,
+        trainer: MultiLoraTrainer,
+        run_id: str,
+        gate: FairGate,
+        gen: FairGate,
+        turns: TrainTurns | None = None,
+    ):
+        """`turns`: train steps go in the pool's batched turns (every waiting run's step in
+        one forward and backward, `MultiLoraTrainer.train_steps`); None: this run's step
+        alone in its own turn of `gate`."""
         self.trainer, self.run_id, self.gate, self.gen = trainer, run_id, gate, gen
+        self.turns = turns
 
     @property
     def adapter_version(self) -> int:
@@ -46,8 +59,11 @@ class PooledExecutor:
 
     async def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
         batch = collate(samples, self.trainer.policy.tokenizer.pad_token_id)
-        async with self.gate.turn(self.run_id):
-            metrics = await asyncio.to_thread(self.trainer.train_step, self.run_id, batch)
+        if self.turns is not None:
+            metrics = await self.turns.step(self.run_id, batch)
+        else:
+            async with self.gate.turn(self.run_id):
+                metrics = await asyncio.to_thread(self.trainer.train_step, self.run_id, batch)
         bad = [k for k in FINITE if k in metrics and not math.isfinite(metrics[k])]
         if bad:
             step = self.trainer.runs[self.run_id].step
@@ -64,7 +80,12 @@ class PooledExecutor:
         return metrics
 
     async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
-        async with self.gate.exclusive(self.run_id):
+        if not with_probe:
+            # A copy of this run's tensors only: no forward, the shared model untouched, and
+            # nothing of this run changes while its loop publishes (its next step comes
+            # after), so it need not wait for other runs' trainer turns.
+            return await asyncio.to_thread(self.trainer.adapter_update, self.run_id, False)
+        async with self.gate.exclusive(self.run_id):  # the probe switches the active adapter
             return await asyncio.to_thread(self.trainer.adapter_update, self.run_id, with_probe)
 
     async def save(self, out: Path) -> None:

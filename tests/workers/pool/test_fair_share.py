@@ -116,3 +116,76 @@ def test_each_run_reports_its_share_over_its_own_window():
     share.charge("b", 5.0)
     assert share.run_metrics("a")["pool/share"] == 0.0
     assert share.run_metrics("b")["pool/share"] == pytest.approx((used["b"] + 5) / (total + 5))
+
+
+def test_next_many_takes_the_ready_runs_in_fair_order():
+    share = FairShare()
+    for run, w in (("a", 1.0), ("b", 2.0), ("c", 1.0)):
+        share.join(run, w)
+    share.charge("a", 3.0)  # a is ahead; b and c are level
+    for run in "abc":
+        share.ready(run, 0.0)
+    assert share.next_many(1.0, limit=2) == ["b", "c"]
+    assert share.next_many(1.0) == ["a"] and share.next_many(1.0) == []
+    assert share.clocks["a"].last_wait_s == 1.0
+
+
+def test_batched_turns_take_every_waiting_run_and_wait_for_none():
+    """A turn starts with whatever is waiting (one run alone, never held for another's
+    batch); the runs that arrive during a turn go together in the next; each run gets its
+    own result (or its exception), and the turn's time is charged by cost."""
+    import asyncio
+
+    from workers.pool.gate import FairGate, TrainTurns
+
+    calls: list[list[str]] = []
+    now = [0.0]
+
+    def step_many(works):
+        calls.append(sorted(works))
+        now[0] += 1.0  # each turn takes a second of the made-up clock
+        return {r: ValueError(r) if w == "bad" else (r, w) for r, w in works.items()}
+
+    async def scenario():
+        gate = FairGate(clock=lambda: now[0])
+        for run in "abc":
+            gate.join(run)
+        turns = TrainTurns(gate, step_many, cost=lambda w: 3.0 if w == "big" else 1.0)
+        first = asyncio.create_task(turns.step("a", "x"))
+        await asyncio.sleep(0)  # a's turn starts alone, at once
+        later = [asyncio.create_task(turns.step(r, w)) for r, w in (("b", "big"), ("c", "bad"))]
+        assert await first == ("a", "x")
+        assert await later[0] == ("b", "big")
+        with pytest.raises(ValueError, match="c"):
+            await later[1]
+        return gate
+
+    gate = asyncio.run(scenario())
+    assert calls == [["a"], ["b", "c"]]
+    used = {r: c.used_s for r, c in gate.share.clocks.items()}
+    assert used == pytest.approx({"a": 1.0, "b": 0.75, "c": 0.25})
+
+
+def test_a_batched_turn_withdrawn_before_it_starts_steps_nothing():
+    import asyncio
+
+    from workers.pool.gate import FairGate, TrainTurns
+
+    calls: list[list[str]] = []
+
+    async def scenario():
+        gate = FairGate()
+        for run in "ab":
+            gate.join(run)
+        turns = TrainTurns(gate, lambda works: calls.append(sorted(works)) or dict(works))
+        async with gate.exclusive("a"):  # the trainer is busy: b's step waits
+            waiting = asyncio.create_task(turns.step("b", 1))
+            await asyncio.sleep(0.01)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        assert await turns.step("a", 2) == 2
+        assert gate.share.clocks["b"].ready_since is None
+
+    asyncio.run(scenario())
+    assert calls == [["a"]]

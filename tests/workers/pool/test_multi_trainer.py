@@ -4,6 +4,7 @@ step of the run alone (the single-run LoraPolicy) for the same batch, seed and s
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 import torch
@@ -212,3 +213,112 @@ def test_exported_adapters_load_as_peft_directories(trainer, specs, tmp_path):
         with torch.no_grad():
             got = loaded(input_ids=ids).logits
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def varied_batch(tok, version: int, run: int, distinct: bool = False, one_token: bool = False):
+    """A made-up batch per run, each of its own shape: `distinct` gives every sample a
+    prompt of its own (the plain forward), `one_token` one-token responses (no response
+    forward); lengths differ between runs (padding differs from the runs' batch alone)."""
+    samples = []
+    for k, (prompt, answer) in enumerate(list(ANSWERS.items())[run % 2 :]):
+        for j in range(4):
+            text = (answer * (1 + (j + run) % 3)) if j % 2 else answer[::-1]
+            resp = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+            if one_token:
+                resp = resp[j % 2 :][:1]
+            lead = f"{j}+" if distinct else ""
+            ids = tok.encode(lead + prompt, add_special_tokens=False)
+            adv = (1.0 if j % 2 else -0.8) * (1 + 0.1 * k) * (-1 if run == 1 else 1)
+            lp = [-0.5 - 0.1 * ((i + j) % 4) for i in range(len(resp))]
+            samples.append(TrainSample(ids, resp, lp, [version] * len(resp), adv))
+    return collate(samples, tok.pad_token_id)
+
+
+@pytest.fixture
+def three(make_spec):
+    """Three runs that differ in rank, targets, dropout, learning rate, algorithm, loss
+    aggregation, temperature, lengths and micro-batching."""
+    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    lora = {"r": 8, "alpha": 16, "dropout": 0.1, "target_modules": every}
+    a = parse_spec(make_spec("seed=5", "train.lr=0.01", lora=lora))
+    b = parse_spec(
+        make_spec(
+            "seed=9",
+            "train.lr=0.003",
+            "algorithm.advantage=rloo",
+            "algorithm.bypass_mode=false",
+            "algorithm.rollout_is=token",
+            "algorithm.kl_coef=0.05",
+            "algorithm.loss_agg=seq_mean_token_mean",
+            "rollout.temperature=0.7",
+            lora={"r": 4, "alpha": 4, "target_modules": ["q_proj", "v_proj"]},
+        )
+    )
+    c = parse_spec(
+        make_spec(
+            "seed=2",
+            "train.lr=0.02",
+            "train.micro_batch_size=5",
+            "algorithm.advantage=dr_grpo",
+            "algorithm.bypass_mode=false",
+            "algorithm.loss_agg=seq_mean_token_sum_norm",
+            "rollout.max_new_tokens=6",
+            lora={"r": 2, "alpha": 8, "dropout": 0.05, "target_modules": every},
+        )
+    )
+    return {"a": a, "b": b, "c": c}
+
+
+def test_a_batched_step_of_three_runs_is_each_runs_solo_step(three, make_spec):
+    """train_steps of three runs (one forward and backward over all their rows) gives each
+    run, step after step, the adapter and the metrics of its own LoraPolicy's step alone
+    (fp32, CPU, dropout included: each run's masks come from its own stream with its own
+    batch's shapes), and a fourth run not in the step is untouched, bit for bit."""
+    trainer = MultiLoraTrainer(three["a"], three["a"].model.path)
+    for run, spec in three.items():
+        trainer.add_run(run, spec)
+    trainer.add_run("d", parse_spec(make_spec("seed=1")))
+    tok = trainer.policy.tokenizer
+    trainer.train_step("d", batch_for(tok, 0))
+    d_before = snapshot(trainer, "d")
+    shape = {"a": {}, "b": {"distinct": True}, "c": {"one_token": True}}
+    batches = {
+        run: [varied_batch(tok, v, k, **shape[run]) for v in range(2)]
+        for k, run in enumerate(three)
+    }
+    assert trainer.can_batch(list(three))
+    got = [trainer.train_steps({r: batches[r][v] for r in three}) for v in range(2)]
+    assert trainer.together == {3: 2}  # one forward and backward for the three, each step
+    assert_same(d_before, snapshot(trainer, "d"))
+    for run, spec in three.items():
+        solo = LoraPolicy(spec, spec.model.path)
+        torch.manual_seed(spec.seed)  # a run alone: its global stream starts at its seed
+        for v in range(2):
+            want = solo.train_step(batches[run][v])
+            assert got[v][run].keys() == want.keys(), run
+            assert got[v][run] == pytest.approx(want, rel=1e-5, abs=1e-6), (run, v)
+        alone, pooled = solo.adapter_tensors(), trainer.adapter_tensors(run)
+        assert alone.keys() == pooled.keys()
+        for k in alone:
+            torch.testing.assert_close(pooled[k], alone[k], rtol=1e-5, atol=1e-7)
+        assert trainer.runs[run].adapter_version == trainer.runs[run].step == 2
+        # its dropout stream drew what the solo step drew from the global one, no more
+        assert torch.equal(trainer.runs[run].rng, torch.get_rng_state()), run
+
+
+def test_a_batched_step_isolates_a_nan_and_falls_back_alone(trainer):
+    """A NaN in one run's adapter stays in that run: the other's step is its step alone."""
+    tok = trainer.policy.tokenizer
+    ref = MultiLoraTrainer(trainer.base_spec, trainer.model_dir)
+    for run, r in trainer.runs.items():
+        ref.add_run(run, r.spec)
+    with torch.no_grad():
+        trainer.runs["a"].params[0].fill_(float("nan"))
+    out = trainer.train_steps({"a": batch_for(tok, 0), "b": batch_for(tok, 0, flip=True)})
+    assert trainer.together == {2: 1}
+    want = ref.train_step("b", batch_for(tok, 0, flip=True))
+    assert out["b"] == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert not math.isfinite(out["a"]["loss/total"])
+    got, alone = trainer.adapter_tensors("b"), ref.adapter_tensors("b")
+    for k in alone:
+        torch.testing.assert_close(got[k], alone[k], rtol=1e-5, atol=1e-7)
