@@ -1,13 +1,18 @@
-"""A pool is not team-scoped: team A's run and team B's run may share one pool job. A member
-of team A learns nothing of B through REST (run detail, pools list and page, samples), the
-websocket, or the run's token: one pooled run's token cannot ingest for its pool mate."""
+"""An `auto` pool is not team-scoped: team A's run and team B's run may share one pool job. A
+member of team A learns nothing of B through REST (run detail, pools list and page, samples),
+the websocket, or the run's token: one pooled run's token cannot ingest for its pool mate.
+
+A named pool is its team's: team A asking for the name of team B's pool gets a pool of its
+own, whatever B's pool is (full, of another key, on B's own cluster, stopping), and learns
+nothing of B's through its run's waiting reason, events or the REST answers; an `auto` run
+never lands in another team's named pool."""
 
 from __future__ import annotations
 
 import pytest
 
 from paddock.clusters.dispatch import dispatch_prepare
-from paddock.clusters.models import Pool
+from paddock.clusters.models import Pool, PoolMember, RayCluster
 from paddock.experiments.launch import experiment_launch
 from paddock.experiments.models import MetricPoint, Run, SampleSet
 from paddock.experiments.tokens import run_token_mint
@@ -111,3 +116,70 @@ async def test_the_websocket_of_a_pooled_run_carries_nothing_of_the_pool_mate(wo
         assert SECRET not in text  # nothing of the pool mate's: names, samples
     finally:
         await ws.close()
+
+
+def _b_owns_pool_sweep(world, settings, how: str) -> Pool:
+    """Team B's named pool `sweep` (every name of B's carries the secret), standing `how`."""
+    world.team_b.name = f"{SECRET} team"
+    world.team_b.save()
+    settings.PADDOCK_POOL_CAPACITY = 1 if how == "full" else 4
+    spec = {**TINY_SPEC, "resources": {"pool": "sweep"}}
+    if how == "of another key":
+        spec["model"] = {"tiny": {"hidden_size": 48}}
+    actor = world.actor(world.users_b[Role.OWNER])
+    run = experiment_launch(actor=actor, team=world.team_b, name=f"{SECRET} exp", spec=spec).runs[0]
+    assert dispatch_prepare(run_id=run.pk) is not None
+    pool = Pool.objects.get(name="sweep")
+    assert pool.team_id == world.team_b.pk
+    if how == "on its own cluster":
+        own = RayCluster.objects.create(
+            name=f"{SECRET}-cluster", team=world.team_b, address="http://127.0.0.1:1",
+            backends=["torch"],
+        )  # fmt: skip
+        Pool.objects.filter(pk=pool.pk).update(cluster=own)
+    if how == "stopping":
+        Pool.objects.filter(pk=pool.pk).update(state="stopping")
+    return pool
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_hooks")
+@pytest.mark.parametrize("how", ["full", "of another key", "on its own cluster", "stopping"])
+def test_a_pool_name_of_another_team_is_a_pool_of_ones_own(world, client_as, settings, how):
+    theirs = _b_owns_pool_sweep(world, settings, how)
+    actor = world.actor(world.users_a[Role.MEMBER])
+    spec = {**TINY_SPEC, "resources": {"pool": "sweep"}}
+    mine = experiment_launch(actor=actor, team=world.team_a, name="mine", spec=spec).runs[0]
+    order = dispatch_prepare(run_id=mine.pk)
+    mine.refresh_from_db()
+    # not squatted: A's run starts at once, in a pool `sweep` of A's own, a job of its own
+    assert order is not None and mine.state == "dispatching", mine.queued_reason
+    pool = Pool.objects.get(name="sweep", team=world.team_a)
+    assert pool.pk != theirs.pk and order.submission_id == pool.ray_submission_id
+    assert order.submission_id != Pool.objects.get(pk=theirs.pk).ray_submission_id
+    assert list(PoolMember.objects.filter(pool=pool).values_list("run_id", flat=True)) == [mine.pk]
+    # nothing of B's pool in A's run (its reasons, events) nor in any REST answer to A
+    assert SECRET not in mine.queued_reason
+    assert not mine.events.filter(message__contains=SECRET).exists()
+    client = client_as(world.users_a[Role.MEMBER])
+    detail = client.get(f"/api/v1/runs/{mine.pk}").json()
+    assert detail["pool"]["id"] == pool.pk and detail["pool"]["members_total"] == 1
+    assert [p["id"] for p in client.get("/api/v1/pools").json()] == [pool.pk]
+    assert client.get(f"/api/v1/pools/{theirs.pk}").status_code == 404
+    for url in (f"/api/v1/runs/{mine.pk}", f"/api/v1/runs/{mine.pk}/events", "/api/v1/pools",
+                f"/api/v1/pools/{pool.pk}", "/api/v1/runs?page_size=100"):  # fmt: skip
+        reply = client.get(url)
+        assert reply.status_code == 200, (url, reply.content[:200])
+        assert SECRET not in reply.content.decode(), url
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_hooks")
+def test_an_auto_run_never_lands_in_another_teams_named_pool(world, settings):
+    theirs = _b_owns_pool_sweep(world, settings, "with room")
+    actor = world.actor(world.users_a[Role.MEMBER])
+    mine = experiment_launch(actor=actor, team=world.team_a, name="mine", spec=POOLED).runs[0]
+    assert dispatch_prepare(run_id=mine.pk) is not None
+    joined = PoolMember.objects.get(run=mine).pool
+    assert joined.pk != theirs.pk and joined.team_id is None and joined.name.startswith("auto_")
+    assert not PoolMember.objects.filter(pool=theirs, run=mine).exists()

@@ -176,7 +176,7 @@ def quota_refusal(*, run: Run, gpus: float | None = None) -> str | None:
             f"waiting for a slot: the team runs {usage['running_runs']} of "
             f"{quota.max_concurrent_runs} concurrent runs"
         )
-    in_use = usage["gpus_in_use"] + pools.pooled_gpus_correction(team_id=run.team_id)
+    in_use = usage["gpus_in_use"]  # each pooled run as its share of its pool's GPUs
     needs = run.gpus if gpus is None else gpus
     if in_use + needs > quota.max_gpus + 1e-9:
         return (
@@ -295,14 +295,21 @@ def _pool_order(pool: Pool, run: Run) -> DispatchOrder:
 
 def _pool_fit(run: Run, asked: str) -> tuple[Pool | None, str | None]:
     """A live pool the run may join now (locked), or None and why none is joined: a named
-    pool that is full, of another key or on a cluster the run may not use is waited for;
-    with none (or none fitting, for `auto`) a new pool is started (reason None)."""
+    pool (the run's team's: another team's pool of that name is never looked at) that is
+    full, of another key or on a cluster the run may not use is waited for; with none (or
+    none fitting, for `auto`: an `auto` pool, of any team's runs) a new pool is started
+    (reason None)."""
     spec = run.config.spec
     weight = float(spec["resources"].get("pool_weight", 1.0))
     allowed = {c.pk for c in _candidates(run)}
-    live = Pool.objects.select_for_update().select_related("cluster").filter(state__in=pools.LIVE)
+    live = (
+        Pool.objects.select_for_update()
+        .select_related("cluster")
+        .filter(state__in=pools.LIVE, team__isnull=True)
+        .order_by("id")
+    )
     if asked != "auto":
-        pool = Pool.objects.select_for_update().select_related("cluster").filter(name=asked).first()
+        pool = pools.named_pool(team_id=run.team_id, name=asked, lock=True)
         if pool is None or pool.state == Pool.State.ENDED:
             return None, None
         if pool.state == Pool.State.STOPPING:
@@ -335,7 +342,7 @@ def _pool_fit(run: Run, asked: str) -> tuple[Pool | None, str | None]:
 
 def _pool_start(run: Run, asked: str) -> tuple[Pool | None, str | None]:
     """A new pool (or the named pool's next dispatch) on a cluster that can place the run
-    now, with the run's key; or None and why it waits."""
+    now, with the run's key; or None and why it waits. A named pool is the run's team's."""
     reason = quota_refusal(run=run)
     cluster = None
     if reason is None:
@@ -348,10 +355,14 @@ def _pool_start(run: Run, asked: str) -> tuple[Pool | None, str | None]:
         "capacity": pools.capacity_of(cluster), "state": Pool.State.STARTING,
         "bootstrapped_at": None, "token_prefix": "", "token_hashed": "", **resources,
     }  # fmt: skip
-    pool = Pool.objects.select_for_update().filter(name=asked).first() if asked != "auto" else None
+    named = asked != "auto"
+    pool = pools.named_pool(team_id=run.team_id, name=asked, lock=True) if named else None
     if pool is None:
-        pool = Pool.objects.create(name=asked if asked != "auto" else f"new_{run.pk}", **fields)
-        if asked == "auto":
+        pool = Pool.objects.create(
+            name=asked if named else f"new_{run.pk}", team_id=run.team_id if named else None,
+            **fields,
+        )  # fmt: skip
+        if not named:
             pool.name = f"auto_{pool.pk}"  # never a name a spec can ask for (no "_")
     for name, value in fields.items():
         setattr(pool, name, value)

@@ -44,12 +44,15 @@ class BootstrapUse(models.Model):
 
 
 class Pool(models.Model):
-    """A pool job: one base model on one cluster hosting the runs of several teams
-    (docs/pools.md). Not team-scoped: what a team may see of it is its own members only.
-    `key` is the pool key (workers/pool/key.py) plus the cluster; a run joins only a pool of
-    its own key. Every start of its Ray job is a dispatch N, submitted as
-    `paddock-pool-<id>-d<N>`; its bootstrap token is derived per (pool, dispatch) like a
-    run's, and the pool token it is exchanged for is stored as a SHA-256 only."""
+    """A pool job: one base model on one cluster hosting several runs (docs/pools.md). A
+    named pool (`resources.pool: <name>`) is its team's: `team` set, its name unique in the
+    team, hosting that team's runs only, so no team can take or even find a name another
+    team uses. An `auto` pool (`team` null, named `auto_<id>`) packs runs of any team; what a
+    team may see of it is its own members only. `key` is the pool key (workers/pool/key.py)
+    plus the cluster; a run joins only a pool of its own key. Every start of its Ray job is a
+    dispatch N, submitted as `paddock-pool-<id>-d<N>`; its bootstrap token is derived per
+    (pool, dispatch) like a run's, and the pool token it is exchanged for is stored as a
+    SHA-256 only."""
 
     class State(models.TextChoices):
         STARTING = "starting"  # its job was submitted and has not bootstrapped yet
@@ -57,7 +60,10 @@ class Pool(models.Model):
         STOPPING = "stopping"  # no members were left: its job was told to stop
         ENDED = "ended"  # its job is gone (stopped, failed, vanished)
 
-    name = models.CharField(max_length=40, unique=True)
+    name = models.CharField(max_length=40)
+    team = models.ForeignKey(
+        "teams.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     cluster = models.ForeignKey(RayCluster, on_delete=models.CASCADE, related_name="pools")
     key = models.JSONField()
     capacity = models.PositiveIntegerField()
@@ -72,6 +78,14 @@ class Pool(models.Model):
     bootstrapped_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="pool_name_per_team"),
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(team__isnull=True), name="pool_auto_name_once"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"pool {self.name}"

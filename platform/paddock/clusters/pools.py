@@ -2,11 +2,13 @@
 members and their shares, the pool's tokens, and what a pool's job is told.
 
 A run that asks for `resources.pool` is packed, at its dispatch, into a pool of its key
-(workers/pool/key.py, plus the cluster) that has room: `auto` into any such pool, a name
-into that pool only; when none fits a new pool is started (dispatch.py). Each member keeps
-its own run, state machine, dispatch number, bootstrap and run token; a membership lasts one
-dispatch of the run and ends when the run stops holding a job (it finished, failed, was
-queued again), which the audit log records with its join.
+(workers/pool/key.py, plus the cluster) that has room: `auto` into any such `auto` pool
+(which packs runs of any team), a name into its own team's pool of that name only (a named
+pool is its team's: another team's pool of the same name is another pool, never looked at);
+when none fits a new pool is started (dispatch.py). Each member keeps its own run, state
+machine, dispatch number, bootstrap and run token; a membership lasts one dispatch of the
+run and ends when the run stops holding a job (it finished, failed, was queued again), which
+the audit log records with its join.
 
 A member is *current* while its membership is open, its run holds a job (HOLDING) and the
 run's dispatch is the membership's: exactly the runs the pool's job is told to host."""
@@ -80,13 +82,14 @@ def unpoolable_reason(spec: dict) -> str | None:
 # --- members and shares -------------------------------------------------------------------
 
 
-def current_members(pool_id: int) -> QuerySet[PoolMember]:
-    return (
-        PoolMember.objects.filter(pool_id=pool_id, left_at__isnull=True, run__state__in=HOLDING)
-        .filter(run__dispatch_count=F("run_dispatch"))
-        .select_related("run")
-        .order_by("id")
+def _current(members: QuerySet[PoolMember]) -> QuerySet[PoolMember]:
+    return members.filter(left_at__isnull=True, run__state__in=HOLDING).filter(
+        run__dispatch_count=F("run_dispatch")
     )
+
+
+def current_members(pool_id: int) -> QuerySet[PoolMember]:
+    return _current(PoolMember.objects.filter(pool_id=pool_id)).select_related("run").order_by("id")
 
 
 def shares(members: list[PoolMember]) -> dict[int, float]:
@@ -136,20 +139,32 @@ def members_settle(*, run_id: int | None = None, pool_id: int | None = None) -> 
     return closed
 
 
+def named_pool(*, team_id: int, name: str, lock: bool = False) -> Pool | None:
+    """The team's pool called `name`, if it has one (locked with `lock`). Only the team's:
+    the same name in another team is another pool, which this never finds."""
+    pools = Pool.objects.select_related("cluster").filter(team_id=team_id, name=name)
+    return (pools.select_for_update() if lock else pools).first()
+
+
 def pooled_gpus_correction(*, team_id: int) -> float:
     """What to add to the team's GPUs in use (the sum of its holding runs' own asks) so
-    that each pooled run counts as its share of its pool's GPUs instead."""
+    that each pooled run counts as its share of its pool's GPUs instead: for each of the
+    team's current members, its weight over its pool's current members' total, times the
+    GPUs the pool's job reserves, less what its spec asks for. One query."""
+    mine = _current(PoolMember.objects.filter(run__team_id=team_id)).values("pool_id")
+    rows = list(
+        _current(PoolMember.objects.filter(pool_id__in=mine)).values_list(
+            "pool_id", "pool__num_gpus", "weight", "run__team_id", "run__gpus"
+        )
+    )
+    totals: dict[int, float] = {}
+    for pool_id, _, weight, _, _ in rows:
+        totals[pool_id] = totals.get(pool_id, 0.0) + weight
     correction = 0.0
-    mine = PoolMember.objects.filter(
-        left_at__isnull=True, run__team_id=team_id, run__state__in=HOLDING
-    ).values_list("pool_id", flat=True)
-    for pool_id in set(mine):
-        pool = Pool.objects.get(pk=pool_id)
-        members = list(current_members(pool_id))
-        for run_id, share in shares(members).items():
-            run = next(m.run for m in members if m.run_id == run_id)
-            if run.team_id == team_id:
-                correction += share * pool.num_gpus - run.gpus
+    for pool_id, pool_gpus, weight, run_team, run_gpus in rows:
+        if run_team == team_id:
+            total = totals[pool_id]
+            correction += (pool_gpus * weight / total if total > 0 else 0.0) - run_gpus
     return correction
 
 

@@ -1,12 +1,18 @@
-"""What dispatch does on the experiments app's events (experiments/hooks.py), and the launch
-check it provides, connected in ClustersConfig.ready()."""
+"""What dispatch does on the experiments app's events (experiments/hooks.py), and what it
+provides (the launch check, pooled runs' GPUs for quotas), connected in
+ClustersConfig.ready()."""
 
 from __future__ import annotations
 
-from paddock.experiments.hooks import Event, provide_launch_check, subscribe
+from paddock.experiments.hooks import (
+    Event,
+    provide_launch_check,
+    provide_pooled_gpus_correction,
+    subscribe,
+)
 
 from .launch_checks import launch_check
-from .pools import members_settle
+from .pools import members_settle, pooled_gpus_correction
 from .tasks import run_dispatch
 
 
@@ -30,3 +36,4 @@ def connect() -> None:
     subscribe(Event.RUN_CONTROL_REQUESTED, run_control_requested)
     subscribe(Event.RUN_STATE_CHANGED, run_state_changed)
     provide_launch_check(launch_check)
+    provide_pooled_gpus_correction(pooled_gpus_correction)

@@ -5,8 +5,9 @@ so a subscriber re-fetches what it needs and copes with a row that changed or va
 meanwhile. The apps that act on them subscribe in their `AppConfig.ready()`: clusters
 dispatches (`run_enqueued`, a resume in `run_control_requested`), live broadcasts
 (`run_state_changed`, `run_control_requested`); clusters also provides the check of a
-launch against the registry (`launch_check`). So experiments imports neither, and the apps'
-imports form a DAG (tests/test_import_graph.py)."""
+launch against the registry (`launch_check`) and what pooled runs count for in a team's GPUs
+(`pooled_gpus_correction`). So experiments imports neither, and the apps' imports form a DAG
+(tests/test_import_graph.py)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,21 @@ def launch_check(*, team_id: int, cluster_id: int | None, runs: list[tuple[str, 
     if _launch_check is None:
         raise RuntimeError("no launch check: paddock.clusters is not an installed app")
     _launch_check(team_id=team_id, cluster_id=cluster_id, runs=runs)
+
+
+# The GPUs a team's pooled runs count for are their shares of their pools' GPUs, which only
+# the clusters app knows (docs/pools.md, "Quotas"): team_usage adds what it provides.
+_pooled_gpus_correction: Callable[..., float] | None = None
+
+
+def provide_pooled_gpus_correction(correction: Callable[..., float]) -> None:
+    global _pooled_gpus_correction
+    _pooled_gpus_correction = correction
+
+
+def pooled_gpus_correction(*, team_id: int) -> float:
+    """What to add to the GPUs the team's holding runs ask for so that each pooled run
+    counts as its share of its pool's GPUs; 0 without the clusters app (no pools)."""
+    if _pooled_gpus_correction is None:
+        return 0.0
+    return _pooled_gpus_correction(team_id=team_id)

@@ -8,6 +8,7 @@ from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
 from paddock.core.errors import not_found
 from paddock.core.fixed_sql import FixedStatement
+from paddock.experiments import hooks
 from paddock.experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -253,16 +254,19 @@ def sample_sets_newest(
 
 def team_usage(*, team_id: int) -> dict:
     """What the team holds now: active runs (any non-terminal state), runs holding or
-    about to hold a job, and the GPUs those ask for."""
+    about to hold a job, and the GPUs those count for: what a run of its own asks for, and
+    for a pooled run its share of its pool's GPUs (docs/pools.md, "Quotas"; the clusters
+    app provides the correction through hooks.py)."""
     row = Run.objects.filter(team_id=team_id, state__in=ACTIVE).aggregate(
         active=Count("id"),
         holding=Count("id", filter=Q(state__in=HOLDING)),
         gpus=Sum("gpus", filter=Q(state__in=HOLDING)),
     )
+    gpus = (row["gpus"] or 0.0) + hooks.pooled_gpus_correction(team_id=team_id)
     return {
         "active_runs": row["active"],
         "running_runs": row["holding"],
-        "gpus_in_use": row["gpus"] or 0.0,
+        "gpus_in_use": max(0.0, round(gpus, 9)),  # the sum less the asks: no -1e-17
     }
 
 
