@@ -375,7 +375,11 @@ def _pool_start(run: Run, asked: str) -> tuple[Pool | None, str | None]:
 
 def _pool_prepare(run: Run) -> DispatchOrder | None:
     """Pack the queued run (locked) into a pool: join one that fits, else start one; move
-    the run to `dispatching` under the pool's job. None when it waits (the reason stored)."""
+    the run to `dispatching` under the pool's job. None when it waits (the reason stored).
+    The team's pooled dispatches go one at a time (its quota's row locked): a new named pool
+    is made once, by the first, and the next finds it; and each checks the team's GPUs with
+    what the one before took."""
+    TeamQuota.objects.select_for_update().get_or_create(team_id=run.team_id)
     asked = pools.pool_asked(run.config.spec)
     pool, reason = _pool_fit(run, asked)
     if pool is None and reason is None:
