@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import sys
 import threading
 from pathlib import Path
 
@@ -51,8 +52,10 @@ def assert_same_adapter(a: dict, b: dict) -> None:
 def test_sync_run_writes_outputs_and_metrics(make_spec, tmp_path):
     events: list[Event] = []
     out = tmp_path / "run"
+    before = sys.getswitchinterval()
     outcome = train(make_spec("train.steps=2"), out, progress=False, on_event=events.append)
     assert outcome.state == "succeeded" and outcome.adapter_version == 2
+    assert sys.getswitchinterval() == before  # the run's short interval is given back
     assert (out / "spec.yaml").is_file() and (out / "checkpoints" / "step-2" / "adapter").is_dir()
     metrics = rows(out)
     assert [m["step"] for m in metrics] == [0, 1, 2]  # step 0: eval of the base

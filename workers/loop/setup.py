@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,13 +24,16 @@ from .gpu_share import StreamExecutor, open_share, share_for, warm_before_overla
 from .mirrors import open_mirrors
 from .producer import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
+from .switch_interval import held_switch_interval
 from .types import RunState
 
-# The GIL switch interval of a run's process (the default is 5 ms). The trainer's thread, the
-# engine's and the event loop hand the GIL back and forth around every torch op; a thread back
-# from a small op waits for one in pure Python (scoring, collating, the decode loop's rows) to
-# give it up, up to the interval each time. On the tiny model, where a step is thousands of
-# small ops, that wait was most of a pooled train step (bench/pool_cpu.py, docs/pools.md).
+# The GIL switch interval while a run is in flight (Python's default is 5 ms; the previous
+# value comes back when the process's last run ends: switch_interval.py). The trainer's
+# thread, the engine's and the event loop hand the GIL back and forth around every torch op;
+# a thread back from a small op waits for one in pure Python (scoring, collating, the decode
+# loop's rows) to give it up, up to the interval each time. On the tiny model, where a step
+# is thousands of small ops, that wait was most of a pooled train step (bench/pool_cpu.py,
+# docs/pools.md).
 # Measured on the CPU only: a run with a GPU keeps Python's default until the GPU benchmarks
 # (bench/gpu/async_overlap.py, whose figures were taken at 5 ms) have been run at this one.
 SWITCH_INTERVAL_S = 0.0002
@@ -92,12 +94,28 @@ async def run_training(
     `backend` default to the in-process ones; the Ray driver passes its actors' instead, a
     pool (workers/pool/) its shared trainer's and engine's, with `leave` saying when the
     run is to leave the pool (checkpointed, no final status)."""
+    cpu_only = spec.resources.trainer_gpus <= 0 and spec.resources.rollout_gpus <= 0
+    with held_switch_interval(SWITCH_INTERVAL_S if cpu_only else None):
+        return await _run_training(
+            spec, out, control, on_metrics, on_event, progress, executor, backend, leave
+        )
+
+
+async def _run_training(
+    spec: RunSpec,
+    out: Path,
+    control: ControlSource | None,
+    on_metrics: MetricsHook | None,
+    on_event: EventHook | None,
+    progress: bool,
+    executor: TrainerExecutor | None,
+    backend: RolloutBackend | None,
+    leave: Callable[[], bool] | None,
+) -> Outcome:
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.yaml").write_text(spec.to_yaml())
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
-    if spec.resources.trainer_gpus <= 0 and spec.resources.rollout_gpus <= 0:
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
     tokenizer = load_tokenizer(model_dir)
