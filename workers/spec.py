@@ -734,7 +734,8 @@ class ResourcesSpec(_Section):
         pattern=r"^(auto|[a-z0-9][a-z0-9-]{0,39})$",
         description="share a base-model pool (docs/pools.md): auto packs the run into any "
         "compatible pool with room (same model path, dtype, backend, cluster) or starts one; "
-        "a name joins or starts that pool; unset: the run has its own job",
+        "a name joins or starts the team's pool of that name (a named pool hosts only its "
+        "team's runs); unset: the run has its own job",
     )
     pool_weight: float = Field(
         1.0,
