@@ -10,8 +10,9 @@ default) and with one run's step a turn (the trainer before batching); and each 
 eval-accuracy gain (end minus start) solo and pooled, with the pooled runs' mean
 `pool/share`. Beside each wall-clock, the process's CPU seconds (user + system) over it: on
 a shared machine the wall-clock moves with the other work's load, the CPU seconds much less.
-For the batched pool, how many runs its trainer turns took (the mean, and the count of
-turns by size).
+For each pool, the seconds its trainer and its engine's generation turns were held
+(`busy_s`: what the two shared resources spent, against the wall-clock); for the batched
+pool, how many runs its trainer turns took (the mean, and the count of turns by size).
 
     .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--torch-engine lanes|slots]
         [--only batched|per_run]
@@ -69,7 +70,7 @@ def solo(seed: int, steps: int, out: Path) -> tuple[float, float]:
 
 async def pooled(
     seeds: list[int], steps: int, root: Path, torch_engine: str, batched: bool
-) -> tuple[float, float, list[int]]:
+) -> tuple[float, float, list[int], dict[str, float]]:
     t0, c0 = time.perf_counter(), cpu_s()
     pool = PoolDriver(capacity=len(seeds), torch_engine=torch_engine, batched_trainer=batched)
     for s in seeds:
@@ -81,7 +82,9 @@ async def pooled(
     if failed:
         raise RuntimeError(f"pooled runs failed: {failed}")
     sizes = pool.train_turns.sizes if pool.train_turns is not None else []
-    return wall, cpu, sizes
+    # the seconds the trainer and the engine's generation turns were held (charged to runs)
+    busy = {"trainer": pool.trainer_gate.share.total_s, "generation": pool.gen_gate.share.total_s}
+    return wall, cpu, sizes, busy
 
 
 def main() -> None:
@@ -115,8 +118,9 @@ def main() -> None:
             "solo_in_sequence": round(sum(solo_cpus), 1),
         },
     }
-    for kind, (wall, cpu, sizes) in pools.items():
+    for kind, (wall, cpu, sizes, busy) in pools.items():
         result[f"pool_{kind}_s"] = round(wall, 1)
+        result[f"pool_{kind}_busy_s"] = {k: round(v, 1) for k, v in busy.items()}
         result[f"pool_{kind}_over_one_solo"] = round(wall / solo_walls[0], 2)
         result[f"pool_{kind}_over_sequence"] = round(wall / sum(solo_walls), 2)
         result["cpu_s"][f"pool_{kind}"] = round(cpu, 1)

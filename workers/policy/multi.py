@@ -85,6 +85,8 @@ class RunAdapter:
     adapter_version: int = 0
     step: int = 0
     index: dict[str, torch.Tensor] = field(default_factory=dict)  # PEFT file key → parameter
+    # the adapters it published lately, by version (the stale-token check's; version_check.py)
+    history: object | None = None
 
 
 class MultiLoraTrainer:
@@ -153,6 +155,9 @@ class MultiLoraTrainer:
                 cuda_rng = torch.cuda.get_rng_state(self.device)
         run = RunAdapter(run_id, name, spec, params, optimizer, gen.get_state(), cuda_rng)
         run.index = index
+        from ..loop.version_check import AdapterHistory  # the loop imports the policy
+
+        run.history = AdapterHistory(spec.async_.max_staleness if spec.async_.enabled else 0)
         self.runs[run_id] = run
         return run
 
@@ -167,11 +172,27 @@ class MultiLoraTrainer:
     def train_step(self, run_id: str, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step of `run_id`'s adapter on `batch` (its own samples)."""
         run = self._run(run_id)
+        stale = self._stale_sums(run, batch)
+        version = run.adapter_version
         with self._bound(run), self._own_rng(run):
             metrics = self.policy.train_step(batch)
             run.adapter_version = self.policy.adapter_version
         run.step += 1
-        return metrics
+        return _with_stale(metrics, batch, version, stale)
+
+    def _stale_sums(self, run: RunAdapter, batch: TrainBatch):
+        """The stale-token check of a run alone (loop/version_check.py): before the step,
+        up to `train.mult_prob_error_samples` samples whose tokens came from an older
+        version the run published, each under that version's adapter (copied into the
+        run's adapter, then its current one back), no dropout. None when it is off."""
+        if run.spec.train.mult_prob_error_samples <= 0:
+            return None
+        from ..loop.version_check import stale_token_sums
+
+        with self._bound(run):  # the host policy computes with the run's spec and adapter
+            return stale_token_sums(
+                _RunPolicy(self, run), batch, run.history, run.spec.train.mult_prob_error_samples
+            )
 
     def train_steps(
         self, batches: dict[str, TrainBatch]
@@ -219,6 +240,7 @@ class MultiLoraTrainer:
     ) -> dict[str, dict[str, float] | Exception]:
         p = self.policy
         parts = []
+        stale = {r: self._stale_sums(self._run(r), b) for r, b in batches.items()}
         for run_id, batch in batches.items():
             run = self._run(run_id)
             spec = run.spec
@@ -257,10 +279,12 @@ class MultiLoraTrainer:
         out: dict[str, dict[str, float] | Exception] = {}
         try:
             for part in parts:  # each run's own optimizer; one's failure is its own
+                run_id, version = part.run.run_id, part.run.adapter_version
                 try:
-                    out[part.run.run_id] = self._apply(part)
+                    metrics = self._apply(part)
+                    out[run_id] = _with_stale(metrics, batches[run_id], version, stale[run_id])
                 except Exception as exc:
-                    out[part.run.run_id] = exc
+                    out[run_id] = exc
         finally:
             self._release(parts)
         return out
@@ -531,7 +555,9 @@ class MultiLoraTrainer:
         if with_probe:
             with self.active(run_id) as model:
                 probe = adapter_probe(model, len(self.policy.tokenizer))
-        return AdapterUpdate(run.adapter_version, tensors=self.adapter_tensors(run_id), probe=probe)
+        tensors = self.adapter_tensors(run_id)
+        run.history.record(run.adapter_version, tensors)  # for the stale-token check
+        return AdapterUpdate(run.adapter_version, tensors=tensors, probe=probe)
 
     def load_adapter_tensors(self, run_id: str, tensors: dict[str, torch.Tensor], version: int):
         run = self._run(run_id)
@@ -654,3 +680,35 @@ def _rows_forward(self: LoraLinear, x: torch.Tensor, *args, **kwargs) -> torch.T
             delta = F.pad(delta, (0, 0, c0, width - c1))
         pieces.append(base + delta)
     return torch.cat(pieces).to(dtype)
+
+
+def _with_stale(metrics, batch: TrainBatch, version: int, stale) -> dict[str, float]:
+    """The step's metrics with the stale tokens' check folded in, as a solo run's executor
+    folds it (loop/executor.py): over the tokens of the version the step started at."""
+    if stale is None:
+        return metrics
+    from ..loop.version_check import merge
+
+    current = (batch.versions == version).to(batch.mask.dtype)
+    return merge(metrics, (batch.mask * current).sum().item(), stale)
+
+
+class _RunPolicy:
+    """The host policy, bound to one run (`MultiLoraTrainer._bound`), as the stale-token
+    check sees a policy: its adapter tensors and loads are that run's adapter's."""
+
+    def __init__(self, trainer: MultiLoraTrainer, run: RunAdapter):
+        self._policy, self._trainer, self._run = trainer.policy, trainer, run
+
+    def __getattr__(self, name: str):
+        return getattr(self._policy, name)
+
+    @property
+    def adapter_version(self) -> int:
+        return self._run.adapter_version
+
+    def adapter_tensors(self) -> dict[str, torch.Tensor]:
+        return self._trainer.adapter_tensors(self._run.run_id)
+
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        lora_io.copy_into(self._run.index, tensors, f"run {self._run.run_id!r}: ")
