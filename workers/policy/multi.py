@@ -187,7 +187,11 @@ class MultiLoraTrainer:
         run's adapter, then its current one back), no dropout. None when it is off."""
         if run.spec.train.mult_prob_error_samples <= 0:
             return None
-        from ..loop.version_check import stale_token_sums
+        from ..loop.version_check import TokenSums, stale_token_sums
+
+        older = [v for v in run.history.versions() if v != run.adapter_version]
+        if not older or not torch.isin(batch.versions, torch.tensor(older)).any():
+            return TokenSums.empty()  # nothing stale to check: no adapter switch
 
         with self._bound(run):  # the host policy computes with the run's spec and adapter
             return stale_token_sums(
