@@ -19,7 +19,11 @@ A slow request holds up only the requests queued on its lane. Reading the body a
 the answer stay in the event loop; the request's signals, building the request, the chain
 and view and, for an answer already rendered, its close (request_finished, which gives the
 database connection back to the pool) are that one call: Django's handler made three hops
-to the request's thread for them, each a wait for the thread and one for the loop."""
+to the request's thread for them, each a wait for the thread and one for the loop.
+
+In the lane, the hot GET reads of an API token (the run list, a run, its metrics, the
+experiment list, /me) are answered by api/lean.py around the middleware chain and DRF,
+with the same answer; anything it does not answer with 200 goes down the chain as before."""
 
 import asyncio
 import os
@@ -65,7 +69,9 @@ class LanedASGIHandler(ASGIHandler):
         signals.request_started.send(sender=self.__class__, scope=scope)
         request, response = self.create_request(scope, body_file)
         if request is not None:
-            response = self.get_response(request)
+            # the hot token reads around the middleware and DRF (api/lean.py says what it
+            # keeps); None for everything else
+            response = lean_response(request) or self.get_response(request)
             response._handler_class = self.__class__
             if isinstance(response, FileResponse):
                 response.block_size = self.chunk_size  # the server chunks it
@@ -115,6 +121,9 @@ class LanedASGIHandler(ASGIHandler):
 
 sys.setswitchinterval(SWITCH_INTERVAL_S)
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
+
+from paddock.api.lean import lean_response  # noqa: E402  (after django.setup)
+
 django_asgi_app = LanedASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

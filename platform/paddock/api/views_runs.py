@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, parse_id, query, request_actor
+from paddock.api.pages import run_id_visible, run_rows_source
 from paddock.api.pagination import NewestFirst
 from paddock.api.streaming import streaming_response
 from paddock.api.views_teams import ERRORS
@@ -59,6 +60,42 @@ def _series(run_ids: list[int], params: dict, keys: list[str]) -> list[dict]:
     ]  # fmt: skip
 
 
+# The answers of the hot reads, one function each: the view and api/lean.py's path around
+# DRF both call them, so both answer alike (tests/platform/api/test_lean_reads.py).
+
+RUN_FILTER_NAMES = {"team": "team_id", "experiment": "experiment_id", "state": "states"}
+
+
+def run_page_answer(*, actor, params: dict, paginator, request) -> dict:
+    """A page of the run list: RunFilterSerializer's `params`, DRF's cursor `paginator`."""
+    filters = {RUN_FILTER_NAMES.get(k, k): v for k, v in params.items()}
+    page = paginator.paginate_queryset(run_rows_source(actor=actor, filters=filters), request)
+    latest = metric_latest_many([row["id"] for row in page])
+    return {"next": paginator.get_next_link(), "previous": paginator.get_previous_link(),
+            "results": s.run_rows(page, latest)}  # fmt: skip
+
+
+def run_detail_answer(*, actor, run_id: int) -> dict:
+    """RunDetailSerializer's answer, built as the list's rows are (`run_rows`)."""
+    row = selectors.run_row(actor=actor, run_id=run_id, columns=s.RUN_COLUMNS)
+    if row is None:
+        raise not_found("run")
+    [answer] = s.run_rows([row], metric_latest_many([run_id]))
+    # its pool as the run's team may see it; the run's other fields load if it reads them
+    run = Run.from_db(Run.objects.db, ["id", "team_id", "dispatch_count"],
+                      [row["id"], row["team_id"], row["dispatch_count"]])  # fmt: skip
+    pool = run_pool_info(run)
+    answer["pool"] = None if pool is None else s.RunPoolSerializer(pool).data
+    return answer
+
+
+def run_metrics_answer(*, actor, run_id: int, params: dict) -> dict:
+    """One run's series: MetricsQuerySerializer's `params`."""
+    run_id = run_id_visible(actor=actor, run_id=run_id)
+    keys = params.get("keys") or metric_keys(run_id=run_id)
+    return _series([run_id], params, keys)[0]
+
+
 class FormatIsAParameter(DefaultContentNegotiation):
     """The export's `format` (csv | parquet) is its own query parameter, not DRF's renderer
     override (which would answer a 404 for any format it has no renderer for): errors are
@@ -79,25 +116,13 @@ class RunViewSet(ActorViewSet):
     @extend_schema(parameters=[s.RunFilterSerializer])
     def list(self, request):
         filters = query(s.RunFilterSerializer, request)
-        renames = {"team": "team_id", "experiment": "experiment_id", "state": "states"}
-        filters = {renames.get(k, k): v for k, v in filters.items()}
-        runs = selectors.run_list(actor=self.actor, **filters).values(*s.RUN_COLUMNS)
-        page = self.paginate_queryset(runs)
-        latest = metric_latest_many([row["id"] for row in page])
-        return self.get_paginated_response(s.run_rows(page, latest))
+        return Response(
+            run_page_answer(actor=self.actor, params=filters, paginator=self.paginator,
+                            request=request)
+        )  # fmt: skip
 
     def _detail(self, run_id: int) -> dict:
-        """RunDetailSerializer's answer, built as the list's rows are (`run_rows`)."""
-        row = selectors.run_row(actor=self.actor, run_id=run_id, columns=s.RUN_COLUMNS)
-        if row is None:
-            raise not_found("run")
-        [answer] = s.run_rows([row], metric_latest_many([run_id]))
-        # its pool as the run's team may see it; the run's other fields load if it reads them
-        run = Run.from_db(Run.objects.db, ["id", "team_id", "dispatch_count"],
-                          [row["id"], row["team_id"], row["dispatch_count"]])  # fmt: skip
-        pool = run_pool_info(run)
-        answer["pool"] = None if pool is None else s.RunPoolSerializer(pool).data
-        return answer
+        return run_detail_answer(actor=self.actor, run_id=run_id)
 
     @extend_schema(responses={200: s.RunDetailSerializer, **ERRORS})
     def retrieve(self, request, pk=None):
@@ -207,9 +232,8 @@ class RunViewSet(ActorViewSet):
     @action(detail=True, methods=["get"])
     def metrics(self, request, pk=None):
         params = query(s.MetricsQuerySerializer, request)
-        run_id = selectors.run_id_visible(actor=self.actor, run_id=parse_id(pk, "run"))
-        keys = params.get("keys") or metric_keys(run_id=run_id)
-        return Response(_series([run_id], params, keys)[0])
+        return Response(run_metrics_answer(actor=self.actor, run_id=parse_id(pk, "run"),
+                                           params=params))  # fmt: skip
 
     @extend_schema(
         parameters=[s.MetricsExportQuerySerializer],

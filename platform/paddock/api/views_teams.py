@@ -9,6 +9,7 @@ from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
+from paddock.api.pages import team_rows
 from paddock.api.pagination import NewestFirst
 from paddock.experiments import selectors as experiment_selectors
 from paddock.teams import selectors, services
@@ -22,8 +23,7 @@ ERRORS = {400: s.ErrorSerializer, 403: s.ErrorSerializer, 404: s.ErrorSerializer
 @api_view(["GET"])
 def me(request):
     actor = request_actor(request)
-    teams = selectors.team_list(actor=actor).values(*s.TEAM_COLUMNS)
-    return Response(s.me_answer(actor, list(teams)))
+    return Response(s.me_answer(actor, team_rows(actor=actor)))
 
 
 class TeamViewSet(ActorViewSet):

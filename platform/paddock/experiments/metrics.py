@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, connection, transaction
 from django.db.models import OuterRef, Subquery
 
+from paddock.core.fixed_sql import statement_cursor
 from paddock.experiments.models import MetricPoint, Run
 
 X_AXES = ("step", "time", "tokens")
@@ -195,7 +196,7 @@ def _x_sql(x: str) -> tuple[str, str]:
 # then its points are grouped by bucket with the same arithmetic as `_bucket` (so both paths
 # keep the same points), each group giving its count, its lowest and its highest point (the
 # max negates x and step so that ties go to the first point, as in `downsample_minmax`). A
-# run known to have at most max_points points (`whole`) groups by step: it comes back whole.
+# run known to have at most max_points points (`whole`) comes back whole.
 #
 # On steps the range comes from two probes of the (run, key, step) index per run, so the
 # points are read once; `whole` is then "the step range is at most max_points wide", and a
@@ -204,8 +205,26 @@ def _x_sql(x: str) -> tuple[str, str]:
 # `b` is MATERIALIZED so that pass runs once. Inlined, a run whose rows the statistics do not
 # know yet (a live run's new points, before ANALYZE) was planned as a nested loop that
 # re-ran the aggregate for every point: 9 s for 6,000 points instead of 0.02 s.
-_BY_STEP = """
-    WITH b AS MATERIALIZED (
+#
+# On steps, a run that comes back whole (its step range under max_points) needs no
+# groups: each point is its own, so its arrays are its points in step order, read straight
+# from the index (`whole`). Grouping them anyway (two arrays built and compared per point,
+# then deduplicated) was most of PostgreSQL's CPU for a chart's 500-point series. The
+# other runs go through `_POINTS` as before (the `{points}` of this statement).
+_STEP_WHOLE = """
+    WITH b AS MATERIALIZED ({b}),
+    whole AS (
+        SELECT b.r, true AS whole, count(*)::bigint AS n,
+               array_agg(p.step::float8 ORDER BY p.step) AS xs,
+               array_agg(p.step::bigint ORDER BY p.step) AS steps,
+               array_agg(CASE WHEN p.value IN ('NaN', 'Infinity', '-Infinity') THEN NULL
+                              ELSE p.value END ORDER BY p.step) AS ys
+        FROM b JOIN {table} p ON p.run_id = b.r AND p.key = %(key)s {window}
+        WHERE b.whole GROUP BY b.r
+    )
+    SELECT r, whole, n, xs, steps, ys FROM whole
+    UNION ALL ({points})"""
+_BY_STEP_B = """
         SELECT r, lo::float8 AS lo, (hi - lo)::float8 AS span, hi - lo < %(max_points)s AS whole
         FROM (SELECT r,
                      (SELECT min(p.step) FROM {table} p
@@ -213,15 +232,16 @@ _BY_STEP = """
                      (SELECT max(p.step) FROM {table} p
                       WHERE p.run_id = r AND p.key = %(key)s {window}) AS hi
               FROM unnest(%(runs)s::bigint[]) AS r) AS q
-        WHERE lo IS NOT NULL
-    )
+        WHERE lo IS NOT NULL"""
+# the groups of the runs on steps that are not whole, over `_STEP_WHOLE`'s `b`
+_BY_STEP_PARTS = """
     SELECT b.r, b.whole, count(*), min(ARRAY[p.value, p.step::float8, p.step]),
            max(ARRAY[p.value, -p.step::float8, -p.step])
     FROM b JOIN {table} p ON p.run_id = b.r AND p.key = %(key)s {window}
+    WHERE NOT b.whole
     GROUP BY b.r, b.whole,
-             CASE WHEN b.whole THEN p.step::float8
-                  ELSE LEAST(FLOOR((p.step::float8 - b.lo) / NULLIF(b.span, 0) * %(buckets)s),
-                             %(buckets)s - 1) END"""
+             LEAST(FLOOR((p.step::float8 - b.lo) / NULLIF(b.span, 0) * %(buckets)s),
+                   %(buckets)s - 1)"""
 _BY_X = """
     WITH pts AS NOT MATERIALIZED (
         SELECT p.run_id AS r, {x} AS x, p.step AS s, p.value AS v
@@ -261,7 +281,7 @@ def _window_sql(x: str, window: Window) -> tuple[str, dict]:
     return sql, {"x_min": lo, "x_max": hi}
 
 
-# Each run's kept points as three arrays, in x order, built from the groups of `_BY_STEP`,
+# Each run's kept points as three arrays, in x order, built from the groups of `_BY_STEP_PARTS`,
 # `_BY_X` or `_SPARSE` (`{groups}`): a group's lowest and highest point are one point when
 # the group holds one (DISTINCT ON its x and step), not finite values are null (JSON has
 # no NaN). A Python loop over the groups' rows cost about 2 ms of a 500-point answer.
@@ -289,9 +309,13 @@ def _series_postgresql(
     parts = {"table": MetricPoint._meta.db_table, "window": where, "x": x_col, "join": join}
     params |= {"runs": run_ids, "key": key, "tokens_key": TOKENS_KEY,
                "max_points": max_points, "buckets": max_points // 2}  # fmt: skip
-    groups = (_BY_STEP if x == "step" else _BY_X).format(**parts)
-    with connection.cursor() as cur:
-        cur.execute(_POINTS.format(groups=groups), params)
+    if x == "step":
+        points = _POINTS.format(groups=_BY_STEP_PARTS.format(**parts))
+        statement = _STEP_WHOLE.format(b=_BY_STEP_B.format(**parts), points=points, **parts)
+    else:
+        statement = _POINTS.format(groups=_BY_X.format(**parts))
+    with statement_cursor() as cur:  # prepared: it runs on every chart request
+        cur.execute(statement, params)
         rows = {r[0]: r for r in cur.fetchall()}
         # a run sparser than its step range that still has at most max_points points (an
         # eval every 50 steps) is read again whole; its count stays the first statement's
@@ -422,7 +446,7 @@ def metric_latest_many(run_ids: Sequence[int]) -> dict[int, dict[str, float]]:
         return {}
     found: dict[int, list] = {r: [None] * len(LATEST_KEYS) for r in run_ids}
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+        with statement_cursor() as cursor:  # prepared: every run list and run detail
             cursor.execute(_LATEST_MANY, [run_ids, list(LATEST_KEYS)])
             for run_id, i, value in cursor.fetchall():
                 found[run_id][i - 1] = value
@@ -455,7 +479,7 @@ _KEYS = f"""
 def metric_keys(*, run_id: int) -> list[str]:
     """The run's metric keys, sorted."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+        with statement_cursor() as cursor:
             cursor.execute(_KEYS, {"run": run_id})
             return [key for (key,) in cursor.fetchall()]
     return list(

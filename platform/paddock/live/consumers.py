@@ -33,7 +33,7 @@ from .access import (
     stream_run_allowed,
 )
 from .groups import experiment_group, run_group
-from .snapshots import experiment_run_ids, run_replay, run_snapshot
+from .snapshots import experiment_run_ids, run_replay, run_snapshot_text
 
 MIN_INTERVAL_S = 0.2
 # A token bucket rather than a fixed gap after each send: with a gap, a batch that arrived
@@ -64,11 +64,11 @@ def database_sync_to_async(func):
 
 def _snapshot_text(run_id: int) -> tuple[str, tuple[int, int]]:
     """The run's snapshot encoded as send_json encodes it (json.dumps: AsyncJsonWebsocket-
-    Consumer.encode_json), and its cursor: encoded in the
-    reading thread, not in the event loop, where a 49 KB snapshot's JSON held up every
-    other socket and request of the process for about 2 ms."""
-    snapshot = run_snapshot(run_id)
-    return json.dumps(snapshot), _key(snapshot["cursor"])
+    Consumer.encode_json; its points written by PostgreSQL: run_snapshot_text), and its
+    cursor: encoded in the reading thread, not in the event loop, where a 49 KB snapshot's
+    JSON held up every other socket and request of the process for about 2 ms."""
+    text, cursor = run_snapshot_text(run_id)
+    return text, _key(cursor)
 
 
 def _key(cursor: dict[str, int]) -> tuple[int, int]:

@@ -3,15 +3,16 @@ cursor (so a reconnect leaves no gap). Synchronous ORM code; consumers call it i
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Q, Window
+from django.db.models import F, Max, Q, Window
 from django.db.models.functions import RowNumber
 
-from paddock.experiments.models import MetricPoint, Run, RunEvent
-from paddock.experiments.selectors import sample_sets_newest
+from paddock.core.fixed_sql import QueryTemplate, statement_cursor
+from paddock.experiments.models import MetricPoint, Run, RunEvent, SampleSet
 
 from .models import BatchSummary
 
@@ -24,17 +25,12 @@ def _cursor(run: Run) -> dict[str, int]:
     return {"dispatch": run.last_dispatch, "seq": run.last_seq}
 
 
+RUN_FIELDS = ("state", "desired_state", "step", "total_steps", "backend", "seed", "error",
+              "queued_reason")  # fmt: skip
+
+
 def _run_fields(run: Run) -> dict[str, Any]:
-    return {
-        "state": run.state,
-        "desired_state": run.desired_state,
-        "step": run.step,
-        "total_steps": run.total_steps,
-        "backend": run.backend,
-        "seed": run.seed,
-        "error": run.error,
-        "queued_reason": run.queued_reason,
-    }
+    return {name: getattr(run, name) for name in RUN_FIELDS}
 
 
 def _log_row(event: RunEvent) -> dict[str, Any]:
@@ -45,6 +41,38 @@ def _log_row(event: RunEvent) -> dict[str, Any]:
         "message": event.message,
         "kind": event.kind,
     }
+
+
+# A snapshot's reads as compiled statements (core/fixed_sql.py's QueryTemplate): every
+# connect makes them, and the ORM built each anew, about half a snapshot's CPU.
+_RUN = QueryTemplate(
+    lambda _shape, ids: Run.objects.filter(pk=ids[0]).values(
+        *RUN_FIELDS, "last_dispatch", "last_seq"
+    )
+)
+_LOGS = QueryTemplate(
+    lambda _shape, ids: (
+        RunEvent.objects.filter(run_id=ids[0])
+        .order_by("-id")
+        .values("id", "time", "level", "message", "kind")[:SNAPSHOT_LOGS]
+    )
+)
+
+
+def _newest_sample_sets(_shape, ids):
+    """selectors.sample_sets_newest(run_id=…, limit=SNAPSHOT_SAMPLES) as a queryset: the
+    newest set of each step, newest steps first."""
+    newest = (
+        SampleSet.objects.filter(run_id=ids[0]).values("step").annotate(newest=Max("id"))
+    ).values("newest")
+    return (
+        SampleSet.objects.filter(id__in=newest)
+        .order_by("-step")
+        .values("step", "items")[:SNAPSHOT_SAMPLES]
+    )
+
+
+_SAMPLES = QueryTemplate(_newest_sample_sets)
 
 
 # The newest `n` points of every key of a run in one statement, whatever the number of keys
@@ -80,11 +108,64 @@ def recent_points(run_id: int, per_key: int) -> dict[str, list[list]]:
         for key, step, value, at in recent_points_rows_portable(run_id, per_key):
             points.setdefault(key, []).append([step, value, at])
         return points
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:  # prepared: every connect reads it
         cursor.execute(_RECENT_POINTS, {"run": run_id, "n": per_key})
         rows = cursor.fetchall()
     return {key: list(map(list, zip(steps, values, times, strict=True)))
             for key, steps, values, times in rows}  # fmt: skip
+
+
+# `_RECENT_POINTS` with each key's points as JSON text written by PostgreSQL, byte for byte
+# what json.dumps writes for recent_points' lists: a float's shortest round-trip digits are
+# the same in both (PostgreSQL 12+, extra_float_digits > 0; NaN and Infinity alike), so
+# `_JSON_FLOAT` only adds the ".0" Python writes after an integral value. Python writes 1e15
+# to 1e16 in full where PostgreSQL writes an exponent, so a key with a value there is not
+# `exact` (nor is any with fewer digits configured), and the snapshot is then encoded in
+# Python as before (tests/platform/live/test_snapshot_text.py). Encoding 2 500 points'
+# floats was about half a snapshot's CPU in the server.
+_JSON_FLOAT = (
+    "CASE WHEN {v} = trunc({v}) AND abs({v}) < 1e15 THEN {v}::text || '.0' ELSE {v}::text END"
+)
+_PYTHON_WRITES_IN_FULL = "(abs({v}) >= 1e15 AND abs({v}) < 1e16)"
+_RECENT_POINTS_JSON = f"""
+WITH RECURSIVE keys(key) AS (
+    (SELECT key FROM {_TABLE} WHERE run_id = %(run)s ORDER BY key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT p.key FROM {_TABLE} p WHERE p.run_id = %(run)s AND p.key > keys.key
+            ORDER BY p.key LIMIT 1)
+    FROM keys WHERE keys.key IS NOT NULL
+)
+SELECT keys.key, recent.points,
+       (SELECT p.value FROM {_TABLE} p WHERE p.run_id = %(run)s AND p.key = keys.key
+        ORDER BY p.step DESC LIMIT 1) AS last,
+       recent.exact
+FROM keys CROSS JOIN LATERAL (
+    SELECT '[' || string_agg(concat('[', r.step, ', ', {_JSON_FLOAT.format(v="r.value")}, ', ',
+                                    {_JSON_FLOAT.format(v="r.time")}, ']'), ', '
+                             ORDER BY r.step) || ']' AS points,
+           current_setting('extra_float_digits')::int > 0
+           AND NOT bool_or({_PYTHON_WRITES_IN_FULL.format(v="r.value")}
+                           OR {_PYTHON_WRITES_IN_FULL.format(v="r.time")}) AS exact
+    FROM (SELECT p.step, p.value, p.time FROM {_TABLE} p
+          WHERE p.run_id = %(run)s AND p.key = keys.key ORDER BY p.step DESC LIMIT %(n)s) AS r
+) AS recent
+WHERE keys.key IS NOT NULL
+ORDER BY keys.key
+"""
+
+
+def recent_points_json(run_id: int, per_key: int) -> tuple[str, dict[str, float]] | None:
+    """`recent_points` as the JSON text json.dumps writes for it, and each key's last value;
+    None where PostgreSQL cannot write it exactly so (see `_RECENT_POINTS_JSON`)."""
+    if connection.vendor != "postgresql":
+        return None
+    with statement_cursor() as cursor:  # prepared: every connect reads it
+        cursor.execute(_RECENT_POINTS_JSON, {"run": run_id, "n": per_key})
+        rows = cursor.fetchall()
+    if not all(exact for *_, exact in rows):
+        return None
+    text = ", ".join(f"{json.dumps(key)}: {points}" for key, points, _, _ in rows)
+    return "{" + text + "}", {key: last for key, _, last, _ in rows}
 
 
 def recent_points_rows_portable(run_id: int, per_key: int):
@@ -102,22 +183,56 @@ def recent_points_rows_portable(run_id: int, per_key: int):
 
 def run_snapshot(run_id: int, points_per_key: int = SNAPSHOT_POINTS) -> dict[str, Any]:
     """Four queries however many keys, points, logs and samples the run has."""
-    run = Run.objects.get(pk=run_id)
     points = recent_points(run_id, points_per_key)
     latest = {key: rows[-1][1] for key, rows in points.items()}
-    logs = list(RunEvent.objects.filter(run_id=run_id).order_by("-id")[:SNAPSHOT_LOGS])
+    return _snapshot(run_id, points, latest)
+
+
+# stands in for the points in the snapshot's JSON text until their own text replaces it:
+# encoded, it is a JSON string that no other string of the snapshot can contain (theirs
+# are escaped: a quote inside one is written \")
+_POINTS_HERE = "\x00points\x00"
+
+
+def run_snapshot_text(run_id: int, points_per_key: int = SNAPSHOT_POINTS) -> tuple[str, dict]:
+    """json.dumps(run_snapshot(run_id)), byte for byte, with the points written by
+    PostgreSQL (`recent_points_json`) where it writes them exactly; and the cursor."""
+    written = recent_points_json(run_id, points_per_key)
+    if written is None:
+        snapshot = run_snapshot(run_id, points_per_key)
+        return json.dumps(snapshot), snapshot["cursor"]
+    points, latest = written
+    snapshot = _snapshot(run_id, _POINTS_HERE, latest)
+    text = json.dumps(snapshot).replace(json.dumps(_POINTS_HERE), points, 1)
+    return text, snapshot["cursor"]
+
+
+def _snapshot(run_id: int, points, latest: dict) -> dict[str, Any]:
+    [run] = _RUN.rows([run_id]) or [None]
+    if run is None:
+        raise Run.DoesNotExist(f"run {run_id}")
+    logs = _LOGS.rows([run_id])
     logs.reverse()
-    samples = sample_sets_newest(run_id=run_id, limit=SNAPSHOT_SAMPLES)
+    samples = _SAMPLES.rows([run_id])
     samples.reverse()
     return {
         "type": "snapshot",
         "run_id": run_id,
-        "cursor": _cursor(run),
-        "run": _run_fields(run),
+        "cursor": {"dispatch": run["last_dispatch"], "seq": run["last_seq"]},
+        "run": {name: run[name] for name in RUN_FIELDS},
         "latest": latest,
         "points": points,
-        "logs": [_log_row(e) for e in logs],
-        "samples": [{"step": s.step, "items": s.items} for s in samples],
+        "logs": [  # as _log_row writes a RunEvent
+            {
+                "id": e["id"],
+                "time": e["time"].timestamp(),
+                "level": e["level"],
+                "message": e["message"],
+                "kind": e["kind"],
+            }
+            for e in logs
+        ],
+        "samples": [{"step": s["step"], "items": s["items"]} for s in samples],
     }
 
 
