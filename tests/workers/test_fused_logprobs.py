@@ -11,14 +11,19 @@ from workers.policy.fused_logprobs import fused_token_logprobs
 
 
 @pytest.mark.parametrize("mode", ["in_place", "pure"])  # "compiled" = pure, compiled (GPU)
-def test_fused_matches_reference_and_gradcheck(mode):
+# the gradient's factor computed in the forward (the default with grad) or the logits
+# recomputed in the backward
+@pytest.mark.parametrize("grad_in_forward", [None, False])
+def test_fused_matches_reference_and_gradcheck(mode, grad_in_forward):
     torch.manual_seed(0)
     hidden = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(50, 16, dtype=torch.float64)
     targets = torch.randint(0, 50, (37,))
     g = torch.randn(37, dtype=torch.float64)
     # chunk 8 leaves a ragged last chunk of 5 rows
-    lp, ent = fused_token_logprobs(hidden, targets, weight, 0.7, chunk_size=8, mode=mode)
+    lp, ent = fused_token_logprobs(
+        hidden, targets, weight, 0.7, chunk_size=8, mode=mode, grad_in_forward=grad_in_forward
+    )
     (lp * g).sum().backward()
     grad, hidden.grad = hidden.grad.clone(), None
     ref_lp, ref_ent = chunked_token_logprobs(hidden, targets, weight, 0.7, chunk_size=8)
@@ -29,7 +34,8 @@ def test_fused_matches_reference_and_gradcheck(mode):
     assert not ent.requires_grad  # entropy is logged, never trained on
     x = hidden.detach().requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda h: fused_token_logprobs(h, targets, weight, 0.7, 8, mode)[0], (x,)
+        lambda h: fused_token_logprobs(h, targets, weight, 0.7, 8, mode, grad_in_forward)[0],
+        (x,),
     )
 
 
