@@ -63,6 +63,7 @@ def engine_policy(
     compile: bool = False,
     ckpt: bool = False,
     stack: bool | None = None,
+    graphs: bool | None = None,
 ):
     from workers.policy import LoraPolicy
     from workers.spec import parse_spec
@@ -70,7 +71,7 @@ def engine_policy(
     over = {"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch}
     over |= {"train.compile": compile, "train.activation_checkpointing": ckpt}
     spec = parse_spec(base_spec(model_dir, **over))
-    return LoraPolicy(spec, model_dir, stack_lora=stack)
+    return LoraPolicy(spec, model_dir, stack_lora=stack, layer_graphs=graphs)
 
 
 def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
@@ -90,6 +91,46 @@ def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
             )
         )
     return collate(samples, policy.tokenizer.pad_token_id)
+
+
+COMPILE_VARIANTS = {
+    # name: (layer graphs, the head's gradient in its forward, cuDNN attention)
+    "head-recompute": (False, False, True),  # the step before layer graphs and the new head
+    "no-graphs": (False, True, True),
+    "graphs": (True, True, True),  # the default with train.compile on one GPU
+    "graphs-flash": (True, True, False),  # attention by flash, not cuDNN
+}
+
+
+def compile_variant_row(model_dir, args, variant, seqs, prompt_len, resp_len, vocab) -> dict:
+    """One train.compile row of --compile-variants (COMPILE_VARIANTS)."""
+    import functools
+
+    from workers.policy import fused_logprobs
+
+    graphs, head_in_forward, cudnn = COMPILE_VARIANTS[variant]
+    orig = fused_logprobs.fused_token_logprobs
+
+    def make():
+        # the head's old backward (logits recomputed) where the variant asks for it
+        if not head_in_forward:
+            fused_logprobs.fused_token_logprobs = functools.partial(orig, grad_in_forward=False)
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        policy = engine_policy(model_dir, resp_len, seqs, True, graphs=graphs)
+        batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
+        t0 = time.perf_counter()
+        policy.train_step(batch)  # the first step compiles
+        sync()
+        print(f"{variant}: first step {time.perf_counter() - t0:.1f} s", flush=True)
+        return (lambda: policy.train_step(batch)), policy
+
+    try:
+        name = f"engine {seqs}x{args.seq_len} micro-batch {seqs}, train.compile, {variant}"
+        row = measure(name, make, seqs * args.seq_len, args.warmup, args.reps)
+    finally:
+        fused_logprobs.fused_token_logprobs = orig
+        torch.backends.cuda.enable_cudnn_sdp(True)
+    return row
 
 
 def part_train(model_dir: Path, args, out: Path) -> dict:
@@ -169,10 +210,18 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         print(rows[-1]["name"], {k: rows[-1].get(k) for k in ("tok_s", "peak_gb")}, flush=True)
         if key in res:
             print(f"first step (compiling): {res[key]:.1f} s", flush=True)
+    # --compile-variants: train.compile with parts of the step switched back, side by side
+    for variant in args.compile_variants.split(",") if args.compile_variants else []:
+        seqs = args.seqs[0]
+        row = compile_variant_row(model_dir, args, variant, seqs, prompt_len, resp_len, vocab)
+        rows.append(row)
+        print(row["name"], {k: row.get(k) for k in ("tok_s", "peak_gb")}, flush=True)
     if args.profile and torch.cuda.is_available():
-        policy = engine_policy(model_dir, resp_len, args.seqs[0], args.compile, args.checkpointing)
+        compiled = args.compile or bool(args.compile_variants)
+        policy = engine_policy(model_dir, resp_len, args.seqs[0], compiled, args.checkpointing)
         batch = train_batch(policy, args.seqs[0], prompt_len, resp_len, vocab)
-        policy.train_step(batch)
+        for _ in range(3):  # compiles, then (layer graphs) captures at the second sighting
+            policy.train_step(batch)
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -181,6 +230,7 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         (out / "train_profile.txt").write_text(
             prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
         )
+        prof.export_chrome_trace(str(out / "train_trace.json"))  # where the GPU waits
         del policy
     res["rows"] = rows
     print("\ntrain step (tokens = sequences × seq_len; engine trains on the response tokens)")
@@ -229,6 +279,11 @@ def main() -> None:
         "--checkpointing",
         action="store_true",
         help="also with train.activation_checkpointing (and plain PEFT with its own)",
+    )
+    ap.add_argument(
+        "--compile-variants",
+        default="",
+        help=f"train.compile rows, comma-separated, of {', '.join(COMPILE_VARIANTS)}",
     )
     ap.add_argument("--seqs", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--micro-batches", type=int, nargs="+", default=[16, 32])

@@ -15,6 +15,7 @@ from . import lora as lora_io
 from .batch import TrainBatch, TrainSample, collate
 from .checkpointing import checkpoint_layers
 from .fused_logprobs import token_logprobs as token_logprobs_fn
+from .layer_graphs import LayerGraphs
 from .mixed_precision import bf16_autocast
 from .parallel import OneProcess, Parallelism
 from .stacked_lora import stack_layers
@@ -38,10 +39,14 @@ class LoraPolicy:
         device: torch.device | None = None,
         parallel: Parallelism | None = None,
         stack_lora: bool | None = None,
+        layer_graphs: bool | None = None,
     ):
         """`stack_lora`: run the LoRA linears stacked (stacked_lora.py) with the fused AdamW;
         by default on a GPU in one process. False: PEFT's own layers and the foreach AdamW,
-        the step as it was before both (the benchmarks' baseline)."""
+        the step as it was before both (the benchmarks' baseline). `layer_graphs`: with
+        train.compile, replay the compiled layers' training forward and backward as CUDA
+        graphs (layer_graphs.py); by default on a GPU in one process without activation
+        checkpointing. False: the compiled layers alone (the benchmarks' baseline)."""
         self.spec = spec
         self.parallel = parallel or OneProcess()
         self.device = device or pick_device(spec)
@@ -74,8 +79,12 @@ class LoraPolicy:
         if self._checkpointed:
             checkpoint_layers(self._lm_parts()[0].layers)
         self._compiled = t.compile and self.device.type == "cuda"
+        self.layer_graphs: LayerGraphs | None = None
         if self._compiled:
             self.compile_layers()
+            graphs = alone and not self._checkpointed
+            if layer_graphs if layer_graphs is not None else graphs:
+                self.layer_graphs = LayerGraphs(self._lm_parts()[0].layers, self._graph_ready)
         self.parallel.prepare(self.model)
         # the strategy may have swapped parameters (FSDP2: for DTensors); the optimizer has
         # no state yet and must hold the new ones
@@ -95,6 +104,13 @@ class LoraPolicy:
         for layer in self._lm_parts()[0].layers:
             layer.compile(backend=backend, dynamic=True)
         self._compiled = True
+
+    def _graph_ready(self) -> bool:
+        """Whether the layers compute what their graphs captured: the run's one adapter on
+        (not the KL reference's adapter-off forward, nor a pool's other adapters)."""
+        m = self._lm_parts()[0].layers[0].self_attn.q_proj
+        names = list(getattr(m, "active_adapters", ()))
+        return not m.disable_adapters and not m.merged and names == [lora_io.ADAPTER_NAME]
 
     # ---------------------------------------------------------------- forward passes
 
@@ -246,8 +262,11 @@ class LoraPolicy:
         # With one optimizer step per batch, the training forward runs at exactly π_old's
         # parameters, so π_old is that forward, detached — unless dropout makes it differ.
         separate_old = not algo.bypass_mode and self.spec.lora.dropout > 0
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        if not self.model.training:  # .train() walks every module (thousands with LoRA):
+            self.model.train()  # milliseconds of host time at each step's start
+        # with layer graphs the gradients stay (views of one buffer, layer_graphs.py) and
+        # are zeroed in place
+        self.optimizer.zero_grad(set_to_none=self.layer_graphs is None)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
         part, n_micro = self.parallel.part(batch, t.micro_batch_size)
@@ -379,7 +398,9 @@ def add_metrics(sums, weights, metrics, mask: torch.Tensor, same: torch.Tensor) 
 # recompiles): one row (size 1 is specialised), rows with padding, rows without (no
 # attention mask); with grad, each twice (the first layer's input needs no grad, the
 # others' do), and without grad in eval mode and with the adapter off: 3 · (2 + 1 + 1).
-_LAYER_GRAPHS = 12
+# The layer graphs' capture (layer_graphs.py) runs under autocast without its cache: up to
+# two more. 16 in all.
+_LAYER_GRAPHS = 16
 
 
 def _warm_batch(rows: int, prompt: int, response: int, ragged: bool, pad_id: int) -> TrainBatch:
