@@ -76,9 +76,22 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     rows = []
     adapter = None
     # the engine with each decode path, side by side (static: the default on a GPU)
-    for variant in args.decodes.split(","):  # decode[:attention][+compile]: static:bmm+compile
-        decode, _, attention = variant.partition("+")[0].partition(":")
-        over = {"decode": decode, "compile": variant.endswith("+compile")}
+    # decode[:attention][+compile][@nocudnn]: static:bmm+compile; @nocudnn: SDPA without
+    # cuDNN's kernel (torch picks another, the memory-efficient one with a mask)
+    # %BLOCKxWARPS: the Triton decode attention's launch settings (decode_attention.CONFIG)
+    from workers.rollout import decode_attention
+
+    default_config = dict(decode_attention.CONFIG)
+    for variant in args.decodes.split(","):
+        variant_, _, config = variant.partition("%")
+        decode_attention.CONFIG.update(default_config)
+        if config:
+            block, warps = config.split("x")
+            decode_attention.CONFIG.update(BLOCK=int(block), num_warps=int(warps))
+        base_variant, _, sdpa = variant_.partition("@")
+        torch.backends.cuda.enable_cudnn_sdp(sdpa != "nocudnn")
+        decode, _, attention = base_variant.partition("+")[0].partition(":")
+        over = {"decode": decode, "compile": base_variant.endswith("+compile")}
         spec = spec.model_copy(update={"rollout": spec.rollout.model_copy(update=over)})
         backend = TorchBackend(spec, model_dir)
         if attention:  # graphs are captured on first use: the choice holds from the start

@@ -48,6 +48,8 @@ from torch import Tensor, nn
 
 from ..policy.lora import ADAPTER_NAME
 from . import kv_budget
+from .decode_attention import available as decode_available
+from .decode_attention import decode_attention
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # Attention reads the cache in multiples of this many positions: reading the whole cache
@@ -185,9 +187,11 @@ def _fused(x, weight, bias, b, width: int, residual: Tensor | None = None) -> Te
     if b is None:
         return y if residual is None else residual + y
     base, xa = y[:, :width], y[:, width:]
+    # the LoRA product added as a pointwise op: compiled, it fuses into the next op (an
+    # addmm onto the strided `base` copied it first, a kernel of its own: 2 a layer)
     if residual is None:
-        return torch.addmm(base, xa, b.t())
-    return (residual + base).addmm_(xa, b.t())
+        return base + xa @ b.t()
+    return residual + base + xa @ b.t()
 
 
 LORA_KERNELS = ("segmented", "gathered")
@@ -391,7 +395,7 @@ class StaticDecoder:
         model: nn.Module,
         max_batch: int,
         graphs: bool = True,
-        attention: str = "sdpa",
+        attention: str = "auto",
         compile: str | None = None,
         adapters: int = 0,
         max_rank: int = 0,
@@ -448,11 +452,15 @@ class StaticDecoder:
         self.device = self.embed.weight.device
         self.dtype = self.embed.weight.dtype
         self.graphs = graphs and self.device.type == "cuda"
-        if attention not in ("bmm", "sdpa"):
-            raise ValueError(f"attention must be bmm or sdpa, not {attention!r}")
+        if attention == "auto":  # the Triton kernel where it runs (a GPU), else SDPA
+            attention = "triton" if decode_available(self.device, self.head_dim) else "sdpa"
+        if attention not in ("bmm", "sdpa", "triton"):
+            raise ValueError(f"attention must be bmm, sdpa or triton, not {attention!r}")
         # sdpa: torch's scaled_dot_product_attention with a mask (cuDNN's kernel on an H200:
         # 33.6k tokens/s at batch 256 against 31.3k, same run); bmm: batched matmuls and a
-        # float32 softmax written out here, the reference the tests hold sdpa to
+        # float32 softmax written out here, the reference the tests hold sdpa to; triton:
+        # decode steps by one kernel a layer (decode_attention.py; its torch reference
+        # where Triton does not run), prefill by sdpa
         self.attention = attention
         self.length = 0  # cache positions allocated; grown by reserve()
         self.rows = 0  # rows holding sequences, at the front
@@ -675,6 +683,10 @@ class StaticDecoder:
         route = self._route(self.adapter_of[:n])  # computed in the graph: rows move
         for i, layer in enumerate(self.layers):
             q, k, v = self._step_in(x, cos, sin, *layer.attn_in(route), self.shape)
+            if self.attention == "triton":  # writes k and v at t, reads [pad, t): one kernel
+                a = decode_attention(q, k, v, self.k[i], self.v[i], t, pad, self.scale)
+                x = self._step_out(a.reshape(n, self.n_heads * d), x, *layer.attn_out_mlp(route))
+                continue
             keys, values = self.k[i], self.v[i]
             keys[slot, :, t] = k  # each row's key and value at its own index
             values[slot, :, t] = v

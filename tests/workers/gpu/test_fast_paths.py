@@ -83,14 +83,17 @@ def samples(n: int, prompt_len: int, resp_len: int, shared: int = 1) -> list[Tra
 
 
 @pytest.mark.parametrize("mode", ["in_place", "compiled"])
-def test_fused_logprobs_bf16_match_fp64_reference(mode):
+@pytest.mark.parametrize("grad_in_forward", [None, False])  # the default, or recomputed
+def test_fused_logprobs_bf16_match_fp64_reference(mode, grad_in_forward):
     torch.manual_seed(0)
     n, h, v = 3000, 256, 8192
     hidden = torch.randn(n, h, device="cuda").to(torch.bfloat16).requires_grad_()
     weight = (torch.randn(v, h, device="cuda") * 0.2).to(torch.bfloat16)
     targets = torch.randint(0, v, (n,), device="cuda")
     g = torch.randn(n, device="cuda")
-    lp, ent = fused_token_logprobs(hidden, targets, weight, 0.8, chunk_size=1024, mode=mode)
+    lp, ent = fused_token_logprobs(
+        hidden, targets, weight, 0.8, chunk_size=1024, mode=mode, grad_in_forward=grad_in_forward
+    )
     assert lp.dtype == torch.float32 and not ent.requires_grad
     (lp * g).sum().backward()
     h64 = hidden.detach().double().requires_grad_()
@@ -133,6 +136,9 @@ def test_bf16_policy_matches_float32_reference(model_dir):
 VARIANTS = {
     "auto": {},
     "auto:bmm": {},
+    "auto:sdpa": {},
+    "auto:triton+compile": {"compile": True},  # auto is triton on a GPU: with compile too
+    "auto:triton+8-slots": {"max_batch_size": 8},
     "auto+compile": {"compile": True},  # the step's halves and sampling compiled
     "auto+8-slots": {"max_batch_size": 8},  # 24 rows through 8 slots: continuous batching
     "dynamic": {},

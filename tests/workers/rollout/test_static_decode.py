@@ -71,7 +71,7 @@ def extend(seq, attn, tokens):
     return torch.cat([seq, tokens[:, None]], 1), torch.cat([attn, one], 1)
 
 
-@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
+@pytest.mark.parametrize("attention", ["bmm", "sdpa", "triton"])  # triton: its reference here
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_steps_match_the_transformers_forward(arch, attention):
     model = lora_model(arch)
@@ -147,7 +147,7 @@ def reference_rows(model, seqs: list[list[int]]) -> torch.Tensor:
     return torch.cat([reference(model, torch.tensor([s]), torch.ones(1, len(s))) for s in seqs])
 
 
-@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
+@pytest.mark.parametrize("attention", ["bmm", "sdpa", "triton"])  # triton: its reference here
 def test_new_prompts_take_freed_slots_while_the_other_rows_decode_on(attention):
     """Continuous batching: a finished row's slot takes a new prompt, another is appended,
     and every row, old or new, still gets the logits of its own sequence."""

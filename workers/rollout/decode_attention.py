@@ -1,0 +1,138 @@
+"""One decode step's attention over the static KV cache, as one Triton kernel a layer.
+
+For a decode step (one query a row) cuDNN's SDPA with the padding mask ran at about a third
+of the H200's memory bandwidth (66 µs a layer at 256 rows × 192 positions, where reading the
+keys and values once takes about 22), and the mask conversion and the two cache writes
+before it are three more kernels a layer. Here one program a (row, KV head):
+
+- reads the row's cache index t and its padding from device memory, so it scans only the
+  positions [pad, t) the row has written (not the graph's attention extent) and a CUDA
+  graph replays it unchanged as rows advance;
+- attends its GROUP query heads (GQA) to those keys by an online softmax (flash decoding:
+  fp32 scores and sums, probabilities cast to the cache dtype for the product with V, as
+  the flash kernels do), and to the new key and value from registers;
+- writes the new key and value into the cache at t, which nothing else reads in this step.
+
+`decode_attention_reference` is the same function in torch (the CPU's path, and what the
+GPU test holds the kernel to).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+try:  # Triton comes with torch's CUDA builds; the CPU runs the reference
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - CPU-only torch without triton
+    triton = None
+
+
+# the kernel's launch settings: positions a block, warps, pipeline stages (bench/gpu/rollout.py
+# compares others side by side)
+CONFIG = {"BLOCK": 64, "num_warps": 4, "num_stages": 2}
+
+
+def available(device: torch.device, head_dim: int) -> bool:
+    """Whether the kernel runs here: a CUDA device, Triton, a power-of-two head size."""
+    return (
+        triton is not None
+        and device.type == "cuda"
+        and head_dim >= 16
+        and head_dim & (head_dim - 1) == 0
+    )
+
+
+def decode_attention_reference(
+    q: Tensor, k_new: Tensor, v_new: Tensor, keys: Tensor, values: Tensor, t: Tensor,
+    pad: Tensor, scale: float,
+) -> Tensor:  # fmt: skip
+    """q [n, H, D], k_new and v_new [n, KV, D], keys and values the layer's cache [B, KV, L,
+    D] (row r of the batch is cache row r), t and pad [n]: each row's write index and its
+    first valid position. Writes k_new, v_new at t and returns [n, H, D]: softmax over the
+    positions [pad, t] of q·k × scale, times v."""
+    n, heads, d = q.shape
+    rows = torch.arange(n, device=q.device)
+    keys[rows, :, t] = k_new
+    values[rows, :, t] = v_new
+    span = torch.arange(keys.shape[2], device=q.device)
+    seen = (span >= pad[:, None]) & (span <= t[:, None])  # [n, L]
+    group = heads // k_new.shape[1]
+    k = keys[:n].repeat_interleave(group, 1).float()  # [n, H, L, D]
+    v = values[:n].repeat_interleave(group, 1).float()
+    scores = torch.einsum("nhd,nhld->nhl", q.float(), k) * scale
+    scores = scores.masked_fill(~seen[:, None], float("-inf"))
+    return torch.einsum("nhl,nhld->nhd", torch.softmax(scores, -1), v).to(q.dtype)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _kernel(
+        Q, KN, VN, K, V, OUT, T, PAD, scale,
+        sq_n, sq_h, skn_n, skn_h, svn_n, svn_h, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
+        so_n, so_h,
+        GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        r = tl.program_id(0)
+        h = tl.program_id(1)
+        t = tl.load(T + r)
+        pad = tl.load(PAD + r)
+        d = tl.arange(0, D)
+        g = tl.arange(0, GP)
+        live = g < GROUP
+        qp = Q + r * sq_n + (h * GROUP + g)[:, None] * sq_h + d[None, :]
+        q = tl.load(qp, mask=live[:, None], other=0.0)  # [GP, D], cache dtype
+        kn = tl.load(KN + r * skn_n + h * skn_h + d)
+        vn = tl.load(VN + r * svn_n + h * svn_h + d)
+        # the new token's own key and value, from registers
+        m = tl.sum(q.to(tl.float32) * kn.to(tl.float32)[None, :], 1) * scale  # [GP]
+        den = tl.full([GP], 1.0, tl.float32)
+        acc = tl.zeros([GP, D], tl.float32) + vn.to(tl.float32)[None, :]
+        kb = K + r * sk_b + h * sk_h
+        vb = V + r * sv_b + h * sv_h
+        for j0 in range((pad // BLOCK) * BLOCK, t, BLOCK):
+            j = j0 + tl.arange(0, BLOCK)
+            valid = (j >= pad) & (j < t)
+            k = tl.load(kb + j[:, None] * sk_l + d[None, :], mask=valid[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale  # [GP, BLOCK] fp32
+            s = tl.where(valid[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            den = den * alpha + tl.sum(p, 1)
+            v = tl.load(vb + j[:, None] * sv_l + d[None, :], mask=valid[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        out = acc / den[:, None]
+        op = OUT + r * so_n + (h * GROUP + g)[:, None] * so_h + d[None, :]
+        tl.store(op, out.to(OUT.dtype.element_ty), mask=live[:, None])
+        tl.store(kb + t * sk_l + d, kn)
+        tl.store(vb + t * sv_l + d, vn)
+
+
+def decode_attention(
+    q: Tensor, k_new: Tensor, v_new: Tensor, keys: Tensor, values: Tensor, t: Tensor,
+    pad: Tensor, scale: float,
+) -> Tensor:  # fmt: skip
+    """decode_attention_reference's function; the Triton kernel where `available`."""
+    n, heads, d = q.shape
+    n_kv = k_new.shape[1]
+    if not available(q.device, d):
+        return decode_attention_reference(q, k_new, v_new, keys, values, t, pad, scale)
+    for x in (q, k_new, v_new, keys, values):
+        if x.stride(-1) != 1:
+            raise ValueError("decode attention wants the head dimension contiguous")
+    group = heads // n_kv
+    out = torch.empty((n, heads, d), dtype=q.dtype, device=q.device)
+    _kernel[(n, n_kv)](
+        q, k_new, v_new, keys, values, out, t, pad, scale,
+        q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
+        v_new.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0),
+        values.stride(1), values.stride(2), out.stride(0), out.stride(1),
+        GROUP=group, GP=max(16, 1 << math.ceil(math.log2(group))), D=d, **CONFIG,
+    )  # fmt: skip
+    return out
