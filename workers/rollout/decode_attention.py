@@ -46,6 +46,28 @@ def available(device: torch.device, head_dim: int) -> bool:
     )
 
 
+def works(device: torch.device, dtype: torch.dtype, heads: int, n_kv: int, head_dim: int) -> bool:
+    """Whether the kernel runs here and computes its reference's function: `available`,
+    then one small launch checked against the reference (a machine whose Triton cannot
+    compile falls back to SDPA instead of failing at its first rollout)."""
+    if not available(device, head_dim):
+        return False
+    try:
+        g = torch.Generator(device=device).manual_seed(0)
+        cache = torch.randn(2, 3, n_kv, 80, head_dim, generator=g, device=device).to(dtype)
+        qkv = torch.randn(3, heads + 2 * n_kv, head_dim, generator=g, device=device).to(dtype)
+        q, k, v = qkv[:, :heads], qkv[:, heads : heads + n_kv], qkv[:, heads + n_kv :]
+        t = torch.tensor([0, 40, 79], device=device)
+        pad = torch.tensor([0, 3, 70], device=device)
+        ref = cache.clone()
+        want = decode_attention_reference(q, k, v, ref[0], ref[1], t, pad, 0.1)
+        got = decode_attention(q, k, v, cache[0], cache[1], t, pad, 0.1)
+        close = torch.allclose(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+        return bool(close and torch.equal(cache, ref))
+    except Exception:  # noqa: BLE001 - any failure to build or run: not usable here
+        return False
+
+
 def decode_attention_reference(
     q: Tensor, k_new: Tensor, v_new: Tensor, keys: Tensor, values: Tensor, t: Tensor,
     pad: Tensor, scale: float,

@@ -48,8 +48,8 @@ from torch import Tensor, nn
 
 from ..policy.lora import ADAPTER_NAME
 from . import kv_budget
-from .decode_attention import available as decode_available
 from .decode_attention import decode_attention
+from .decode_attention import works as decode_works
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # Attention reads the cache in multiples of this many positions: reading the whole cache
@@ -453,7 +453,8 @@ class StaticDecoder:
         self.dtype = self.embed.weight.dtype
         self.graphs = graphs and self.device.type == "cuda"
         if attention == "auto":  # the Triton kernel where it runs (a GPU), else SDPA
-            attention = "triton" if decode_available(self.device, self.head_dim) else "sdpa"
+            fast = decode_works(self.device, self.dtype, self.n_heads, self.n_kv, self.head_dim)
+            attention = "triton" if fast else "sdpa"
         if attention not in ("bmm", "sdpa", "triton"):
             raise ValueError(f"attention must be bmm, sdpa or triton, not {attention!r}")
         # sdpa: torch's scaled_dot_product_attention with a mask (cuDNN's kernel on an H200:

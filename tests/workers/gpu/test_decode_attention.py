@@ -15,6 +15,7 @@ from workers.rollout.decode_attention import (
     available,
     decode_attention,
     decode_attention_reference,
+    works,
 )
 
 from .test_fast_paths import rel
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("seed", [0, 1])
 def test_kernel_matches_reference(heads, n_kv, seed):
     dev = torch.device("cuda")
-    assert available(dev, 128)
+    assert available(dev, 128) and works(dev, torch.bfloat16, heads, n_kv, 128)
     g = torch.Generator(device=dev).manual_seed(seed)
     n, length, d, batch = 37, 320, 128, 40
     bf = torch.bfloat16

@@ -125,6 +125,11 @@ def test_base_weights_are_shared_not_copied_and_lora_stays_unmerged():
     )
 
 
+def test_attention_auto_is_sdpa_where_the_triton_kernel_cannot_run():
+    # the decode-attention kernel needs a GPU (decode_attention.works probes it there)
+    assert StaticDecoder(lora_model("qwen3"), max_batch=4, graphs=False).attention == "sdpa"
+
+
 def test_unsupported_models_are_named_with_the_reason():
     model = lora_model("qwen2", use_sliding_window=True, sliding_window=8)
     assert supports(model) == "sliding-window attention"
