@@ -9,7 +9,9 @@ samples each, --new-tokens each; LoRA r=16 unmerged) of the engine with each dec
 alone (forward + greedy) beside the dynamic path, and HF generate + PEFT (--no-baseline
 leaves it out), against that HF row and, on the Qwen3-0.6B shape, issue 10's figures
 (HF + PEFT 2.0k, static-cache generate 9.6k). --shape picks the model (common.py);
-`+compile` sets rollout.compile.
+`+compile` sets rollout.compile; `:sdpa`, `:bmm`, `:triton` pick the decoder's attention
+(default: triton on a GPU); `%128x4` sets the Triton kernel's block and warps; `@nocudnn`
+runs SDPA without cuDNN's kernel.
 Then the adapter publication: LocalExecutor.adapter_update, the engine's load and ack.
 Writes rollout.json (and generate_profile.txt with --profile) under --out.
 """
