@@ -16,6 +16,7 @@ pool, how many runs its trainer turns took (the mean, and the count of turns by 
 
     .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--torch-engine lanes|slots]
         [--only batched|per_run]
+    .venv/bin/python bench/pool_cpu.py --step-only 20 [--runs 4]   # the train step alone
 
 The pool's torch engine on the CPU is time-sliced (one adapter decodes at a time); the GPU
 benchmark (bench/gpu/pool.py) measures batched per-row decoding.
@@ -87,6 +88,59 @@ async def pooled(
     return wall, cpu, sizes, busy
 
 
+def step_only(runs: int, repeats: int) -> dict:
+    """The trainer's step alone (no engine, no loop): `runs` runs of the example's spec on
+    one MultiLoraTrainer, each with a batch of the example's shape (16 prompts x 8 samples,
+    made up), stepped together (`train_steps`, one forward and backward) and one after the
+    other (`train_step` each), alternately, `repeats` times each; the medians, wall-clock
+    and CPU seconds of the thread."""
+    import random
+
+    from workers.policy import TrainSample, collate
+    from workers.policy.multi import MultiLoraTrainer
+
+    specs = [spec_for(s, 1) for s in range(runs)]
+    host = specs[0].model_copy(update={"lora": specs[0].lora.model_copy(update={"r": 1})})
+    trainer = MultiLoraTrainer(host, model_dir_for(specs[0]))
+    tok = trainer.policy.tokenizer
+    rng = random.Random(0)
+    batches = {}
+    for s, spec in enumerate(specs):
+        trainer.add_run(f"seed{s}", spec)
+        samples = []
+        for _ in range(spec.train.prompts_per_step):
+            a, b = rng.randint(0, 50), rng.randint(0, 50)
+            prompt = tok.encode(f"{a}+{b}=", add_special_tokens=False)
+            for j in range(spec.algorithm.num_generations):
+                resp = tok.encode(str(a + b + j % 2), add_special_tokens=False)
+                resp.append(tok.eos_token_id)
+                samples.append(
+                    TrainSample(prompt, resp, [-0.5] * len(resp), [0] * len(resp), j % 2 - 0.5)
+                )
+        batches[f"seed{s}"] = collate(samples, tok.pad_token_id)
+    times: dict[str, list[tuple[float, float]]] = {"together": [], "one_by_one": []}
+    for i in range(repeats + 1):  # the first round warms up
+        for kind in ("together", "one_by_one"):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            if kind == "together":
+                trainer.train_steps(batches)
+            else:
+                for run, batch in batches.items():
+                    trainer.train_step(run, batch)
+            if i:
+                times[kind].append((time.perf_counter() - t0, time.thread_time() - c0))
+    assert trainer.together[runs] == repeats + 1, trainer.together
+    out = {
+        kind: {
+            "wall_s": round(statistics.median(w for w, _ in t), 3),
+            "cpu_s": round(statistics.median(c for _, c in t), 3),
+        }
+        for kind, t in times.items()
+    }
+    out["speedup"] = round(out["one_by_one"]["wall_s"] / out["together"]["wall_s"], 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=30)
@@ -94,8 +148,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--torch-engine", choices=("lanes", "slots"), default="lanes")
     parser.add_argument("--only", choices=("batched", "per_run"), default=None)
+    parser.add_argument(
+        "--step-only",
+        type=int,
+        default=0,
+        metavar="REPEATS",
+        help="time the trainer's step alone instead: --runs runs stepped together and one "
+        "after the other, alternately, REPEATS times each",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.step_only:
+        model_dir_for(spec_for(0, 1))
+        print(json.dumps({"runs": args.runs, **step_only(args.runs, args.step_only)}, indent=2))
+        return
     root = args.out or Path(tempfile.mkdtemp(prefix="pool-bench-"))
     seeds = list(range(args.runs))
     model_dir_for(spec_for(0, 1))  # the tiny model built (or found cached) before any timing
