@@ -30,12 +30,37 @@ loads write them (`copy_`): nothing is recaptured after a step or a load.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
 from torch import nn
+
+_CAPTURE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _thread_local_capture():
+    """make_graphed_callables captures in CUDA's default "global" mode, in which another
+    thread's unsafe call (a sync, a cudaMalloc) fails or invalidates the capture: in an async
+    run on one GPU the engine decodes in another thread meanwhile. Its captures here take
+    "thread_local" (only this thread's own unsafe calls are refused, as the decoder's own
+    captures do); a call that names a mode keeps it."""
+    original = torch.cuda.graph
+
+    def graph(*args, **kwargs):
+        kwargs.setdefault("capture_error_mode", "thread_local")
+        return original(*args, **kwargs)
+
+    with _CAPTURE_LOCK:
+        torch.cuda.graph = graph
+        try:
+            yield
+        finally:
+            torch.cuda.graph = original
 
 
 class _Layer(nn.Module):
@@ -100,15 +125,22 @@ class LayerGraphs:
         rest = tuple(sorted((k, type(v).__name__) for k, v in kwargs.items()))
         return (*spec, rest, torch.is_autocast_enabled("cuda"))
 
-    def _call(self, i: int, hidden, attention_mask=None, position_embeddings=None, **kwargs):
+    def _call(self, i: int, hidden, *args, **kwargs):
+        """Layer i's call: its graphs' replay where the pass is graphed, else its own call
+        with the arguments as given."""
         graphed = None
+        mask = kwargs.get("attention_mask")
+        position_embeddings = kwargs.get("position_embeddings")
+        rest = {
+            k: v for k, v in kwargs.items() if k not in ("attention_mask", "position_embeddings")
+        }
         if i == 0:  # a forward pass starts: its shape picks the graphs of every layer
             self._pass = None
-            key = self._key(hidden, attention_mask, position_embeddings, kwargs)
+            key = None if args else self._key(hidden, mask, position_embeddings, rest)
             if key is not None and key not in self.sets:
                 self.seen[key] = self.seen.get(key, 0) + 1
                 if self.seen[key] >= self.after:
-                    self._capture(key, hidden, position_embeddings, kwargs)
+                    self._capture(key, hidden, position_embeddings, rest)
             if key is not None and key in self.sets:
                 self.sets.move_to_end(key)
                 self._zero_grads()
@@ -118,16 +150,13 @@ class LayerGraphs:
             # the same pass (its rotary tables, as layer 0 had them; no mask), the input
             # a graphed layer's output, still with grad
             sets, pos = self._pass
-            same = position_embeddings is pos and attention_mask is None
+            same = position_embeddings is pos and mask is None and not args
             if same and hidden.requires_grad and torch.is_grad_enabled():
                 graphed = sets
             else:
                 self._pass = None
         if graphed is None:
-            return self.calls[i](
-                hidden, attention_mask=attention_mask, position_embeddings=position_embeddings,
-                **kwargs,
-            )  # fmt: skip
+            return self.calls[i](hidden, *args, **kwargs)
         self.replays += 1
         cos, sin = position_embeddings
         return graphed[i](hidden, cos, sin)
@@ -159,7 +188,10 @@ class LayerGraphs:
         autocast = torch.is_autocast_enabled("cuda")
         # make_graphed_callables refuses autocast's weight-cast cache (a cached cast would
         # be captured and go stale): the same autocast, without the cache
-        with torch.autocast("cuda", dtype=dtype, enabled=autocast, cache_enabled=False):
+        with (
+            torch.autocast("cuda", dtype=dtype, enabled=autocast, cache_enabled=False),
+            _thread_local_capture(),
+        ):
             graphed = torch.cuda.make_graphed_callables(
                 tuple(mods), tuple(samples), num_warmup_iters=self.warmup, allow_unused_input=True
             )
