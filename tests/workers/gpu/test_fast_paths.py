@@ -147,9 +147,9 @@ VARIANTS = {
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_engine_logprobs_match_trainer_forward(model_dir, variant):
-    """auto = the static cache with CUDA graphs on a GPU (attention by SDPA, or by the
-    decoder's own bmm; compiled; with fewer slots than rows); dynamic = PEFT's own
-    forward."""
+    """auto = the static cache with CUDA graphs on a GPU (attention by the Triton decode
+    kernel, by SDPA or by the decoder's own bmm; compiled; with fewer slots than rows);
+    dynamic = PEFT's own forward."""
     decode, _, attention = variant.partition("+")[0].partition(":")
     spec = make_spec(model_dir, decode=decode, rollout=VARIANTS[variant])
     policy = LoraPolicy(spec, model_dir)
