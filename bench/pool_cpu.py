@@ -71,7 +71,7 @@ def solo(seed: int, steps: int, out: Path) -> tuple[float, float]:
 
 async def pooled(
     seeds: list[int], steps: int, root: Path, torch_engine: str, batched: bool
-) -> tuple[float, float, list[int], dict[str, float]]:
+) -> tuple[float, float, Counter, dict[str, float]]:
     t0, c0 = time.perf_counter(), cpu_s()
     pool = PoolDriver(capacity=len(seeds), torch_engine=torch_engine, batched_trainer=batched)
     for s in seeds:
@@ -82,7 +82,7 @@ async def pooled(
     failed = {r: m.error for r, m in members.items() if m.outcome is None}
     if failed:
         raise RuntimeError(f"pooled runs failed: {failed}")
-    sizes = pool.train_turns.sizes if pool.train_turns is not None else []
+    sizes = pool.train_turns.sizes if pool.train_turns is not None else Counter()
     # the seconds the trainer and the engine's generation turns were held (charged to runs)
     busy = {"trainer": pool.trainer_gate.share.total_s, "generation": pool.gen_gate.share.total_s}
     return wall, cpu, sizes, busy
@@ -192,8 +192,8 @@ def main() -> None:
         result["cpu_s"][f"pool_{kind}"] = round(cpu, 1)
         if sizes:
             result[f"pool_{kind}_runs_per_turn"] = {
-                "mean": round(statistics.fmean(sizes), 2),
-                "turns_by_size": dict(sorted(Counter(sizes).items())),
+                "mean": round(sum(n * k for n, k in sizes.items()) / sum(sizes.values()), 2),
+                "turns_by_size": dict(sorted(sizes.items())),
             }
     result["per_run"] = {}
     for s in seeds:

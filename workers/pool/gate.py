@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -103,7 +104,7 @@ class TrainTurns:
         self.cost = cost or (lambda work: 1.0)
         self.max_runs = max_runs
         self.pending: dict[str, tuple[Any, asyncio.Future]] = {}
-        self.sizes: list[int] = []  # runs per turn, in order
+        self.sizes: Counter[int] = Counter()  # turns by how many runs each took
         self._driver: asyncio.Task | None = None
 
     async def step(self, run: str, work: Any) -> Any:
@@ -150,7 +151,7 @@ class TrainTurns:
                     continue
                 works = {r: self.pending.pop(r) for r in take}
                 g.busy += 1
-            self.sizes.append(len(take))
+            self.sizes[len(take)] += 1
             start = g.clock()
             results: dict[str, Any] = {}
             try:
