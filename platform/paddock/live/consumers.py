@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from channels.db import DatabaseSyncToAsync
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from paddock.core.errors import DomainError, ErrorCode, error_body
@@ -52,8 +53,12 @@ ACCESS_RECHECK_S = 30.0
 # connect's snapshot queued behind every other connect's, and under load that queue was
 # most of a connect's p99 (docs/reliability.md "Load"). Each call takes a connection from
 # the pool and gives it back when it returns (close_old_connections), so they hold at most
-# this many of its 8 connections, and only while they read.
-DB_THREADS = 2
+# this many of its 8 connections, and only while they read (with the six HTTP lanes they
+# can want more than 8 at once: a thread then waits for one). Four, not two: a connect's
+# access check waited behind the snapshots in flight, whose threads mostly wait on
+# PostgreSQL (rest_ws.py, 4 against 2 side by side at load 8-12: websocket p99 444 against
+# 542 ms at 1.5 times the connects, REST the same).
+DB_THREADS = 4
 _db_threads = ThreadPoolExecutor(DB_THREADS, thread_name_prefix="ws-db")
 
 
@@ -78,16 +83,25 @@ def _key(cursor: dict[str, int]) -> tuple[int, int]:
 class _StreamConsumer(AsyncJsonWebsocketConsumer):
     groups_joined: list[str]
 
-    async def _start(self, group: str, run_ids: list[int], cursors: dict[int, tuple]) -> None:
+    def _begin(self) -> None:
+        self.streaming = False  # accepted and sent its snapshot or replay: group messages go out
         self.sent_cursor: dict[int, tuple[int, int]] = {}
         self.pending: dict[int, list[str]] = {}  # run → encoded metrics messages
         self.sends = float(BURST)  # the bucket: metric messages that may go out now
         self.refilled = time.monotonic()
         self.flush_task: asyncio.Task | None = None
-        self.access_task = asyncio.create_task(self._recheck_access())
+        self.groups_joined = []
+
+    async def _join(self, group: str) -> None:
         await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = [group]
+
+    async def _start(self, group: str, run_ids: list[int], cursors: dict[int, tuple]) -> None:
+        self._begin()
+        self.access_task = asyncio.create_task(self._recheck_access())
+        await self._join(group)
         await self.accept()
+        self.streaming = True
         for run_id in run_ids:
             after = cursors.get(run_id)
             if after is None:
@@ -99,6 +113,16 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
                 for message in messages:
                     await self.send_json(message)
                 self.sent_cursor[run_id] = _key(messages[-1]["cursor"])
+
+    async def websocket_disconnect(self, message):
+        """Channels' own, less its last step: a hop to Channels' shared thread to close that
+        thread's database connections, which these consumers never use (their reads run in
+        DB_THREADS, each call closing its own: DatabaseSyncToAsync). On a connect's close
+        that hop and its wake-up were about 5 % of a loaded server's CPU."""
+        for group in self.groups:  # the static ones (none here: see groups_joined)
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def disconnect(self, code):
         for group in getattr(self, "groups_joined", []):
@@ -121,6 +145,8 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
     # ---- group messages -------------------------------------------------------------------
 
     async def run_batch(self, event: dict[str, Any]) -> None:
+        if not getattr(self, "streaming", False):
+            return  # joined before its access check, refused or not yet sent its snapshot
         run_id, cursor = event["run_id"], _key(event["cursor"])
         if cursor <= self.sent_cursor.get(run_id, (-1, -1)):
             return  # already covered by the snapshot or replay
@@ -137,6 +163,8 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
             await self._flush_soon()
 
     async def run_state(self, event: dict[str, Any]) -> None:
+        if not getattr(self, "streaming", False):
+            return
         await self._flush_now()  # metrics before the state that follows them
         message = {k: v for k, v in event.items() if k != "type"}
         await self.send_json({"type": "state", **message})
@@ -226,14 +254,36 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
 class RunStreamConsumer(_StreamConsumer):
     async def connect(self):
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        # the actor and the access check in one hop: each hop queues for the consumers' thread
-        if not await database_sync_to_async(self._still_allowed)():
-            await self.close(code=FORBIDDEN)
-            return
         cursors = parse_cursors(self.scope)
         if 0 in cursors:
             cursors[self.run_id] = cursors.pop(0)
-        await self._start(run_group(self.run_id), [self.run_id], cursors)
+        if self.run_id in cursors:  # a reconnect: the access check, then the replay
+            if not await database_sync_to_async(self._still_allowed)():
+                await self.close(code=FORBIDDEN)
+                return
+            await self._start(run_group(self.run_id), [self.run_id], cursors)
+            return
+        # A first connect: the actor, the access check and the snapshot in one hop (each hop
+        # waits for the consumers' threads and then for the event loop, behind every other
+        # request of the process). So the group is joined before the check, as it must be
+        # before the snapshot's read; nothing of it reaches a socket before the snapshot
+        # (`streaming`: group messages are handled after connect returns, and dropped until
+        # then), and a refused socket leaves the group at its close.
+        self._begin()
+        await self._join(run_group(self.run_id))
+        first = await database_sync_to_async(self._snapshot_if_allowed)()
+        if first is None:
+            await self.close(code=FORBIDDEN)
+            return
+        text, cursor = first
+        self.access_task = asyncio.create_task(self._recheck_access())
+        await self.accept()
+        await self.send(text_data=text)
+        self.sent_cursor[self.run_id] = cursor
+        self.streaming = True
+
+    def _snapshot_if_allowed(self) -> tuple[str, tuple[int, int]] | None:
+        return _snapshot_text(self.run_id) if self._still_allowed() else None
 
     def _control_target(self, content: dict) -> int | None:
         return self.run_id
