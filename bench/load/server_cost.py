@@ -5,12 +5,14 @@ this process (no network, no other clients), on the same data as bench/load/rest
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \\
     REDIS_URL=redis://127.0.0.1:6379/14 .venv/bin/python bench/load/server_cost.py
 
-CPU time is this process's (`time.process_time`, all threads), so PostgreSQL's own work is
-not in it; statements are counted in Django's cursor wrapper, in every thread. A REST
+CPU time is this process's (`time.process_time`, all threads); PostgreSQL's is read apart,
+from /proc, for the backends of the bench database (its column is empty where /proc is
+not readable); statements are counted in Django's cursor wrapper, in every thread. A REST
 request is one call of the platform's ASGI application (paddock.asgi, as uvicorn calls it:
 middleware, authentication, DRF, the renderer, the thread hops), one at a time, so its wall
 time is its service time with no queue. A snapshot is what the run consumer does in its
-threads after the handshake: the actor, the access check, `run_snapshot` and its JSON text.
+threads after the handshake: the actor, the access check and the snapshot's JSON text
+(`run_snapshot_text`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import os
 import statistics
 import sys
@@ -58,8 +59,32 @@ async def asgi_get(application, url: str, token: str) -> int:
     return next(m["status"] for m in sent if m["type"] == "http.response.start")
 
 
-def measure(fn, repeat: int) -> tuple[int, float, float]:
-    """(statements of one call, median CPU ms, median wall ms) over `repeat` calls."""
+class DatabaseCpu:
+    """CPU seconds of PostgreSQL's backends of one database so far (0 without /proc)."""
+
+    def __init__(self, database: str, admin_url: str):
+        import psycopg
+
+        self.database = database
+        self.admin = psycopg.connect(admin_url, autocommit=True)
+
+    def __call__(self) -> float:
+        rows = self.admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.database]
+        ).fetchall()
+        ticks = 0
+        for (pid,) in rows:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def measure(fn, repeat: int, database_cpu) -> tuple[int, float, float, float]:
+    """(statements of one call, median CPU ms, median wall ms, PostgreSQL's CPU ms per call)
+    over `repeat` calls."""
     from django.db.backends.utils import CursorWrapper
 
     statements = []
@@ -77,18 +102,20 @@ def measure(fn, repeat: int) -> tuple[int, float, float]:
     finally:
         CursorWrapper._execute = execute
     cpu, wall = [], []
+    database0 = database_cpu()
     for _ in range(repeat):
         c0, w0 = time.process_time(), time.perf_counter()
         fn()
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
-    return len(statements), statistics.median(cpu) * 1e3, statistics.median(wall) * 1e3
+    database = (database_cpu() - database0) / repeat * 1e3
+    return len(statements), statistics.median(cpu) * 1e3, statistics.median(wall) * 1e3, database
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=100)
     args = parser.parse_args()
 
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -104,8 +131,11 @@ def main() -> int:
         run_ids = [run_id for run_id, _ in runs]
         rest_ws.seed_metrics(run_ids)
         from paddock.asgi import application
-        from paddock.live.access import scope_actor, stream_run
-        from paddock.live.snapshots import run_snapshot
+        from paddock.live.access import scope_actor, stream_run_allowed
+        from paddock.live.snapshots import run_snapshot_text
+
+        admin = live.urlunparse(live.urlparse(base)._replace(path="/postgres"))
+        database_cpu = DatabaseCpu(name, admin.replace("postgres://", "postgresql://"))
 
         loop = asyncio.new_event_loop()
         run = run_ids[0]
@@ -116,15 +146,17 @@ def main() -> int:
                 status = loop.run_until_complete(asgi_get(application, url, token))
                 assert status == 200, (url, status)
 
-            rows.append((f"GET {url}", *measure(get, args.repeat)))
+            rows.append((f"GET {url}", *measure(get, args.repeat, database_cpu)))
         scope = {"headers": [], "query_string": f"token={token}".encode(), "client": None}
 
         def snapshot():
             actor = scope_actor(scope)
-            assert stream_run(actor, run) is not None
-            json.dumps(run_snapshot(run))
+            assert stream_run_allowed(actor, run)
+            run_snapshot_text(run)
 
-        rows.append((f"websocket snapshot of run {run}", *measure(snapshot, args.repeat)))
+        rows.append(
+            (f"websocket snapshot of run {run}", *measure(snapshot, args.repeat, database_cpu))
+        )
     finally:
         from django.db import connections
 
@@ -132,9 +164,9 @@ def main() -> int:
         live.drop_database(base, name)
     print(f"{args.runs} runs of 5 keys x 500 steps; median of {args.repeat} calls each; "
           f"1-min load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"{'request':<58} {'SQL':>4} {'CPU ms':>7} {'wall ms':>8}")
-    for label, statements, cpu, wall in rows:
-        print(f"{label:<58} {statements:>4} {cpu:>7.2f} {wall:>8.2f}")
+    print(f"{'request':<58} {'SQL':>4} {'CPU ms':>7} {'wall ms':>8} {'PostgreSQL CPU ms':>18}")
+    for label, statements, cpu, wall, database in rows:
+        print(f"{label:<58} {statements:>4} {cpu:>7.2f} {wall:>8.2f} {database:>18.2f}")
     return 0
 
 
