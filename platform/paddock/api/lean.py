@@ -204,7 +204,7 @@ def lean_response(request) -> HttpResponse | None:
     if request.method != "GET" or "HTTP_COOKIE" in request.META:
         return None
     for route in ROUTES:
-        match = route.pattern.fullmatch(request.path)
+        match = route.pattern.fullmatch(request.path_info)  # as the URL conf reads it
         if match is not None:
             break
     else:
@@ -212,7 +212,7 @@ def lean_response(request) -> HttpResponse | None:
     started = time.perf_counter()
     if not _supported():
         return None
-    name, allow, plain = route.view(request.path)
+    name, allow, plain = route.view(request.path_info)
     if not plain:
         return None
     request_hooks, response_hooks = _middleware()
