@@ -40,13 +40,18 @@ from django.urls import set_script_prefix
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paddock.settings")
 
-# Six: a request waits on PostgreSQL part of its time, and other lanes fill it; fewer lanes
+# Five: a request waits on PostgreSQL part of its time, and other lanes fill it; fewer lanes
 # left the process idle while PostgreSQL was slow (on a busy machine, against Django's
 # thread per request: 2 lanes served 0.33 times its REST requests, 6 lanes 0.8 and 12 lanes
 # 1.0, with 3.7, 2.4 and 1.8 times its websockets; bench/load/rest_ws.py), and more
-# would outnumber the connection pool (8 a process: the lanes, the consumers' thread and
-# the ingest threads share it) and bring back the contention for the GIL.
-LANES = 6
+# would outnumber the connection pool (8 a process: the lanes, the consumers' threads and
+# the ingest threads share it) and bring back the contention for the GIL. Since the reads
+# wait less on PostgreSQL (prepared statements, docs/reliability.md "Load"), each lane
+# fewer gives the event loop and the websockets' threads more of the GIL: side by side
+# against 6, 3 lanes served 0.73 times the REST requests at 1.4 times the p99 with 1.6
+# times the websockets at 0.36 times their p99; 5 lanes the same REST (p99 237 against
+# 223 ms) with 1.2 times the websockets at 0.87 times their p99 (415 against 477 ms).
+LANES = 5
 # The event loop takes the GIL back from a busy lane after 1 ms, not CPython's 5: every
 # accept, websocket handshake step and reply sent waits for it behind the lanes' Python.
 SWITCH_INTERVAL_S = 0.001
