@@ -37,8 +37,8 @@ def statement_cursor():
     On PostgreSQL its statements are prepared on the connection (server-side binding,
     psycopg's `prepare=True`): PostgreSQL parses and plans each once per pooled connection
     instead of on every run. Django's own cursor binds parameters in the client, so each
-    run is a new text to plan: the token's three-table join cost PostgreSQL about 0.3 ms
-    of CPU a run that way and 0.03 ms prepared, and the client a quarter of what it did
+    run is a new text to plan: PostgreSQL's CPU for a /me request (the token's join and the
+    teams) was 0.9 ms that way and 0.15 ms prepared, for a run list page 2.0 and 0.75 ms
     (docs/reliability.md "Load"). The platform's other statements keep Django's cursor:
     Django does not support server-side binding for every query it builds, and these are
     the few that run on every request."""
