@@ -63,7 +63,7 @@ def engine_policy(
     compile: bool = False,
     ckpt: bool = False,
     stack: bool | None = None,
-    graphs: bool | None = None,
+    graphs: bool = False,
 ):
     from workers.policy import LoraPolicy
     from workers.spec import parse_spec
@@ -96,8 +96,8 @@ def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
 COMPILE_VARIANTS = {
     # name: (layer graphs, the head's gradient in its forward, cuDNN attention)
     "head-recompute": (False, False, True),  # the step before layer graphs and the new head
-    "no-graphs": (False, True, True),
-    "graphs": (True, True, True),  # the default with train.compile on one GPU
+    "no-graphs": (False, True, True),  # the default with train.compile on one GPU
+    "graphs": (True, True, True),
     "graphs-flash": (True, True, False),  # attention by flash, not cuDNN
 }
 

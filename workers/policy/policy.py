@@ -39,14 +39,15 @@ class LoraPolicy:
         device: torch.device | None = None,
         parallel: Parallelism | None = None,
         stack_lora: bool | None = None,
-        layer_graphs: bool | None = None,
+        layer_graphs: bool = False,
     ):
         """`stack_lora`: run the LoRA linears stacked (stacked_lora.py) with the fused AdamW;
         by default on a GPU in one process. False: PEFT's own layers and the foreach AdamW,
         the step as it was before both (the benchmarks' baseline). `layer_graphs`: with
         train.compile, replay the compiled layers' training forward and backward as CUDA
-        graphs (layer_graphs.py); by default on a GPU in one process without activation
-        checkpointing. False: the compiled layers alone (the benchmarks' baseline)."""
+        graphs (layer_graphs.py), on a GPU in one process without activation checkpointing;
+        off by default: measured beside the compiled layers alone after the step's host
+        fixes, they did not pay (docs/performance.md)."""
         self.spec = spec
         self.parallel = parallel or OneProcess()
         self.device = device or pick_device(spec)
@@ -82,8 +83,7 @@ class LoraPolicy:
         self.layer_graphs: LayerGraphs | None = None
         if self._compiled:
             self.compile_layers()
-            graphs = alone and not self._checkpointed
-            if layer_graphs if layer_graphs is not None else graphs:
+            if layer_graphs and alone and not self._checkpointed:
                 self.layer_graphs = LayerGraphs(self._lm_parts()[0].layers, self._graph_ready)
         self.parallel.prepare(self.model)
         # the strategy may have swapped parameters (FSDP2: for DTensors); the optimizer has

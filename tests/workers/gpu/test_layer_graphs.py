@@ -1,8 +1,8 @@
-"""CUDA graphs over the compiled layers (workers/policy/layer_graphs.py, on by default with
-train.compile on one GPU): the same logprobs and the same accumulated LoRA gradients as the
-compiled layers alone, over micro-batches whose gradients accumulate, after an optimizer
-step and after an adapter load (the graphs read the parameters in place); batches with
-padding are not graphed.
+"""CUDA graphs over the compiled layers (workers/policy/layer_graphs.py, with train.compile
+on one GPU, asked for with `LoraPolicy(layer_graphs=True)`): the same logprobs and the same
+accumulated LoRA gradients as the compiled layers alone, over micro-batches whose gradients
+accumulate, after an optimizer step and after an adapter load (the graphs read the
+parameters in place); batches with padding are not graphed.
 
     python3 -m pytest -c /dev/null --noconftest -p no:cacheprovider -q tests/workers/gpu
 """
@@ -51,7 +51,7 @@ def _accumulate(policy: LoraPolicy, mbs) -> tuple[list[torch.Tensor], torch.Tens
 @pytest.mark.parametrize("ragged", [True, False])
 def test_layer_graphs_match_compiled_layers(model_dir, ragged):  # noqa: F811
     ref = LoraPolicy(make_spec(model_dir, compile=True), model_dir, layer_graphs=False)
-    fast = LoraPolicy(make_spec(model_dir, compile=True), model_dir)
+    fast = LoraPolicy(make_spec(model_dir, compile=True), model_dir, layer_graphs=True)
     assert ref.layer_graphs is None and fast.layer_graphs is not None
     adapter = random_adapter(ref)
     for p in (ref, fast):
