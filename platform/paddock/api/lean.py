@@ -97,6 +97,7 @@ def _supported() -> bool:
         and not api_settings.DEFAULT_THROTTLE_CLASSES
         and api_settings.DEFAULT_VERSIONING_CLASS is None
         and api_settings.DEFAULT_CONTENT_NEGOTIATION_CLASS is DefaultContentNegotiation
+        and not api_settings.DEFAULT_FILTER_BACKENDS  # an ordering filter would reorder pages
     )
 
 
@@ -124,6 +125,8 @@ class _Route:
                 and view.permission_classes == api_settings.DEFAULT_PERMISSION_CLASSES
                 and view.throttle_classes == api_settings.DEFAULT_THROTTLE_CLASSES
                 and view.content_negotiation_class is DefaultContentNegotiation
+                and getattr(view, "filter_backends", []) == api_settings.DEFAULT_FILTER_BACKENDS
+                and getattr(view, "pagination_class", NewestFirst) is NewestFirst  # the lists'
             )
             self._view = (match.view_name, ", ".join(view.allowed_methods), plain)
         return self._view
