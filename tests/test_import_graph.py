@@ -88,6 +88,10 @@ LAZY_IMPORTS = {
     ("live/apps.py", "paddock.live.subscribers"): READY,
     ("teams/apps.py", "paddock.teams.models"): READY,
     ("teams/apps.py", "paddock.teams.services"): "a signal receiver, connected in ready()",
+    # PostgreSQL-only modules (psycopg): the platform also runs on SQLite without them
+    ("core/fixed_sql.py", "django.db.backends.postgresql.base"): "PostgreSQL only",
+    ("core/fixed_sql.py", "django.db.backends.postgresql.psycopg_any"): "PostgreSQL only",
+    ("core/fixed_sql.py", "psycopg.pq"): "PostgreSQL only",
     ("monitoring/metrics.py", "django.db.models"): AT_SCRAPE,
     ("monitoring/metrics.py", "paddock.experiments.models"): AT_SCRAPE,
     ("monitoring/metrics.py", "redis"): AT_SCRAPE,
