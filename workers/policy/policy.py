@@ -91,6 +91,11 @@ class LoraPolicy:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         (group,) = self.optimizer.param_groups
         group["params"] = self.params
+        # one mode for the whole tree: from_pretrained leaves the base model's modules in
+        # eval mode while PEFT's new ones (and the root) start in training mode, so the
+        # step's check of the root's flag alone would keep the base layers in eval mode
+        # (no activation checkpointing, no dropout of theirs)
+        self.model.train()
 
     def compile_layers(self, backend: str = "inductor") -> None:
         """Regional compilation: the layers share one forward, so one compiled graph serves
