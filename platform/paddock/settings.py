@@ -34,6 +34,10 @@ PADDOCK_START_TIMEOUT_S = float(os.environ.get("PADDOCK_START_TIMEOUT_S", "900")
 PADDOCK_POOL_CAPACITY = int(os.environ.get("PADDOCK_POOL_CAPACITY", "4"))
 # an aborted run's job has this long to stop on its own before the Jobs API stops it
 PADDOCK_ABORT_GRACE_S = float(os.environ.get("PADDOCK_ABORT_GRACE_S", "30"))
+# the hot reads' statements prepared on their connection (core/fixed_sql.py); off behind a
+# pooler that drops prepared statements (PgBouncer in transaction mode before 1.21)
+_prepared = os.environ.get("PADDOCK_PREPARED_STATEMENTS", "true").strip().lower()
+PADDOCK_PREPARED_STATEMENTS = _prepared not in ("0", "false", "no", "off")
 # the bearer token of a Prometheus scrape of /metrics; unset: loopback, unproxied only
 PADDOCK_METRICS_TOKEN = os.environ.get("PADDOCK_METRICS_TOKEN", "")
 # Peers whose X-Forwarded-For is believed (addresses or CIDRs; core/client_address.py)
