@@ -81,7 +81,7 @@ _SAMPLES = QueryTemplate(_newest_sample_sets)
 # each key's newest points are a backward scan of the same index, sent as three arrays per
 # key: a row per point cost the snapshot more CPU in the driver than the query took.
 _TABLE = MetricPoint._meta.db_table
-_RECENT_POINTS = f"""
+_RUN_KEYS = f"""
 WITH RECURSIVE keys(key) AS (
     (SELECT key FROM {_TABLE} WHERE run_id = %(run)s ORDER BY key LIMIT 1)
     UNION ALL
@@ -89,7 +89,9 @@ WITH RECURSIVE keys(key) AS (
             ORDER BY p.key LIMIT 1)
     FROM keys WHERE keys.key IS NOT NULL
 )
-SELECT keys.key, recent.steps, recent.vals, recent.times
+"""  # the run's keys, a step of the (run, key, step) index each
+_RECENT_POINTS = f"""
+{_RUN_KEYS}SELECT keys.key, recent.steps, recent.vals, recent.times
 FROM keys CROSS JOIN LATERAL (
     SELECT array_agg(r.step ORDER BY r.step) AS steps, array_agg(r.value ORDER BY r.step) AS vals,
            array_agg(r.time ORDER BY r.step) AS times
@@ -128,14 +130,7 @@ _JSON_FLOAT = (
 )
 _PYTHON_WRITES_IN_FULL = "(abs({v}) >= 1e15 AND abs({v}) < 1e16)"
 _RECENT_POINTS_JSON = f"""
-WITH RECURSIVE keys(key) AS (
-    (SELECT key FROM {_TABLE} WHERE run_id = %(run)s ORDER BY key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT p.key FROM {_TABLE} p WHERE p.run_id = %(run)s AND p.key > keys.key
-            ORDER BY p.key LIMIT 1)
-    FROM keys WHERE keys.key IS NOT NULL
-)
-SELECT keys.key, recent.points,
+{_RUN_KEYS}SELECT keys.key, recent.points,
        (SELECT p.value FROM {_TABLE} p WHERE p.run_id = %(run)s AND p.key = keys.key
         ORDER BY p.step DESC LIMIT 1) AS last,
        recent.exact
