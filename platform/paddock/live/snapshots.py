@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F, Max, Q, Window
 from django.db.models.functions import RowNumber
 
@@ -189,9 +191,34 @@ def run_snapshot(run_id: int, points_per_key: int = SNAPSHOT_POINTS) -> dict[str
 _POINTS_HERE = "\x00points\x00"
 
 
+@contextmanager
+def one_moment() -> Iterator[None]:
+    """The reads inside see the database as of one moment, so that a snapshot's or a
+    replay's cursor covers exactly the points read with it. Read in separate statements, a
+    batch stored between two of them was sent twice (its points read, the cursor read
+    before it: its live message then passed the consumer's cursor filter) or never (the
+    cursor read after it, the points before). PostgreSQL: one REPEATABLE READ transaction
+    (read-only here, so it never fails to serialize); SQLite's transaction reads one
+    snapshot already; inside a caller's transaction, the caller's."""
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:  # the transaction's first statement
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
+
+
 def run_snapshot_text(run_id: int, points_per_key: int = SNAPSHOT_POINTS) -> tuple[str, dict]:
     """json.dumps(run_snapshot(run_id)), byte for byte, with the points written by
-    PostgreSQL (`recent_points_json`) where it writes them exactly; and the cursor."""
+    PostgreSQL (`recent_points_json`) where it writes them exactly; and the cursor, all as
+    of one moment."""
+    with one_moment():
+        return _run_snapshot_text(run_id, points_per_key)
+
+
+def _run_snapshot_text(run_id: int, points_per_key: int) -> tuple[str, dict]:
     written = recent_points_json(run_id, points_per_key)
     if written is None:
         snapshot = run_snapshot(run_id, points_per_key)
@@ -234,7 +261,12 @@ def _snapshot(run_id: int, points, latest: dict) -> dict[str, Any]:
 def run_replay(run_id: int, after: tuple[int, int]) -> list[dict[str, Any]]:
     """Messages for everything stored after cursor `after`, oldest first, ending with the
     run's state. Steps are re-sent from the smallest step of the later batches, events
-    after the last event the cursor's batch had seen."""
+    after the last event the cursor's batch had seen. All as of one moment."""
+    with one_moment():
+        return _run_replay(run_id, after)
+
+
+def _run_replay(run_id: int, after: tuple[int, int]) -> list[dict[str, Any]]:
     run = Run.objects.get(pk=run_id)
     dispatch, seq = after
     later = BatchSummary.objects.filter(run_id=run_id).filter(

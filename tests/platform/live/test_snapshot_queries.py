@@ -28,8 +28,9 @@ from paddock.teams.services import api_token_create
 
 # the run (1), every key's newest points (1), the logs (1), the sample sets (1)
 SNAPSHOT_QUERIES = 4
-# the token with the user and role (1), the run's access check (1), the snapshot
-CONNECT_QUERIES = 2 + SNAPSHOT_QUERIES
+# the token with the user and role (1), the run's access check (1), the snapshot, read in
+# one REPEATABLE READ transaction (its SET TRANSACTION: 1; snapshots.one_moment)
+CONNECT_QUERIES = 2 + 1 + SNAPSHOT_QUERIES
 
 
 @contextmanager
