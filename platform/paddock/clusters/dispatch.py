@@ -37,7 +37,14 @@ from paddock.teams.models import TeamQuota
 from . import pools
 from .bootstrap_tokens import bootstrap_token_for
 from .models import Pool, RayCluster
-from .placement import Bundle, never_placeable, run_bundles, snapshot_less, wait_reason
+from .placement import (
+    Bundle,
+    entrypoint_resources,
+    never_placeable,
+    run_bundles,
+    snapshot_less,
+    wait_reason,
+)
 from .ray_jobs import ClusterUnreachable, cluster_resources, job_submit
 
 log = logging.getLogger(__name__)
@@ -165,6 +172,14 @@ def cluster_pick(*, run: Run) -> tuple[RayCluster | None, str | None]:
     return None, reasons[0]
 
 
+def quota_lock(*, team_id: int) -> TeamQuota:
+    """The team's quota row, locked until the transaction ends: a dispatch takes it before
+    its quota check, so the team's dispatches check one at a time, each seeing what the one
+    before took (the launch takes it too)."""
+    quota, _ = TeamQuota.objects.select_for_update().get_or_create(team_id=team_id)
+    return quota
+
+
 def quota_refusal(*, run: Run, gpus: float | None = None) -> str | None:
     """Why the team's quota holds the run back, or None. `gpus`: what the run will count
     for (a pooled run: its share of its pool's GPUs), else what it asks for; the team's
@@ -210,22 +225,9 @@ def _order(run: Run, cluster: RayCluster) -> DispatchOrder:
         submission_id=run.ray_submission_id,
         cluster_id=cluster.pk,
         address=cluster.address,
-        **_entrypoint_resources(resources),
+        **entrypoint_resources(resources),
         env=env,
     )
-
-
-def _entrypoint_resources(resources: dict) -> dict[str, float]:
-    """What the job's driver process reserves. With the in-process executor it is the
-    trainer and the engine, so it takes the trainer's share; with the Ray executor the
-    actors' placement group holds the GPUs and CPUs, and a driver that reserved them too
-    would count them twice (and could wait forever for its own group)."""
-    if resources.get("executor", "local") == "ray":
-        return {"num_cpus": 0.1, "num_gpus": 0.0}
-    return {
-        "num_cpus": float(resources.get("trainer_cpus", 1)),
-        "num_gpus": float(resources.get("trainer_gpus", 0)),
-    }
 
 
 def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
@@ -247,6 +249,9 @@ def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
         if run.desired_state == "paused":
             _queue_reason(run, "paused before it started: resume to dispatch it")
             return None
+        # every dispatch of the team takes its quota's row, so that its check counts what
+        # the dispatch before took (two solo runs checked at once would both fit)
+        quota_lock(team_id=run.team_id)
         if pools.pool_asked(run.config.spec):
             return _pool_prepare(run)
         reason = quota_refusal(run=run)
@@ -300,7 +305,7 @@ def _pool_fit(run: Run, asked: str) -> tuple[Pool | None, str | None]:
     none fitting, for `auto`: an `auto` pool, of any team's runs) a new pool is started
     (reason None)."""
     spec = run.config.spec
-    weight = float(spec["resources"].get("pool_weight", 1.0))
+    weight = pools.weight_of(spec)
     allowed = {c.pk for c in _candidates(run)}
     live = (
         Pool.objects.select_for_update()
@@ -342,14 +347,15 @@ def _pool_fit(run: Run, asked: str) -> tuple[Pool | None, str | None]:
 
 def _pool_start(run: Run, asked: str) -> tuple[Pool | None, str | None]:
     """A new pool (or the named pool's next dispatch) on a cluster that can place the run
-    now, with the run's key; or None and why it waits. A named pool is the run's team's."""
-    reason = quota_refusal(run=run)
+    now, with the run's key; or None and why it waits. A named pool is the run's team's.
+    The founder counts for the whole pool (its share alone: what the pool's job reserves)."""
+    reason = quota_refusal(run=run, gpus=pools.reserved_gpus(run.config.spec))
     cluster = None
     if reason is None:
         cluster, reason = cluster_pick(run=run)
     if reason is not None:
         return None, reason
-    resources = _entrypoint_resources(run.config.spec.get("resources", {}))
+    resources = entrypoint_resources(run.config.spec.get("resources", {}))
     fields = {
         "cluster": cluster, "key": pools.key_for(run.config.spec, cluster),
         "capacity": pools.capacity_of(cluster), "state": Pool.State.STARTING,
@@ -376,10 +382,9 @@ def _pool_start(run: Run, asked: str) -> tuple[Pool | None, str | None]:
 def _pool_prepare(run: Run) -> DispatchOrder | None:
     """Pack the queued run (locked) into a pool: join one that fits, else start one; move
     the run to `dispatching` under the pool's job. None when it waits (the reason stored).
-    The team's pooled dispatches go one at a time (its quota's row locked): a new named pool
-    is made once, by the first, and the next finds it; and each checks the team's GPUs with
-    what the one before took."""
-    TeamQuota.objects.select_for_update().get_or_create(team_id=run.team_id)
+    The team's dispatches go one at a time (dispatch_prepare locked its quota's row): a new
+    named pool is made once, by the first, and the next finds it; and each checks the team's
+    GPUs with what the one before took."""
     asked = pools.pool_asked(run.config.spec)
     pool, reason = _pool_fit(run, asked)
     if pool is None and reason is None:
@@ -393,7 +398,7 @@ def _pool_prepare(run: Run) -> DispatchOrder | None:
         ray_submission_id=pool.ray_submission_id,
     )  # fmt: skip
     run.refresh_from_db()
-    weight = float(run.config.spec["resources"].get("pool_weight", 1.0))
+    weight = pools.weight_of(run.config.spec)
     pools.member_join(pool=pool, run=run, dispatch=dispatch, weight=weight)
     run_transition(run=run, to_state=S.DISPATCHING, dispatch=dispatch, reason=f"pool {pool.name}")
     return _pool_order(pool, run)

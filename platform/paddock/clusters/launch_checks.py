@@ -1,28 +1,42 @@
 """What a launch is checked against here, in the cluster registry: its backends advertised
 by a cluster the team may use (or the one it named), and its runs' resources placeable by
-one of them, ever. Registered as the experiments app's `launch_check` in
-ClustersConfig.ready() (experiments sits below clusters and does not import it)."""
+one of them, ever; and what each run counts for at least in its team's GPUs, which the launch
+holds against the quota (a pooled run: its least share, pools.least_gpus). Registered as the
+experiments app's `launch_check` in ClustersConfig.ready() (experiments sits below clusters
+and does not import it)."""
 
 from __future__ import annotations
 
 from django.db.models import Q
 
 from paddock.core.errors import DomainError, ErrorCode
+from paddock.experiments.configs import spec_gpus
 
 from .models import RayCluster
 from .placement import never_placeable, run_bundles
-from .pools import pool_asked, unpoolable_reason
+from .pools import capacity_of, least_gpus, pool_asked, unpoolable_reason
 
 
-def launch_check(*, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]) -> None:
-    """`runs`: (backend, effective spec) of each planned run. Raises DomainError."""
+def launch_check(
+    *, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]
+) -> list[float]:
+    """`runs`: (backend, effective spec) of each planned run. Raises DomainError. Returns,
+    for each run, the least GPUs it can count for in its team's usage: a run of its own
+    what it asks for, a pooled run its least share on the clusters that can place it (one
+    place of the largest pool they start, for `auto`)."""
     for _, spec in runs:
         why = unpoolable_reason(spec) if pool_asked(spec) else None
         if why is not None:
             raise DomainError(ErrorCode.INVALID, why, field="spec.resources.pool")
     backends = list(dict.fromkeys(backend for backend, _ in runs))
     clusters = _check_backends(team_id=team_id, backends=backends, cluster_id=cluster_id)
-    _check_placement(clusters=clusters, runs=runs)
+    placing = _check_placement(clusters=clusters, runs=runs)
+    return [
+        least_gpus(spec, capacity=max(capacity_of(c) for c in where))
+        if pool_asked(spec) and where
+        else spec_gpus(spec)
+        for (_, spec), where in zip(runs, placing, strict=True)
+    ]
 
 
 def _visible_clusters(team_id: int):
@@ -57,14 +71,18 @@ def _check_backends(
     return clusters
 
 
-def _check_placement(*, clusters: list[RayCluster], runs: list[tuple[str, dict]]) -> None:
+def _check_placement(
+    *, clusters: list[RayCluster], runs: list[tuple[str, dict]]
+) -> list[list[RayCluster]]:
     """Refuse a run that no cluster it may go to could ever place (more GPUs or CPUs than
     the cluster has, or a bundle bigger than its largest node), naming the setting. A
     cluster whose resources are not known yet (never probed) is given the benefit of the
-    doubt; what is short only now waits in `queued`, with the reason (dispatch)."""
+    doubt; what is short only now waits in `queued`, with the reason (dispatch). Returns
+    each run's clusters that can place it."""
+    placing = []
     for backend, spec in runs:
         bundles = run_bundles(spec["resources"])
-        refusals = []
+        refusals, where = [], []
         for cluster in clusters:
             if backend not in cluster.backends:
                 continue
@@ -73,14 +91,14 @@ def _check_placement(*, clusters: list[RayCluster], runs: list[tuple[str, dict]]
                 capacity=cluster.capacity or {},
             )  # fmt: skip
             if refusal is None:
-                break
-            refusals.append(refusal)
-        else:
-            if refusals:
-                first = refusals[0]
-                others = (
-                    f" (nor can {len(refusals) - 1} other clusters)" if len(refusals) > 1 else ""
-                )
-                raise DomainError(
-                    ErrorCode.UNPLACEABLE, first.message + others, field=f"spec.{first.setting}"
-                )
+                where.append(cluster)
+            else:
+                refusals.append(refusal)
+        placing.append(where)
+        if not where and refusals:
+            first = refusals[0]
+            others = f" (nor can {len(refusals) - 1} other clusters)" if len(refusals) > 1 else ""
+            raise DomainError(
+                ErrorCode.UNPLACEABLE, first.message + others, field=f"spec.{first.setting}"
+            )
+    return placing

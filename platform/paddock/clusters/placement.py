@@ -2,7 +2,7 @@
 
 A run asks for bundles of CPUs and GPUs, each of which Ray must place whole on one node:
 with the in-process executor one bundle (the job's driver holds the trainer's share, see
-dispatch._entrypoint_resources); with the Ray executor the driver's sliver and one bundle
+entrypoint_resources below); with the Ray executor the driver's sliver and one bundle
 per trainer actor and per rollout replica (workers/distributed/fleet.py). A cluster is
 described by a snapshot of its nodes, each with its total and free CPUs and GPUs, as the
 health check last observed them (`RayCluster.resources`); an operator's declared
@@ -47,6 +47,19 @@ def run_bundles(resources: dict[str, Any]) -> list[Bundle]:
         * actors
         + [Bundle("a rollout replica", rollout, rollout_settings)] * replicas
     )
+
+
+def entrypoint_resources(resources: dict[str, Any]) -> dict[str, float]:
+    """What the job's driver process reserves. With the in-process executor it is the
+    trainer and the engine, so it takes the trainer's share; with the Ray executor the
+    actors' placement group holds the GPUs and CPUs, and a driver that reserved them too
+    would count them twice (and could wait forever for its own group)."""
+    if resources.get("executor", "local") == "ray":
+        return {"num_cpus": DRIVER_CPUS, "num_gpus": 0.0}
+    return {
+        "num_cpus": float(resources.get("trainer_cpus", 1)),
+        "num_gpus": float(resources.get("trainer_gpus", 0)),
+    }
 
 
 def _units(amount: float, resource: str) -> str:

@@ -35,6 +35,7 @@ from workers.spec import RunSpec
 
 from .bootstrap_tokens import bootstrap_token_for as run_bootstrap_token
 from .models import BootstrapUse, Pool, PoolMember, RayCluster
+from .placement import entrypoint_resources
 
 log = logging.getLogger(__name__)
 ENTRYPOINT = "python -m workers.pool.job"
@@ -95,7 +96,37 @@ def current_members(pool_id: int) -> QuerySet[PoolMember]:
 def shares(members: list[PoolMember]) -> dict[int, float]:
     """Each member run's share of the pool: its weight over the members' total weight."""
     total = sum(m.weight for m in members)
-    return {m.run_id: (m.weight / total if total > 0 else 0.0) for m in members}
+    return {m.run_id: share_gpus(pool_gpus=1, weight=m.weight, total_weight=total) for m in members}
+
+
+def share_gpus(*, pool_gpus: float, weight: float, total_weight: float) -> float:
+    """The share rule, the one place it is written (docs/pools.md, "Quotas"): what a member
+    of `weight` counts for in its team's GPUs, in a pool whose job reserves `pool_gpus` and
+    whose current members (the member included) weigh `total_weight` in all."""
+    return pool_gpus * weight / total_weight if total_weight > 0 else 0.0
+
+
+def weight_of(spec: dict) -> float:
+    return float((spec.get("resources") or {}).get("pool_weight", 1.0))
+
+
+def reserved_gpus(spec: dict) -> float:
+    """The GPUs the job of a pool started for a run of `spec` reserves (its driver's: a
+    pooled run trains and generates in the pool's one process), the same for every run of
+    its key (the key holds the GPU settings)."""
+    return entrypoint_resources(spec.get("resources") or {})["num_gpus"]
+
+
+def least_gpus(spec: dict, *, capacity: int) -> float:
+    """The least a pooled run of `spec` can count for in its team's GPUs, which the launch
+    checks against the quota: for `auto`, one place of a full pool of `capacity` runs of its
+    own weight (a pool another team may have started); for a named pool, the whole pool
+    alone, as its founder counts (a named pool hosts only its team's runs, so one of them
+    must start it, alone)."""
+    if pool_asked(spec) != "auto":
+        return reserved_gpus(spec)
+    weight = weight_of(spec)
+    return share_gpus(pool_gpus=reserved_gpus(spec), weight=weight, total_weight=capacity * weight)
 
 
 def member_join(*, pool: Pool, run: Run, dispatch: int, weight: float) -> PoolMember:
@@ -163,19 +194,21 @@ def pooled_gpus_correction(*, team_id: int) -> float:
     correction = 0.0
     for pool_id, pool_gpus, weight, run_team, run_gpus in rows:
         if run_team == team_id:
-            total = totals[pool_id]
-            correction += (pool_gpus * weight / total if total > 0 else 0.0) - run_gpus
+            share = share_gpus(pool_gpus=pool_gpus, weight=weight, total_weight=totals[pool_id])
+            correction += share - run_gpus
     return correction
 
 
 def gpus_if_joined(pool: Pool, *, team_id: int, weight: float) -> float:
     """How much the team's GPUs in use grow when its run of `weight` joins `pool`: the run's
-    share, less what the team's members there give up (each share shrinks)."""
+    share, less what the team's members there give up (each share shrinks). A new pool's
+    founder: the whole pool, `reserved_gpus`."""
     members = list(current_members(pool.pk))
     total = sum(m.weight for m in members)
     mine = sum(m.weight for m in members if m.run.team_id == team_id)
-    before = pool.num_gpus * mine / total if total > 0 else 0.0
-    return pool.num_gpus * (mine + weight) / (total + weight) - before
+    gpus = pool.num_gpus
+    before = share_gpus(pool_gpus=gpus, weight=mine, total_weight=total)
+    return share_gpus(pool_gpus=gpus, weight=mine + weight, total_weight=total + weight) - before
 
 
 def _membership_sql(_shape=None) -> str:

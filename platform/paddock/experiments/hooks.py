@@ -5,7 +5,8 @@ so a subscriber re-fetches what it needs and copes with a row that changed or va
 meanwhile. The apps that act on them subscribe in their `AppConfig.ready()`: clusters
 dispatches (`run_enqueued`, a resume in `run_control_requested`), live broadcasts
 (`run_state_changed`, `run_control_requested`); clusters also provides the check of a
-launch against the registry (`launch_check`) and what pooled runs count for in a team's GPUs
+launch against the registry (`launch_check`, which also says what each run counts for at least
+in the team's GPUs) and what pooled runs count for in a team's GPUs
 (`pooled_gpus_correction`). So experiments imports neither, and the apps' imports form a DAG
 (tests/test_import_graph.py)."""
 
@@ -56,20 +57,24 @@ def run_control_requested(run_id: int, desired_state: str) -> None:
 
 # One provider rather than subscribers: a launch asks the clusters app whether its runs can
 # go anywhere (backends advertised, resources placeable), and must not launch unchecked.
-_launch_check: Callable[..., None] | None = None
+_launch_check: Callable[..., list[float]] | None = None
 
 
-def provide_launch_check(check: Callable[..., None]) -> None:
+def provide_launch_check(check: Callable[..., list[float]]) -> None:
     global _launch_check
     _launch_check = check
 
 
-def launch_check(*, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]) -> None:
+def launch_check(
+    *, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]
+) -> list[float]:
     """Raise DomainError unless the runs, (backend, effective spec) each, can be placed on a
-    cluster the team may use (the one named by `cluster_id`, if any)."""
+    cluster the team may use (the one named by `cluster_id`, if any). Returns the least GPUs
+    each run can count for in the team's usage: its ask, or a pooled run's least share of
+    its pool's GPUs (docs/pools.md, "Quotas")."""
     if _launch_check is None:
         raise RuntimeError("no launch check: paddock.clusters is not an installed app")
-    _launch_check(team_id=team_id, cluster_id=cluster_id, runs=runs)
+    return _launch_check(team_id=team_id, cluster_id=cluster_id, runs=runs)
 
 
 # The GPUs a team's pooled runs count for are their shares of their pools' GPUs, which only

@@ -34,7 +34,8 @@ class PlannedRun:
     backend: str
     seed: int
     spec: dict
-    gpus: float
+    gpus: float  # what its spec asks for
+    least_gpus: float = 0.0  # the least it can count for in the team's GPUs (the launch check's)
 
 
 @dataclass
@@ -71,11 +72,16 @@ def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
     """Refuse what could never start or would overfill the queue; within those bounds,
     runs over the concurrency limits wait in `queued` (dispatch enforces those)."""
     quota, _ = TeamQuota.objects.select_for_update().get_or_create(team=team)
-    biggest = max((r.gpus for r in runs), default=0)
-    if biggest > quota.max_gpus:
+    biggest = max(runs, key=lambda r: r.least_gpus, default=None)
+    if biggest is not None and biggest.least_gpus > quota.max_gpus + 1e-9:
+        counts = (
+            f"a pooled run counts for at least {biggest.least_gpus:g} GPUs (its least share "
+            f"of its pool's)"
+            if biggest.spec["resources"].get("pool")
+            else f"a run asks for {biggest.least_gpus:g} GPUs"
+        )
         raise DomainError(ErrorCode.QUOTA_EXCEEDED,
-            f"a run asks for {biggest:g} GPUs; the team may use {quota.max_gpus:g}",
-            field="spec.resources",
+            f"{counts}; the team may use {quota.max_gpus:g}", field="spec.resources",
         )  # fmt: skip
     if quota.max_concurrent_runs == 0:
         raise DomainError(ErrorCode.QUOTA_EXCEEDED, "the team may not run anything")
@@ -106,9 +112,11 @@ def _plan(
             runs.append(PlannedRun(backend, seed, run_spec, spec_gpus(run_spec)))
     # the clusters app (above this one) checks the backends and resources against the
     # clusters the team may use, and the target cluster if one was named
-    hooks.launch_check(
+    least = hooks.launch_check(
         team_id=team.pk, cluster_id=cluster_id, runs=[(r.backend, r.spec) for r in runs]
     )
+    for run, gpus in zip(runs, least, strict=True):
+        run.least_gpus = gpus
     _check_quota(team=team, runs=runs)
     return LaunchPlan(spec=normalized, runs=runs, cluster_id=cluster_id)
 

@@ -16,6 +16,7 @@ from paddock.experiments.selectors import team_usage
 from paddock.experiments.states import run_transition
 from paddock.teams.models import Role, TeamQuota
 from tests.platform.conftest import TINY_SPEC, launch
+from tests.platform.factories import ClusterFactory
 
 pytestmark = pytest.mark.usefixtures("quiet_hooks")
 
@@ -87,9 +88,9 @@ def test_the_quota_holds_back_a_join_by_what_it_adds_with_weights(gpu_world, cli
     world = gpu_world
     b = _gpu_run(world, client_as, team="b", weight=1.0)
     assert dispatch_prepare(run_id=b.pk) is not None
-    heavy, light = _gpu_run(world, client_as, weight=3.0), _gpu_run(world, client_as, weight=1.0)
-    # (the launch checks a run's own ask against the quota: lowered after the launch)
+    # A's quota is half a GPU: a pooled run of A's asks for 1 but may count for less
     TeamQuota.objects.filter(team=world.team_a).update(max_gpus=0.5)
+    heavy, light = _gpu_run(world, client_as, weight=3.0), _gpu_run(world, client_as, weight=1.0)
     # A's run of weight 3 would hold 0.75 of the pool's GPU: over A's 0.5
     assert dispatch_prepare(run_id=heavy.pk) is None
     heavy.refresh_from_db()
@@ -97,6 +98,72 @@ def test_the_quota_holds_back_a_join_by_what_it_adds_with_weights(gpu_world, cli
     # of weight 1 it holds 0.5: it fits, and A then uses its whole quota
     assert dispatch_prepare(run_id=light.pk) is not None
     assert (_gpus(world.team_a), _gpus(world.team_b)) == (0.5, 0.5)
+
+
+def _launch(world, client_as, team="a", **resources):
+    users, t = (world.users_a, world.team_a) if team == "a" else (world.users_b, world.team_b)
+    spec = {**TINY_SPEC, "resources": {**GPU, **resources}}
+    return launch(client_as(users[Role.MEMBER]), t, spec=spec)
+
+
+def _refusal(reply) -> str:
+    assert reply.status_code == 409, reply.json()
+    assert (reply.json()["code"], reply.json()["field"]) == ("quota_exceeded", "spec.resources")
+    return reply.json()["message"]
+
+
+def test_the_launch_counts_a_pooled_run_as_its_least_share(gpu_world, client_as, settings):
+    world = gpu_world
+    settings.PADDOCK_POOL_CAPACITY = 4
+    TeamQuota.objects.filter(team=world.team_a).update(max_gpus=0.25)
+    # a run of its own counts for what it asks: 1 GPU, over 0.25
+    assert _refusal(_launch(world, client_as)) == "a run asks for 1 GPUs; the team may use 0.25"
+    # an `auto` run may take one place of four in a 1-GPU pool: 0.25, whatever its weight
+    for weight in (1.0, 3.0):
+        reply = _launch(world, client_as, pool="auto", pool_weight=weight)
+        assert reply.status_code == 201, reply.json()
+    # a named pool hosts only A's runs: one of them starts it, alone, holding the whole GPU
+    assert _refusal(_launch(world, client_as, pool="sweep")) == (
+        "a pooled run counts for at least 1 GPUs (its least share of its pool's); "
+        "the team may use 0.25"
+    )
+    # below one place of the largest pool a cluster of the team's starts: refused
+    TeamQuota.objects.filter(team=world.team_a).update(max_gpus=0.125)
+    assert "at least 0.25 GPUs" in _refusal(_launch(world, client_as, pool="auto"))
+    # ... unless a cluster it may use starts pools of eight (A's own, declared)
+    ClusterFactory(name="a-own", team=world.team_a, backends=["torch"], capacity={"pool_runs": 8})
+    assert _launch(world, client_as, pool="auto").status_code == 201
+    # a cluster of another team's does not count
+    TeamQuota.objects.filter(team=world.team_b).update(max_gpus=0.125)
+    assert "at least 0.25 GPUs" in _refusal(_launch(world, client_as, team="b", pool="auto"))
+    # the dry run answers the same
+    reply = client_as(world.users_a[Role.MEMBER]).post(
+        "/api/v1/experiments",
+        {"team": world.team_a.pk, "name": "exp", "validate_only": True,
+         "spec": {**TINY_SPEC, "resources": {**GPU, "pool": "sweep"}}},
+        format="json",
+    )  # fmt: skip
+    assert reply.status_code == 200, reply.json()
+    assert reply.json()["valid"] is False
+    assert [e["code"] for e in reply.json()["errors"]] == ["quota_exceeded"]
+
+
+def test_a_named_pools_founder_is_checked_at_its_share_alone(gpu_world, client_as):
+    """The founder of a pool counts for the pool's GPUs (those its job reserves), not its
+    spec's whole ask: a run asking for a trainer GPU and a rollout GPU starts a 1-GPU pool
+    under a quota of 1, and the launch lets it in."""
+    world = gpu_world
+    TeamQuota.objects.filter(team=world.team_a).update(max_gpus=1)
+    reply = _launch(world, client_as, pool="sweep", rollout_gpus=1)
+    assert reply.status_code == 201, reply.json()
+    run = Run.objects.get(pk=reply.json()["runs"][0]["id"])
+    assert run.gpus == 2
+    assert dispatch_prepare(run_id=run.pk) is not None
+    assert Pool.objects.get(name="sweep").num_gpus == 1 and _gpus(world.team_a) == 1.0
+    # the same spec as a run of its own asks for 2
+    assert _refusal(_launch(world, client_as, rollout_gpus=1)) == (
+        "a run asks for 2 GPUs; the team may use 1"
+    )
 
 
 def test_the_migration_hands_a_named_pool_to_its_first_members_team(gpu_world, client_as):
