@@ -5,7 +5,7 @@ the websocket, or the run's token: one pooled run's token cannot ingest for its 
 A named pool is its team's: team A asking for the name of team B's pool gets a pool of its
 own, whatever B's pool is (full, of another key, on B's own cluster, stopping), and learns
 nothing of B's through its run's waiting reason, events or the REST answers; an `auto` run
-never lands in another team's named pool."""
+never lands in another team's named pool. Which team a pool is of is for staff only."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from paddock.experiments.tokens import run_token_mint
 from paddock.teams.models import Role
 from paddock.teams.services import api_token_create
 from tests.platform.conftest import TINY_SPEC
+from tests.platform.factories import UserFactory
 from tests.security.conftest import SECRET
 from tests.security.wsclient import Ws
 
@@ -183,3 +184,37 @@ def test_an_auto_run_never_lands_in_another_teams_named_pool(world, settings):
     joined = PoolMember.objects.get(run=mine).pool
     assert joined.pk != theirs.pk and joined.team_id is None and joined.name.startswith("auto_")
     assert not PoolMember.objects.filter(pool=theirs, run=mine).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_hooks")
+def test_staff_tell_pools_of_one_name_apart_by_team_and_no_one_else_sees_it(
+    world, client_as, settings
+):
+    theirs = _b_owns_pool_sweep(world, settings, "with room")
+    actor = world.actor(world.users_a[Role.MEMBER])
+    named = {**TINY_SPEC, "resources": {"pool": "sweep"}}
+    for spec in (named, POOLED):
+        run = experiment_launch(actor=actor, team=world.team_a, name="mine", spec=spec).runs[0]
+        assert dispatch_prepare(run_id=run.pk) is not None
+    mine = Pool.objects.get(name="sweep", team=world.team_a)
+    auto = Pool.objects.get(team__isnull=True)
+    staff = client_as(UserFactory(username="root", is_staff=True))
+    pools = staff.get("/api/v1/pools").json()
+    listed = {p["id"]: (p["name"], p["team"], p["team_name"]) for p in pools}
+    assert listed == {
+        theirs.pk: ("sweep", world.team_b.pk, world.team_b.name),
+        mine.pk: ("sweep", world.team_a.pk, world.team_a.name),
+        auto.pk: (auto.name, None, None),
+    }
+    page = staff.get(f"/api/v1/pools/{theirs.pk}").json()
+    assert (page["team"], page["team_name"]) == (world.team_b.pk, world.team_b.name)
+    # a member of A (even its owner) gets no pool's team, its own pools' included
+    for user in (world.users_a[Role.VIEWER], world.users_a[Role.OWNER]):
+        client = client_as(user)
+        pools = client.get("/api/v1/pools").json()
+        assert {p["id"] for p in pools} == {mine.pk, auto.pk}
+        pages = [client.get(f"/api/v1/pools/{p}").json() for p in (mine.pk, auto.pk)]
+        for answer in pools + pages:
+            assert "team" not in answer and "team_name" not in answer, answer
+        assert SECRET not in client.get("/api/v1/pools").content.decode()

@@ -870,6 +870,10 @@ export interface components {
             name: string;
             state: string;
             cluster_name: string;
+            /** @description staff sessions only (absent for anyone else): the team of a named pool (its name is unique in that team only); null for an auto pool */
+            team?: number | null;
+            /** @description staff sessions only, with team */
+            team_name?: string | null;
             /** @description runs it hosts at most */
             capacity: number;
             /** @description the runs it hosts now, of every team */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { PoolMember, RunPool } from "../api/types";
-import { memoryFigures, membersInOrder, runPoolLine, shareLabel } from "./pools";
+import { memoryFigures, membersInOrder, poolTeamLabel, runPoolLine, shareLabel } from "./pools";
 
 const pool: RunPool = {
   id: 3, name: "sweep", state: "running", share: 0.25, weight: 1, joined_at: "2026-01-01T00:00:00Z",
@@ -23,6 +23,12 @@ describe("pool views", () => {
   it("says the run's pool, its share, and only counts the other teams' runs", () => {
     expect(runPoolLine(pool)).toBe("pool sweep · share 25 % · 1 of your team's runs, 4 in all");
     expect(runPoolLine({ ...pool, left_at: "2026-01-02T00:00:00Z", share: null })).toContain("· left ·");
+  });
+
+  it("names the pool's team for staff only (the API sends it to staff alone)", () => {
+    expect(poolTeamLabel({ team: 4, team_name: "vision" })).toBe("vision");
+    expect(poolTeamLabel({ team: null, team_name: null })).toBe("auto: no team");
+    expect(poolTeamLabel({})).toBeNull();
   });
 
   it("reads the memory figures a pool job reports", () => {

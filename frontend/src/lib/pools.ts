@@ -1,6 +1,6 @@
 // What the pool views show, as pure functions: a share as a percentage, the pool line of a
 // run page, and the memory figures a pool job reports (metric keys under memory/).
-import type { PoolMember, RunPool } from "../api/types";
+import type { Pool, PoolMember, RunPool } from "../api/types";
 
 export function shareLabel(share: number | null | undefined): string {
   if (share === null || share === undefined || !Number.isFinite(share)) return "—";
@@ -13,6 +13,14 @@ export function runPoolLine(pool: RunPool): string {
   const mine = pool.members_of_your_team.length;
   const share = pool.left_at ? "left" : `share ${shareLabel(pool.share)}`;
   return `pool ${pool.name} · ${share} · ${mine} of your team's runs, ${pool.members_total} in all`;
+}
+
+/** The pool's team as staff see it ("auto: no team" for an auto pool); null when the API did
+ * not send it (anyone but staff: named pools of several teams may share a name, and which
+ * team a pool is of is for staff only). */
+export function poolTeamLabel(pool: Pick<Pool, "team" | "team_name">): string | null {
+  if (pool.team === undefined) return null;
+  return pool.team === null ? "auto: no team" : (pool.team_name ?? `team ${pool.team}`);
 }
 
 export const MEMORY_PREFIX = "memory/";

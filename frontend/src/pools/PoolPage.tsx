@@ -5,7 +5,7 @@ import { Link, useParams } from "react-router";
 import { usePool, usePools } from "../api/pools";
 import type { Pool, RunState } from "../api/types";
 import { formatNumber, timeAgo } from "../lib/format";
-import { memoryFigures, membersInOrder, shareLabel } from "../lib/pools";
+import { memoryFigures, membersInOrder, poolTeamLabel, shareLabel } from "../lib/pools";
 import { StateBadge } from "../runs/StateBadge";
 import { Empty, Query } from "../ui/States";
 
@@ -40,11 +40,13 @@ function PoolTable({ pool }: { pool: Pool }) {
 }
 
 function PoolView({ pool }: { pool: Pool }) {
+  const team = poolTeamLabel(pool);
   return (
     <section className="pool">
       <header className="run-head">
         <div className="run-title"><h1>Pool {pool.name}</h1><span className="muted">{pool.state}</span></div>
         <div className="run-meta muted">
+          {team !== null && <span data-testid="pool-team">{team}</span>}
           <span>cluster {pool.cluster_name}</span>
           <span>{pool.members_total} of {pool.capacity} runs</span>
           <span>{formatNumber(pool.gpus)} GPUs</span>
@@ -68,18 +70,22 @@ export default function PoolPage() {
 
 function PoolList() {
   const all = usePools();
+  // staff only: the API sends the pool's team to staff sessions alone
+  const staff = (pools: Pool[]) => pools.some((p) => poolTeamLabel(p) !== null);
   return (
     <div className="pool-page">
       <h1>Pools</h1>
       <Query result={all} isEmpty={(d) => d.length === 0}
         empty={<Empty title="No pools">Runs with <code>resources.pool</code> share a pool job; none of yours has.</Empty>}>
         {(pools) => (
-          <table className="compact">
-            <thead><tr><th>Pool</th><th>State</th><th>Cluster</th><th>Runs</th><th>Your runs</th></tr></thead>
+          <table className="compact" data-testid="pool-list">
+            <thead><tr><th>Pool</th>{staff(pools) && <th>Team</th>}<th>State</th><th>Cluster</th><th>Runs</th><th>Your runs</th></tr></thead>
             <tbody>
               {pools.map((p) => (
                 <tr key={p.id}>
-                  <td><Link to={`/pools/${p.id}`}>{p.name}</Link></td><td>{p.state}</td><td>{p.cluster_name}</td>
+                  <td><Link to={`/pools/${p.id}`}>{p.name}</Link></td>
+                  {staff(pools) && <td>{poolTeamLabel(p) ?? "—"}</td>}
+                  <td>{p.state}</td><td>{p.cluster_name}</td>
                   <td>{p.members_total} of {p.capacity}</td>
                   <td>{p.members.filter((m) => !m.left_at).length}</td>
                 </tr>

@@ -31,7 +31,7 @@ MEMORY_PREFIX = "memory/"
 
 def pool_list(*, actor: Actor) -> QuerySet[Pool]:
     """Staff: every pool. Anyone else: the pools that host (or hosted) a run of their teams."""
-    pools = Pool.objects.select_related("cluster").order_by("-id")
+    pools = Pool.objects.select_related("cluster", "team").order_by("-id")
     if actor.is_staff:
         return pools
     hosting = PoolMember.objects.filter(run__team_id__in=actor.team_ids).values("pool_id")
@@ -46,9 +46,9 @@ def pool_get(*, actor: Actor, pool_id: int) -> Pool:
 
 
 def pool_view(*, actor: Actor, pool: Pool) -> dict:
-    """What `actor` may see of `pool`: its own teams' memberships (staff: all), each with
-    its run's share now and its last throughput and memory figures, and how many runs the
-    pool hosts in all (a count, nothing of the others)."""
+    """What `actor` may see of `pool`: its own teams' memberships (staff: all, and the
+    pool's team), each with its run's share now and its last throughput and memory
+    figures, and how many runs the pool hosts in all (a count, nothing of the others)."""
     current = list(current_members(pool.pk))
     share = shares(current)
     members = PoolMember.objects.filter(pool=pool).select_related("run__experiment", "run__team")
@@ -64,12 +64,17 @@ def pool_view(*, actor: Actor, pool: Pool) -> dict:
             "gpus": share.get(m.run_id, 0.0) * pool.num_gpus if m.left_at is None else None,
             "latest": _latest(m.run_id),
         })  # fmt: skip
-    return {
+    view = {
         "id": pool.pk, "name": pool.name, "state": pool.state, "cluster_name": pool.cluster.name,
         "capacity": pool.capacity, "members_total": len(current), "gpus": pool.num_gpus,
         "dispatch_count": pool.dispatch_count, "created_at": pool.created_at,
         "key": pool.key, "members": rows,
     }  # fmt: skip
+    if actor.is_staff:
+        # named pools of several teams may share a name: staff tell them apart by team
+        view["team"] = pool.team_id
+        view["team_name"] = pool.team.name if pool.team_id else None
+    return view
 
 
 def run_pool_info(run: Run) -> dict | None:

@@ -35,6 +35,14 @@ class PoolSerializer(serializers.Serializer):
     name = serializers.CharField()
     state = serializers.CharField()
     cluster_name = serializers.CharField()
+    team = serializers.IntegerField(
+        allow_null=True, required=False,
+        help_text="staff sessions only (absent for anyone else): the team of a named pool "
+        "(its name is unique in that team only); null for an auto pool",
+    )  # fmt: skip
+    team_name = serializers.CharField(
+        allow_null=True, required=False, help_text="staff sessions only, with team"
+    )
     capacity = serializers.IntegerField(help_text="runs it hosts at most")
     members_total = serializers.IntegerField(help_text="the runs it hosts now, of every team")
     gpus = serializers.FloatField(help_text="GPUs its job holds")
