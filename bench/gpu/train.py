@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import ISSUE, LORA_TARGETS, base_spec, measure, parser, run, sync, table
+from common import ISSUE, LORA_TARGETS, base_spec, measure, parser, peak_gb, run, sync, table
 
 
 def plain_peft_step_fn(model_dir: Path, seqs: int, seq_len: int, ckpt: bool = False):
@@ -64,6 +64,7 @@ def engine_policy(
     ckpt: bool = False,
     stack: bool | None = None,
     graphs: bool = False,
+    optimizer_graph: bool | None = None,
 ):
     from workers.policy import LoraPolicy
     from workers.spec import parse_spec
@@ -71,7 +72,9 @@ def engine_policy(
     over = {"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch}
     over |= {"train.compile": compile, "train.activation_checkpointing": ckpt}
     spec = parse_spec(base_spec(model_dir, **over))
-    return LoraPolicy(spec, model_dir, stack_lora=stack, layer_graphs=graphs)
+    return LoraPolicy(
+        spec, model_dir, stack_lora=stack, layer_graphs=graphs, optimizer_graph=optimizer_graph
+    )
 
 
 def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
@@ -131,6 +134,180 @@ def compile_variant_row(model_dir, args, variant, seqs, prompt_len, resp_len, vo
         fused_logprobs.fused_token_logprobs = orig
         torch.backends.cuda.enable_cudnn_sdp(True)
     return row
+
+
+# --interleave: train.compile policies (the engine's keyword arguments) built side by side and
+# stepped in turns, so that the machine's drift (clocks, neighbours on the host) falls on
+# every variant alike
+INTERLEAVE = {
+    "default": {},  # train.compile's defaults on one GPU
+    "no-opt-graph": {"optimizer_graph": False},  # clip and AdamW eager, as before
+    "graphs": {"graphs": True},  # with layer graphs
+    "eager": {"compile": False},
+}
+
+
+class _GcClock:
+    """Python's garbage collections and the time they take, since `take()`."""
+
+    def __init__(self):
+        import gc
+
+        self.n, self.s, self._t0 = 0, 0.0, 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase, info):
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.n += 1
+            self.s += time.perf_counter() - self._t0
+
+    def take(self) -> tuple[int, float]:
+        out, self.n, self.s = (self.n, self.s), 0, 0.0
+        return out
+
+
+def _mallocs() -> int:
+    """cudaMallocs so far (0 without a GPU)."""
+    if not torch.cuda.is_available():
+        return 0
+    return torch.cuda.memory_stats().get("num_device_alloc", 0)
+
+
+def _gpu_state() -> dict:
+    """SM clock (MHz), power (mW) and temperature (C) where NVML answers; else empty."""
+    try:
+        return {
+            "sm_mhz": torch.cuda.clock_rate(),
+            "power_mw": torch.cuda.power_draw(),
+            "temp_c": torch.cuda.temperature(),
+        }
+    except Exception:
+        return {}
+
+
+def _labelled(policy) -> None:
+    """The step's phases as profiler ranges (for --profile only): the layers' forward, the
+    head, the loss, the optimizer's end; backward is what the accumulation adds."""
+    from torch.profiler import record_function
+
+    from workers.policy import policy as policy_mod
+
+    def wrap(fn, name):
+        def call(*a, **k):
+            with record_function(name):
+                return fn(*a, **k)
+
+        return call
+
+    policy._response_hidden = wrap(policy._response_hidden, "phase: layers forward")
+    policy.hidden_logprobs = wrap(policy.hidden_logprobs, "phase: head forward")
+    policy._accumulate = wrap(policy._accumulate, "phase: forward+loss+backward")
+    policy_mod.grpo_loss = wrap(policy_mod.grpo_loss, "phase: loss")
+    if policy.optimizer_graph is not None:
+        policy.optimizer_graph.step = wrap(policy.optimizer_graph.step, "phase: optimizer")
+    else:
+        policy.optimizer.step = wrap(policy.optimizer.step, "phase: optimizer")
+
+
+def part_interleave(model_dir: Path, args, out: Path) -> dict:
+    """--interleave A,B,...: one policy a variant (INTERLEAVE), all alive at once, each
+    compiled and warmed; then --reps rounds of one step each, the order rotated every round.
+    Per step: wall time, Python GC time, cudaMallocs, the GPU's clock, power, temperature."""
+    import statistics
+
+    names = args.interleave.split(",")
+    seqs, seq_len, prompt_len = args.seqs[0], args.seq_len, args.prompt_len
+    resp_len, tokens = seq_len - prompt_len, args.seqs[0] * args.seq_len
+    policies, res = {}, {"tokens": tokens, "variants": names, "first_step_s": {}}
+    batch = None
+    for name in names:
+        kw = {"compile": True} | INTERLEAVE[name]
+        policy = engine_policy(model_dir, resp_len, seqs, **kw)
+        batch = batch or train_batch(policy, seqs, prompt_len, resp_len, args.vocab)
+        t0 = time.perf_counter()
+        policy.train_step(batch)  # compiles (the first variant from cold)
+        sync()
+        res["first_step_s"][name] = time.perf_counter() - t0
+        for _ in range(1 + args.warmup):  # the graphs' captures, then warm
+            policy.train_step(batch)
+        sync()
+        policies[name] = policy
+        print(f"{name}: first step {res['first_step_s'][name]:.1f} s", flush=True)
+    gc_clock, steps = _GcClock(), []
+    for r in range(args.reps):
+        k = r % len(names)
+        for pos, name in enumerate(names[k:] + names[:k]):
+            gc_clock.take()
+            allocs = _mallocs()
+            state = _gpu_state()
+            wall, t0 = time.time(), time.perf_counter()
+            policies[name].train_step(batch)
+            sync()
+            dt = time.perf_counter() - t0
+            n_gc, gc_s = gc_clock.take()
+            new_allocs = _mallocs() - allocs
+            steps.append(
+                dict(state, variant=name, round=r, pos=pos, t=wall, s=dt)
+                | dict(gc_n=n_gc, gc_s=gc_s, mallocs=new_allocs)
+            )
+    res["steps"], res["rows"] = steps, []
+    first = names[0]
+    by_round = {(s["variant"], s["round"]): s["s"] for s in steps}
+    print(f"\ntrain step, {seqs}x{seq_len}, {args.reps} rounds, variants in turn (rotated)")
+    table([("variant", "median tok/s", "best tok/s", "worst tok/s", f"vs {first} (paired)")])
+    for name in names:
+        ts = sorted(s["s"] for s in steps if s["variant"] == name)
+        ratios = [by_round[(first, r)] / by_round[(name, r)] for r in range(args.reps)]
+        row = {
+            "name": name,
+            "median_s": statistics.median(ts),
+            "min_s": ts[0],
+            "max_s": ts[-1],
+            "tok_s": tokens / statistics.median(ts),
+            "paired_ratio": statistics.median(ratios),
+            "peak_gb": peak_gb(),
+        }
+        res["rows"].append(row)
+        table([(name, f"{row['tok_s'] / 1e3:.1f}k", f"{tokens / ts[0] / 1e3:.1f}k",
+                f"{tokens / ts[-1] / 1e3:.1f}k", f"{row['paired_ratio']:.3f}x")])  # fmt: skip
+    gcs = [s for s in steps if s["gc_n"]]
+    print(f"steps with a Python GC: {len(gcs)} of {len(steps)}, "
+          f"{sum(s['gc_s'] for s in gcs) * 1e3:.1f} ms in all; "
+          f"steps with a cudaMalloc: {sum(1 for s in steps if s['mallocs'])}")  # fmt: skip
+    clocks = [s["sm_mhz"] for s in steps if "sm_mhz" in s]
+    if clocks:
+        print(f"SM clock before a step: {min(clocks)}-{max(clocks)} MHz; power "
+              f"{min(s['power_mw'] for s in steps) / 1e3:.0f}-"
+              f"{max(s['power_mw'] for s in steps) / 1e3:.0f} W; temperature "
+              f"{min(s['temp_c'] for s in steps)}-{max(s['temp_c'] for s in steps)} C")  # fmt: skip
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        from trace_gaps import summarize
+
+        policy = policies[first]
+        _labelled(policy)
+        out.mkdir(parents=True, exist_ok=True)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                policy.train_step(batch)
+                sync()
+        (out / "train_profile.txt").write_text(
+            prof.key_averages().table(sort_by="cuda_time_total", row_limit=60)
+        )
+        trace = out / "train_trace.json"
+        prof.export_chrome_trace(str(trace))
+        summary = summarize(trace)
+        (out / "trace_summary.txt").write_text(summary)
+        print(summary)
+        import gzip
+        import shutil
+
+        with open(trace, "rb") as f, gzip.open(str(trace) + ".gz", "wb") as g:
+            shutil.copyfileobj(f, g)
+        trace.unlink()
+    return res
 
 
 def part_train(model_dir: Path, args, out: Path) -> dict:
@@ -285,11 +462,21 @@ def main() -> None:
         default="",
         help=f"train.compile rows, comma-separated, of {', '.join(COMPILE_VARIANTS)}",
     )
+    ap.add_argument(
+        "--interleave",
+        default="",
+        help=f"instead of the rows: train.compile variants stepped in turns, of "
+        f"{', '.join(INTERLEAVE)} (the first is the paired ratios' reference)",
+    )
     ap.add_argument("--seqs", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--micro-batches", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--prompt-len", type=int, default=128)
-    run(part_train, ap.parse_args())
+    args = ap.parse_args()
+    if args.interleave:
+        run(part_interleave, args, "train_interleave")
+    else:
+        run(part_train, args)
 
 
 if __name__ == "__main__":

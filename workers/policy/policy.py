@@ -17,6 +17,7 @@ from .checkpointing import checkpoint_layers
 from .fused_logprobs import token_logprobs as token_logprobs_fn
 from .layer_graphs import LayerGraphs
 from .mixed_precision import bf16_autocast
+from .optimizer_graph import OptimizerGraph
 from .parallel import OneProcess, Parallelism
 from .stacked_lora import stack_layers
 
@@ -40,6 +41,7 @@ class LoraPolicy:
         parallel: Parallelism | None = None,
         stack_lora: bool | None = None,
         layer_graphs: bool = False,
+        optimizer_graph: bool | None = None,
     ):
         """`stack_lora`: run the LoRA linears stacked (stacked_lora.py) with the fused AdamW;
         by default on a GPU in one process. False: PEFT's own layers and the foreach AdamW,
@@ -47,7 +49,9 @@ class LoraPolicy:
         train.compile, replay the compiled layers' training forward and backward as CUDA
         graphs (layer_graphs.py), on a GPU in one process without activation checkpointing;
         off by default: measured beside the compiled layers alone after the step's host
-        fixes, they did not pay (docs/performance.md)."""
+        fixes, they did not pay (docs/performance.md). `optimizer_graph`: clip the
+        gradients and step AdamW as one CUDA graph replay (optimizer_graph.py); by default
+        wherever AdamW is the fused one (a GPU, one process, stacked LoRA)."""
         self.spec = spec
         self.parallel = parallel or OneProcess()
         self.device = device or pick_device(spec)
@@ -63,8 +67,14 @@ class LoraPolicy:
         stack = alone if stack_lora is None else stack_lora
         self.stacked = stack and stack_layers(self._lm_parts()[0].layers)
         fused = alone and stack_lora is not False
+        graphed_step = fused if optimizer_graph is None else optimizer_graph and alone
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=t.lr, weight_decay=t.weight_decay, betas=t.betas, fused=fused or None
+            self.params,
+            lr=t.lr,
+            weight_decay=t.weight_decay,
+            betas=t.betas,
+            fused=fused or None,
+            capturable=graphed_step,  # its step counter on the device, for the capture
         )
         self.adapter_version = 0
         use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
@@ -91,6 +101,9 @@ class LoraPolicy:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         (group,) = self.optimizer.param_groups
         group["params"] = self.params
+        self.optimizer_graph: OptimizerGraph | None = None
+        if graphed_step:
+            self.optimizer_graph = OptimizerGraph(self.params, self.optimizer, t.grad_clip)
         # one mode for the whole tree: from_pretrained leaves the base model's modules in
         # eval mode while PEFT's new ones (and the root) start in training mode, so the
         # step's check of the root's flag alone would keep the base layers in eval mode
@@ -269,9 +282,12 @@ class LoraPolicy:
         separate_old = not algo.bypass_mode and self.spec.lora.dropout > 0
         if not self.model.training:  # .train() walks every module (thousands with LoRA):
             self.model.train()  # milliseconds of host time at each step's start
-        # with layer graphs the gradients stay (views of one buffer, layer_graphs.py) and
-        # are zeroed in place
-        self.optimizer.zero_grad(set_to_none=self.layer_graphs is None)
+        # with layer graphs or the optimizer's graph the gradients stay (views of one
+        # buffer: layer_graphs.py, optimizer_graph.py) and are zeroed in place
+        if self.optimizer_graph is not None:
+            self.optimizer_graph.zero_grads()
+        else:
+            self.optimizer.zero_grad(set_to_none=self.layer_graphs is None)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
         part, n_micro = self.parallel.part(batch, t.micro_batch_size)
@@ -279,8 +295,11 @@ class LoraPolicy:
             self._accumulate(batch, part, n_micro, share, norm, separate_old, sums, weights)
         sums, weights = self.parallel.reduce_metrics(sums, weights)
         self.parallel.sync_grads(self.params)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
-        self.optimizer.step()
+        if self.optimizer_graph is not None:
+            grad_norm = self.optimizer_graph.step()
+        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, t.grad_clip)
+            self.optimizer.step()
         self.adapter_version += 1
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
         out["grad_norm"] = float(grad_norm)
@@ -381,6 +400,8 @@ class LoraPolicy:
 
     def load_optimizer_state(self, state: dict) -> None:
         self.parallel.load_optimizer_state(self.optimizer, state)
+        if self.optimizer_graph is not None:  # the moments are new tensors: capture again
+            self.optimizer_graph.reset()
 
 
 def add_metrics(sums, weights, metrics, mask: torch.Tensor, same: torch.Tensor) -> None:
