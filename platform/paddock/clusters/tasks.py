@@ -49,6 +49,9 @@ ABORT_STOP_GRACE_S = 30
 DISPATCH_STUCK_S = 10  # a job that ended may still be flushing its last batch
 # a pool dispatched this recently whose job Ray does not know yet is being submitted
 SUBMIT_GRACE_S = 30
+# a run in `starting`: why (its queued_reason) while its job is pending, and once it runs
+PENDING_PREFIX = "the Ray job is pending: "
+JOB_RUNS = "the Ray job runs: it bootstraps and builds its model before its first report"
 # states in which a Ray job exists (or should) for the run
 WATCHED = [S.STARTING, S.RUNNING, S.PAUSING, S.PAUSED, S.RESUMING, S.ABORTING]
 
@@ -251,13 +254,21 @@ def _reconcile_start(run: Run, info, counts: dict[str, int]) -> None:
         _fail(run, error, f"no start within {deadline:g} s", counts)
         return
     if info.status != "PENDING":
-        return  # the driver runs: it bootstraps, builds its model, then reports `running`
+        # the driver runs: it bootstraps, builds its model, then reports `running`. A reason
+        # kept from while the job was pending (Ray says PENDING while it sets up the job's
+        # runtime environment too, its CPUs already taken) would say it still waits for them
+        if run.queued_reason.startswith(PENDING_PREFIX):
+            _starting_reason(run, JOB_RUNS)
+        return
     bundles = run_bundles(run.config.spec.get("resources", {}))
     snapshot = run.cluster.resources or {}
     if time.time() - snapshot.get("observed_at", 0) > SNAPSHOT_FRESH_S:
         snapshot = cluster_resources_record(run.cluster) or snapshot
     why = wait_reason(bundles=bundles, cluster_name=run.cluster.name, snapshot=snapshot)
-    detail = f"the Ray job is pending: {why or info.message or 'not placed yet'}"
+    _starting_reason(run, f"{PENDING_PREFIX}{why or info.message or 'not placed yet'}")
+
+
+def _starting_reason(run: Run, detail: str) -> None:
     detail = detail[: Run._meta.get_field("queued_reason").max_length]
     if run.queued_reason != detail:
         # `queued_reason` is the run's "why it waits" in `starting` too; run_transition
