@@ -532,6 +532,10 @@ class StaticDecoder:
         self.length = length
         self.k = self.v = None  # free the old cache before allocating the new one
         self._graphs.clear()
+        # a fresh pool for the next captures: once its graphs are gone the old one's use
+        # count is 0 while tensors it allocated (a replay's logits) may still be alive, and
+        # capturing into such a pool fails the caching allocator's internal assert
+        self._pool = None
         self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.arange = torch.arange(self.length, device=self.device)
