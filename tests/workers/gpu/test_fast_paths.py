@@ -216,3 +216,35 @@ def test_compiled_layers_match_the_eager_policy(model_dir):
     assert fused_logprobs._COMPILED  # the head's chunk maths ran compiled
     cos = torch.nn.functional.cosine_similarity(out[0][1], out[1][1], dim=0)
     assert cos > 0.999, f"compiled and eager LoRA gradients differ: cos {cos:.5f}"
+
+
+def test_a_grown_cache_captures_its_graphs_again(model_dir):
+    """Rows longer than the cache grow it mid-run (reserve drops every captured graph): the
+    next captures work, with the last replay's logits still alive, and sample what a fresh
+    engine that never held the smaller cache samples (the heavy-tailed lengths of a long
+    run; a capture into the old pool once failed the caching allocator's assert)."""
+    spec = make_spec(model_dir)
+    policy = LoraPolicy(spec, model_dir)
+    adapter = random_adapter(policy)
+    params = SamplingParams(temperature=0.9, max_new_tokens=24)
+    g = torch.Generator().manual_seed(3)
+    short = [GroupRequest("s", torch.randint(3, VOCAB, (8,), generator=g).tolist(), 4, 1, params)]
+    long = [GroupRequest("l", torch.randint(3, VOCAB, (300,), generator=g).tolist(), 4, 2, params)]
+
+    def engine() -> TorchBackend:
+        backend = TorchBackend(spec, model_dir)
+        assert asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter))) == 1
+        return backend
+
+    grown = engine()
+    asyncio.run(grown.generate(short))
+    before = grown.decoder.length
+    out = asyncio.run(grown.generate(long))
+    assert grown.decoder.length > before
+    fresh = engine()
+    ref = asyncio.run(fresh.generate(long))
+    assert [s.token_ids for r in out for s in r.samples] == [
+        s.token_ids for r in ref for s in r.samples
+    ]
+    asyncio.run(grown.close())
+    asyncio.run(fresh.close())
