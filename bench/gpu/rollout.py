@@ -10,10 +10,16 @@ alone (forward + greedy) beside the dynamic path, and HF generate + PEFT (--no-b
 leaves it out), against that HF row and, on the Qwen3-0.6B shape, issue 10's figures
 (HF + PEFT 2.0k, static-cache generate 9.6k). --shape picks the model (common.py);
 `+compile` sets rollout.compile; `:sdpa`, `:bmm`, `:triton` pick the decoder's attention
-(default: triton on a GPU); `%128x4` sets the Triton kernel's block and warps; `@nocudnn`
-runs SDPA without cuDNN's kernel.
+(default: triton on a GPU); `%128x4` sets the Triton kernel's block and warps, `%64x4x128`
+also the positions a program of its split kernel covers (`x0`: one program a row and KV
+head); `@nocudnn` runs SDPA without cuDNN's kernel; `/overlap` and `/serial` turn the
+engine's overlap on and off (the next decode step launched before the host records this
+one's tokens). --gen-reps times each variant's generate that many times (the median is its
+row). --profile profiles 16 decode steps of the last variant at the timed run's mean
+context (prompt + half the new tokens).
 Then the adapter publication: LocalExecutor.adapter_update, the engine's load and ack.
-Writes rollout.json (and generate_profile.txt with --profile) under --out.
+Writes rollout.json (and generate_profile.txt, generate_trace.json with --profile) under
+--out.
 """
 
 from __future__ import annotations
@@ -80,16 +86,21 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     # the engine with each decode path, side by side (static: the default on a GPU)
     # decode[:attention][+compile][@nocudnn]: static:bmm+compile; @nocudnn: SDPA without
     # cuDNN's kernel (torch picks another, the memory-efficient one with a mask)
-    # %BLOCKxWARPS: the Triton decode attention's launch settings (decode_attention.CONFIG)
+    # %BLOCKxWARPS[xCHUNK]: the Triton decode attention's launch (decode_attention.CONFIG)
+    # /overlap, /serial: backend.overlap on, off (the next step launched before the host
+    # records this one's tokens, or after)
     from workers.rollout import decode_attention
 
     default_config = dict(decode_attention.CONFIG)
     for variant in args.decodes.split(","):
-        variant_, _, config = variant.partition("%")
+        variant_, _, flags = variant.partition("/")
+        variant_, _, config = variant_.partition("%")
         decode_attention.CONFIG.update(default_config)
         if config:
-            block, warps = config.split("x")
+            block, warps, *chunk = config.split("x")
             decode_attention.CONFIG.update(BLOCK=int(block), num_warps=int(warps))
+            if chunk:
+                decode_attention.CONFIG.update(CHUNK=int(chunk[0]))
         base_variant, _, sdpa = variant_.partition("@")
         torch.backends.cuda.enable_cudnn_sdp(sdpa != "nocudnn")
         decode, _, attention = base_variant.partition("+")[0].partition(":")
@@ -98,16 +109,21 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
         backend = TorchBackend(spec, model_dir)
         if attention:  # graphs are captured on first use: the choice holds from the start
             backend.decoder.attention = attention
+        if flags in ("serial", "overlap"):
+            backend.overlap = flags == "overlap"
         adapter = adapter or random_adapter(backend.model)
         asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter)))
         # warm-up: kernels, allocator, cache shapes, and (static) the CUDA graphs of every
         # batch bucket and attention extent the timed run meets
         asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab, seed=99)))
         sync()
-        t0 = time.perf_counter()
-        results = asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab)))
-        sync()
-        dt = time.perf_counter() - t0
+        times = []
+        for _ in range(args.gen_reps):
+            t0 = time.perf_counter()
+            results = asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab)))
+            sync()
+            times.append(time.perf_counter() - t0)
+        dt = sorted(times)[len(times) // 2]
         toks = sum(len(s.token_ids) for r in results for s in r.samples)
         rows.append(
             {
@@ -115,6 +131,8 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
                 "tok_s": toks / dt,
                 "tokens": toks,
                 "s": dt,
+                "all_tok_s": [toks / x for x in times],
+                "ms_per_step": dt / new * 1e3,
                 "peak_gb": peak_gb(),
             }
         )
@@ -136,15 +154,18 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     if args.profile and torch.cuda.is_available():
         from torch.profiler import ProfilerActivity, profile
 
-        reqs = gen_requests(groups, n, p_len, 16, vocab, seed=5)
+        # at the timed run's mean context: its average step
+        reqs = gen_requests(groups, n, p_len + new // 2, 16, vocab, seed=5)
+        asyncio.run(backend.generate(reqs))  # graphs of these extents captured first
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             asyncio.run(backend.generate(reqs))
             sync()
         (out / "generate_profile.txt").write_text(
             prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
             + "\n\n"
-            + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+            + prof.key_averages().table(sort_by="cuda_time_total", row_limit=60)
         )
+        prof.export_chrome_trace(str(out / "generate_trace.json"))
 
     # adapter sync: the trainer publishes (LocalExecutor.adapter_update), the engine loads
     policy = LoraPolicy(spec, model_dir)
@@ -228,6 +249,7 @@ def main() -> None:
     )
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--gen-reps", type=int, default=1, help="timed generates a variant")
     run(part_rollout, ap.parse_args())
 
 

@@ -273,13 +273,15 @@ def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make
     assert_rows_continue(reqs, static, 8, policy.tokenizer.eos_token_id)
 
 
-def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec):
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec, overlap):
     """A kept request's rows are re-prefilled under a new adapter. With continuous batching
     they were admitted at different times, so they have made different counts of tokens:
     padded to the longest, each still needs room for its own budget. The budget is chosen so
     the first reservation is exactly full (a 40-token prompt + 24 = 64 positions); the
     version is bumped with the same weights, so the tokens must equal an uninterrupted
-    decode's."""
+    decode's. `overlap`: the step run ahead of the host (the GPU's loop) is dropped at the
+    change, and the rows' last steps run ahead fit the exactly full cache."""
     long = "12345678+87654321=1234567+7654321=123456"
     spec = parse_spec(make_spec("rollout.temperature=2.0", "rollout.max_batch_size=4",
                                 "rollout.decode=static"))  # fmt: skip
@@ -303,6 +305,7 @@ def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec):
 
     async def run(bump: bool):
         backend = make_backend(spec, spec.model.path)
+        backend.overlap = overlap
         backend.eos_ids = frozenset()  # every row makes its whole budget
         if bump:
             backend.decoder = BumpAfter(backend.decoder)
@@ -316,6 +319,44 @@ def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec):
             assert s.token_ids == d.token_ids and len(s.token_ids) == budget
             assert s.logprobs == pytest.approx(d.logprobs, abs=1e-4)
     assert {v for r in bumped for s in r.samples for v in s.versions} >= {7, 8}
+
+
+@pytest.mark.parametrize("slots", [8, 16])
+def test_steps_run_ahead_of_the_host_sample_as_the_serial_loop(make_spec, slots):
+    """backend.overlap (on by default on a GPU) launches the next step before the host has
+    recorded this one's tokens. Each group's tokens, finish reasons, logprobs and versions
+    equal the serial loop's: rows of four budgets through 8 slots (continuous batching: no
+    step runs ahead while a group waits) or 16 (finished rows retire, then leave the batch),
+    and at most one step more in all (the last, where every row ends by EOS)."""
+    spec = parse_spec(
+        make_spec("rollout.max_new_tokens=8", "rollout.temperature=2.0",
+                  f"rollout.max_batch_size={slots}", "rollout.decode=static")
+    )  # fmt: skip
+    policy = LoraPolicy(spec, spec.model.path)
+
+    def group(rid, prompt, seed, held):
+        partial = [Sample([5] * held, [-1.0] * held, [7] * held) for _ in range(4)]
+        ids = policy.tokenizer.encode(prompt)
+        return GroupRequest(rid, ids, 4, seed, SamplingParams(2.0, 8), partial=partial)
+
+    reqs = [group("b", "4+5=", 5, 6), group("a", "12+3=", 11, 0),
+            group("c", "40+41=", 6, 3), group("d", "7+8=", 3, 5)]  # fmt: skip
+
+    async def run(overlap: bool):
+        backend = make_backend(spec, spec.model.path)
+        backend.overlap = overlap
+        backend.decoder = DecoderLog(backend.decoder)
+        await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
+        return await backend.generate(reqs), backend.decoder.steps
+
+    (serial, steps), (ahead, ahead_steps) = asyncio.run(run(False)), asyncio.run(run(True))
+    for a, b in zip(ahead, serial, strict=True):
+        for s, d in zip(a.samples, b.samples, strict=True):
+            assert s.token_ids == d.token_ids and s.finish_reason == d.finish_reason
+            assert s.logprobs == pytest.approx(d.logprobs, abs=1e-5)
+            assert s.versions == d.versions
+    assert steps <= ahead_steps <= steps + 1
+    assert_rows_continue(reqs, ahead, 8, policy.tokenizer.eos_token_id)
 
 
 def test_a_group_wider_than_the_static_batch_is_refused_with_the_setting_to_change(make_spec):

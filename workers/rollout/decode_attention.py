@@ -31,9 +31,10 @@ except ImportError:  # pragma: no cover - CPU-only torch without triton
     triton = None
 
 
-# the kernel's launch settings: positions a block, warps, pipeline stages (bench/gpu/rollout.py
-# compares others side by side)
-CONFIG = {"BLOCK": 64, "num_warps": 4, "num_stages": 2}
+# the kernel's launch settings: positions a block, warps, pipeline stages, and CHUNK: the
+# positions one program of the split kernel covers (0: one program a (row, KV head) over
+# all of its positions). bench/gpu/rollout.py compares others side by side.
+CONFIG = {"BLOCK": 64, "num_warps": 4, "num_stages": 2, "CHUNK": 0}
 
 
 def available(device: torch.device, head_dim: int) -> bool:
@@ -135,26 +136,151 @@ if triton is not None:
         tl.store(kb + t * sk_l + d, kn)
         tl.store(vb + t * sv_l + d, vn)
 
+    @triton.jit
+    def _split_kernel(
+        Q, K, V, MS, LS, ACC, T, PAD, scale,
+        sq_n, sq_h, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sm_n, sm_h, sa_n, sa_h,
+        GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
+        CHUNK: tl.constexpr,
+    ):  # fmt: skip
+        # program (r, h, s): row r's KV head h over the cache positions [s·CHUNK, (s+1)·CHUNK)
+        # ∩ [pad, t); writes its unnormalised partial (running max, sum, weighted values)
+        r = tl.program_id(0)
+        h = tl.program_id(1)
+        s = tl.program_id(2)
+        t = tl.load(T + r)
+        pad = tl.load(PAD + r)
+        lo = tl.maximum(s * CHUNK, (pad // BLOCK) * BLOCK)
+        hi = tl.minimum((s + 1) * CHUNK, t)
+        if lo < hi:  # else the combine reads nothing of this split
+            d = tl.arange(0, D)
+            g = tl.arange(0, GP)
+            live = g < GROUP
+            qp = Q + r * sq_n + (h * GROUP + g)[:, None] * sq_h + d[None, :]
+            q = tl.load(qp, mask=live[:, None], other=0.0)  # [GP, D], cache dtype
+            m = tl.full([GP], float("-inf"), tl.float32)
+            den = tl.zeros([GP], tl.float32)
+            acc = tl.zeros([GP, D], tl.float32)
+            kb = K + r * sk_b + h * sk_h
+            vb = V + r * sv_b + h * sv_h
+            for j0 in range(lo, hi, BLOCK):  # every block holds a valid position
+                j = j0 + tl.arange(0, BLOCK)
+                valid = (j >= pad) & (j < hi)
+                k = tl.load(kb + j[:, None] * sk_l + d[None, :], mask=valid[:, None], other=0.0)
+                sc = tl.dot(q, tl.trans(k)) * scale  # [GP, BLOCK] fp32
+                sc = tl.where(valid[None, :], sc, float("-inf"))
+                m_new = tl.maximum(m, tl.max(sc, 1))
+                alpha = tl.exp(m - m_new)
+                p = tl.exp(sc - m_new[:, None])
+                den = den * alpha + tl.sum(p, 1)
+                v = tl.load(vb + j[:, None] * sv_l + d[None, :], mask=valid[:, None], other=0.0)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                m = m_new
+            head = h * GROUP + g
+            tl.store(MS + r * sm_n + head * sm_h + s, m, mask=live)
+            tl.store(LS + r * sm_n + head * sm_h + s, den, mask=live)
+            ap = ACC + r * sa_n + head[:, None] * sa_h + s * D + d[None, :]
+            tl.store(ap, acc, mask=live[:, None])
+
+    @triton.jit
+    def _combine_kernel(
+        Q, KN, VN, K, V, OUT, MS, LS, ACC, T, PAD, scale,
+        sq_n, sq_h, skn_n, skn_h, svn_n, svn_h, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
+        so_n, so_h, sm_n, sm_h, sa_n, sa_h,
+        GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr,
+    ):  # fmt: skip
+        # program (r, h): the new token's own term, merged with the splits that hold a
+        # position of [pad, t); then the new key and value go into the cache at t
+        r = tl.program_id(0)
+        h = tl.program_id(1)
+        t = tl.load(T + r)
+        pad = tl.load(PAD + r)
+        d = tl.arange(0, D)
+        g = tl.arange(0, GP)
+        live = g < GROUP
+        head = h * GROUP + g
+        q = tl.load(Q + r * sq_n + head[:, None] * sq_h + d[None, :], mask=live[:, None], other=0.0)
+        kn = tl.load(KN + r * skn_n + h * skn_h + d)
+        vn = tl.load(VN + r * svn_n + h * svn_h + d)
+        m = tl.sum(q.to(tl.float32) * kn.to(tl.float32)[None, :], 1) * scale  # [GP]
+        den = tl.full([GP], 1.0, tl.float32)
+        acc = tl.zeros([GP, D], tl.float32) + vn.to(tl.float32)[None, :]
+        s_lo = pad // CHUNK
+        s_hi = tl.where(pad < t, (t + CHUNK - 1) // CHUNK, s_lo)
+        for s in range(s_lo, s_hi):
+            ms = tl.load(MS + r * sm_n + head * sm_h + s, mask=live, other=0.0)
+            ls = tl.load(LS + r * sm_n + head * sm_h + s, mask=live, other=0.0)
+            ap = ACC + r * sa_n + head[:, None] * sa_h + s * D + d[None, :]
+            part = tl.load(ap, mask=live[:, None], other=0.0)
+            m_new = tl.maximum(m, ms)
+            alpha = tl.exp(m - m_new)
+            beta = tl.exp(ms - m_new)
+            den = den * alpha + ls * beta
+            acc = acc * alpha[:, None] + part * beta[:, None]
+            m = m_new
+        out = acc / den[:, None]
+        op = OUT + r * so_n + head[:, None] * so_h + d[None, :]
+        tl.store(op, out.to(OUT.dtype.element_ty), mask=live[:, None])
+        tl.store(K + r * sk_b + h * sk_h + t * sk_l + d, kn)
+        tl.store(V + r * sv_b + h * sv_h + t * sv_l + d, vn)
+
 
 def decode_attention(
     q: Tensor, k_new: Tensor, v_new: Tensor, keys: Tensor, values: Tensor, t: Tensor,
-    pad: Tensor, scale: float,
+    pad: Tensor, scale: float, extent: int | None = None,
 ) -> Tensor:  # fmt: skip
-    """decode_attention_reference's function; the Triton kernel where `available`."""
+    """decode_attention_reference's function; the Triton kernel where `available`.
+    `extent`: a bound on every row's t + 1 (the positions the split kernel plans for;
+    default the cache's length)."""
+    if not available(q.device, q.shape[-1]):
+        return decode_attention_reference(q, k_new, v_new, keys, values, t, pad, scale)
+    return _launch(q, k_new, v_new, keys, values, t, pad, scale, extent)
+
+
+def _launch(q, k_new, v_new, keys, values, t, pad, scale, extent=None) -> Tensor:
+    """The kernels under CONFIG (TRITON_INTERPRET=1 runs them on CPU tensors: the CPU test)."""
     n, heads, d = q.shape
     n_kv = k_new.shape[1]
-    if not available(q.device, d):
-        return decode_attention_reference(q, k_new, v_new, keys, values, t, pad, scale)
     for x in (q, k_new, v_new, keys, values):
         if x.stride(-1) != 1:
             raise ValueError("decode attention wants the head dimension contiguous")
     group = heads // n_kv
+    gp = max(16, 1 << math.ceil(math.log2(group)))
     out = torch.empty((n, heads, d), dtype=q.dtype, device=q.device)
-    _kernel[(n, n_kv)](
-        q, k_new, v_new, keys, values, out, t, pad, scale,
+    chunk, block = CONFIG.get("CHUNK", 0), CONFIG["BLOCK"]
+    launch = {"num_warps": CONFIG["num_warps"], "num_stages": CONFIG["num_stages"]}
+    if not chunk:  # one program a (row, KV head)
+        _kernel[(n, n_kv)](
+            q, k_new, v_new, keys, values, out, t, pad, scale,
+            q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
+            v_new.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0),
+            values.stride(1), values.stride(2), out.stride(0), out.stride(1),
+            GROUP=group, GP=gp, D=d, BLOCK=block, **launch,
+        )  # fmt: skip
+        return out
+    block = min(block, chunk)
+    if chunk % block:
+        raise ValueError(f"CHUNK {chunk} must be a multiple of BLOCK {block}")
+    length = keys.shape[2] if extent is None else min(extent, keys.shape[2])
+    splits = max(1, -(-length // chunk))
+    # each split's running max and sum [n, heads, splits] and its weighted values
+    # [n, heads, splits, D], in float32 (a captured graph keeps them in its pool)
+    ms = torch.empty((n, heads, splits), dtype=torch.float32, device=q.device)
+    ls = torch.empty_like(ms)
+    acc = torch.empty((n, heads, splits, d), dtype=torch.float32, device=q.device)
+    _split_kernel[(n, n_kv, splits)](
+        q, keys, values, ms, ls, acc, t, pad, scale,
+        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2),
+        values.stride(0), values.stride(1), values.stride(2), ms.stride(0), ms.stride(1),
+        acc.stride(0), acc.stride(1),
+        GROUP=group, GP=gp, D=d, BLOCK=block, CHUNK=chunk, **launch,
+    )  # fmt: skip
+    _combine_kernel[(n, n_kv)](
+        q, k_new, v_new, keys, values, out, ms, ls, acc, t, pad, scale,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
         v_new.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0),
-        values.stride(1), values.stride(2), out.stride(0), out.stride(1),
-        GROUP=group, GP=max(16, 1 << math.ceil(math.log2(group))), D=d, **CONFIG,
+        values.stride(1), values.stride(2), out.stride(0), out.stride(1), ms.stride(0),
+        ms.stride(1), acc.stride(0), acc.stride(1),
+        GROUP=group, GP=gp, D=d, CHUNK=chunk, num_warps=4,
     )  # fmt: skip
     return out

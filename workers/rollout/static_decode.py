@@ -689,7 +689,7 @@ class StaticDecoder:
         for i, layer in enumerate(self.layers):
             q, k, v = self._step_in(x, cos, sin, *layer.attn_in(route), self.shape)
             if self.attention == "triton":  # writes k and v at t, reads [pad, t): one kernel
-                a = decode_attention(q, k, v, self.k[i], self.v[i], t, pad, self.scale)
+                a = decode_attention(q, k, v, self.k[i], self.v[i], t, pad, self.scale, extent)
                 x = self._step_out(a.reshape(n, self.n_heads * d), x, *layer.attn_out_mlp(route))
                 continue
             keys, values = self.k[i], self.v[i]

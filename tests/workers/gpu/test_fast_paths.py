@@ -17,7 +17,7 @@ import torch
 from workers.grpo import token_mult_prob_error
 from workers.policy import LoraPolicy, TrainSample, chunked_token_logprobs, collate, fused_logprobs
 from workers.policy.fused_logprobs import fused_token_logprobs
-from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams
+from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams, decode_attention
 from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 
@@ -141,19 +141,26 @@ VARIANTS = {
     "auto:triton+8-slots": {"max_batch_size": 8},
     "auto+compile": {"compile": True},  # the step's halves and sampling compiled
     "auto+8-slots": {"max_batch_size": 8},  # 24 rows through 8 slots: continuous batching
+    # the split decode attention (128 positions a program) and the steps run ahead of the
+    # host (backend.overlap), compiled and through 8 slots
+    "auto+compile+split-ahead": {"compile": True},
+    "auto+8-slots+split-ahead": {"max_batch_size": 8},
     "dynamic": {},
 }
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_engine_logprobs_match_trainer_forward(model_dir, variant):
+def test_engine_logprobs_match_trainer_forward(model_dir, variant, monkeypatch):
     """auto = the static cache with CUDA graphs on a GPU (attention by the Triton decode
-    kernel, by SDPA or by the decoder's own bmm; compiled; with fewer slots than rows);
-    dynamic = PEFT's own forward."""
+    kernel, by SDPA or by the decoder's own bmm; compiled; with fewer slots than rows; the
+    split kernel with steps run ahead of the host); dynamic = PEFT's own forward."""
     decode, _, attention = variant.partition("+")[0].partition(":")
+    if "split-ahead" in variant:
+        monkeypatch.setitem(decode_attention.CONFIG, "CHUNK", 128)
     spec = make_spec(model_dir, decode=decode, rollout=VARIANTS[variant])
     policy = LoraPolicy(spec, model_dir)
     backend = TorchBackend(spec, model_dir)
+    backend.overlap = backend.overlap or "split-ahead" in variant
     assert (backend.decoder is not None) == (decode == "auto")
     if backend.decoder is not None:
         assert backend.decoder.graphs

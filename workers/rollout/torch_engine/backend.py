@@ -58,6 +58,8 @@ class TorchBackend:
         self.draw = draw
         if self.decoder is not None and self.decoder.compiled:
             self.draw = torch.compile(draw)
+        # the next decode step launched while the host records this one's tokens (loop.py)
+        self.overlap = False
         # The engine's own CUDA stream: in one process with the trainer (the embedded async
         # run on one GPU) its kernels can then run beside the trainer's instead of queueing
         # behind them on the default stream.
@@ -182,7 +184,7 @@ class TorchBackend:
         if state.rows:
             stops = Stops(self.eos_ids, self._text)
             decode(state, source, self._turns(state), draw=self.draw, stops=stops,
-                   compact_below=self.compact_below)  # fmt: skip
+                   compact_below=self.compact_below, overlap=self.overlap)  # fmt: skip
         return state.results(self._text)
 
     def _text(self, token_ids: list[int]) -> str:

@@ -10,6 +10,14 @@ Each turn (one decode step, under the engine's step lock):
    groups, a source of as many slots as rows all of them;
 3. finished rows leave the batch once they are a quarter of it and no group waits (their
    cache goes too), else they keep their slots and stop advancing.
+
+With `overlap` (on a GPU), once no group waits for a slot the next step is launched as soon
+as this one's tokens are sampled, before the host reads and records them: the step reads
+the tokens from device memory, so the GPU computes it while the host copies the tokens out,
+checks the stops and appends them. A row that finishes with those tokens has had one step
+too many (its cache has room for it: a row never writes past its own budget; the step's
+logits of it are never sampled) and stops advancing at the retire or compaction below;
+after an adapter change the step run ahead is dropped with the rest of the cache.
 """
 
 from __future__ import annotations
@@ -50,6 +58,31 @@ def _sample(logits, state: Rows, rows: list[int], draw: Callable):
     return draw(logits, state.params.temperature, u, index)
 
 
+def _to_host(tokens: torch.Tensor, logprobs: torch.Tensor):
+    """The step's tokens and logprobs copied to the host without waiting for them (pinned
+    buffers and an event on a GPU); `wait` gives them once they are there."""
+    if tokens.device.type != "cuda":
+        return lambda: (tokens, logprobs)
+    out = [torch.empty(x.shape, dtype=x.dtype, pin_memory=True) for x in (tokens, logprobs)]
+    for host, x in zip(out, (tokens, logprobs), strict=True):
+        host.copy_(x, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+
+    def wait():
+        done.synchronize()
+        return out
+
+    return wait
+
+
+def _ahead(state: Rows, live: list[int]) -> bool:
+    """Whether the next step may be launched before this one's tokens are recorded: no
+    group waits for a slot (an admission would change the next step's rows) and some row
+    may go on after them (one that is not at its last token)."""
+    return not state.pending and any(state.active[k] and state.left(k) > 1 for k in live)
+
+
 @torch.no_grad()
 def decode(
     state: Rows,
@@ -59,15 +92,18 @@ def decode(
     draw: Callable,
     stops: Stops,
     compact_below: float,
+    overlap: bool = False,
 ) -> None:
     """Decode every row of `state` to its end, or until `turns` ends (an abort: the rows
     still going are marked so). `turns` yields, once a decode step may run, the adapter
     versions to decode under (an int, or a mapping adapter slot → version for rows that
     name one); the step runs before the next is asked for. `draw`: sampling.draw or its
     compiled form; `compact_below`: the share of live rows at or under which the finished
-    ones leave the batch."""
+    ones leave the batch; `overlap`: run the next step ahead of the host's recording (see
+    the module docstring)."""
     source.start(state.widest(), max(map(len, state.prompts)) + state.steps)
     tokens, cache_versions = None, None
+    ahead = None  # the logits of the step launched ahead, not yet sampled
     with closing(turns):  # the step lock goes with an error
         for versions in turns:
             if tokens is not None:
@@ -77,9 +113,13 @@ def decode(
                     room = max(map(state.left, live))
                     logits = source.recompute(seqs, room, [state.adapter[k] for k in live])
                 else:
-                    logits = source.step(tokens)
+                    logits = source.step(tokens) if ahead is None else ahead
+                ahead = None
                 tokens, logprobs = _sample(logits, state, live, draw)
-                state.record(tokens, logprobs, versions, live, stops)
+                host = _to_host(tokens, logprobs)
+                if overlap and _ahead(state, live):
+                    ahead = source.step(tokens)
+                state.record(*host(), versions, live, stops)
             if state.pending and state.room() >= state.admit_at():
                 tokens = _admit(state, source, versions, tokens, draw, stops)
             cache_versions = versions
@@ -88,6 +128,8 @@ def decode(
                 index = torch.tensor(keep, device=state.device)
                 source.compact(index)
                 tokens = tokens[index]
+                if ahead is not None:  # the kept rows' logits of the step run ahead
+                    ahead = ahead[index]
             else:
                 source.retire(state.finished())
     state.abort_unfinished()
