@@ -4,18 +4,23 @@ the CPU, measured side by side in one run.
 Each run is examples/tiny-async.yaml (the tiny model's arithmetic task, async GRPO) with its
 own seed, trained for `--steps` steps with eval/accuracy at the start and the end. Reported:
 the wall-clock of one solo run, of four solo runs in sequence, and of the four runs in one
-pool (workers/pool/driver.py, the torch pool engine) twice: with the batched trainer (each
-trainer turn steps every run whose batch is waiting in one forward and backward, the
-default) and with one run's step a turn (the trainer before batching); and each run's
-eval-accuracy gain (end minus start) solo and pooled, with the pooled runs' mean
-`pool/share`. Beside each wall-clock, the process's CPU seconds (user + system) over it: on
-a shared machine the wall-clock moves with the other work's load, the CPU seconds much less.
-For each pool, the seconds its trainer and its engine's generation turns were held
-(`busy_s`: what the two shared resources spent, against the wall-clock); for the batched
-pool, how many runs its trainer turns took (the mean, and the count of turns by size).
+pool (workers/pool/driver.py, the torch pool engine) once for each of `--pools`:
+- `batched_process` (the default on the CPU): the batched trainer (each trainer turn steps
+  every run whose batch is waiting in one forward and backward) and the pool engine in a
+  forked child process (workers/pool/engine_process.py);
+- `batched`: the same with the engine in the pool's own process (before engine processes);
+- `per_run`, `per_run_process`: one run's step a trainer turn (the trainer before batching);
+and each run's eval-accuracy gain (end minus start) solo and pooled, with the pooled runs'
+mean `pool/share`. Beside each wall-clock, the CPU seconds (user + system) over it, of this
+process and of its engine process: on a shared machine the wall-clock moves with the other
+work's load, the CPU seconds much less. For each pool, the seconds it took to start (the
+first member's admission: trainer and engine), the seconds its trainer and its engine's
+generation turns were held (`busy_s`: what the two shared resources spent, against the
+wall-clock), and how many runs its trainer turns took (the mean, and the count of turns by
+size) where batched.
 
     .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--torch-engine lanes|slots]
-        [--only batched|per_run]
+        [--pools batched_process,batched,per_run]
     .venv/bin/python bench/pool_cpu.py --step-only 20 [--runs 4]   # the train step alone
 
 The pool's torch engine on the CPU is time-sliced (one adapter decodes at a time); the GPU
@@ -59,8 +64,11 @@ def gain(out: Path) -> tuple[float, float]:
 
 
 def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """This process's CPU seconds and its ended children's (an engine process is waited for
+    when its pool closes)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def solo(seed: int, steps: int, out: Path) -> tuple[float, float]:
@@ -69,13 +77,28 @@ def solo(seed: int, steps: int, out: Path) -> tuple[float, float]:
     return time.perf_counter() - t0, cpu_s() - c0
 
 
+POOLS = {  # name: (batched trainer, engine in a child process)
+    "batched": (True, False),
+    "per_run": (False, False),
+    "batched_process": (True, True),
+    "per_run_process": (False, True),
+}
+
+
 async def pooled(
-    seeds: list[int], steps: int, root: Path, torch_engine: str, batched: bool
+    seeds: list[int], steps: int, root: Path, torch_engine: str, kind: str
 ) -> tuple[float, float, Counter, dict[str, float]]:
+    batched, engine_process = POOLS[kind]
     t0, c0 = time.perf_counter(), cpu_s()
-    pool = PoolDriver(capacity=len(seeds), torch_engine=torch_engine, batched_trainer=batched)
+    pool = PoolDriver(
+        capacity=len(seeds),
+        torch_engine=torch_engine,
+        batched_trainer=batched,
+        engine_process=engine_process,
+    )
     for s in seeds:
         pool.admit(f"seed{s}", spec_for(s, steps), root / f"seed{s}")
+    start = time.perf_counter() - t0  # the trainer and the engine started (the first admit)
     members = await pool.wait()
     await pool.close()
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0
@@ -85,7 +108,7 @@ async def pooled(
     sizes = pool.train_turns.sizes if pool.train_turns is not None else Counter()
     # the seconds the trainer and the engine's generation turns were held (charged to runs)
     busy = {"trainer": pool.trainer_gate.share.total_s, "generation": pool.gen_gate.share.total_s}
-    return wall, cpu, sizes, busy
+    return wall, cpu, sizes, {"start": start, **busy}
 
 
 def step_only(runs: int, repeats: int) -> dict:
@@ -147,7 +170,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--torch-engine", choices=("lanes", "slots"), default="lanes")
-    parser.add_argument("--only", choices=("batched", "per_run"), default=None)
+    parser.add_argument(
+        "--pools",
+        default="batched_process,batched,per_run",
+        help=f"the pools to measure, in this order, comma-separated, of {', '.join(POOLS)}",
+    )
     parser.add_argument(
         "--step-only",
         type=int,
@@ -166,11 +193,10 @@ def main() -> None:
     seeds = list(range(args.runs))
     model_dir_for(spec_for(0, 1))  # the tiny model built (or found cached) before any timing
     pools = {}
-    for kind in ("batched", "per_run"):
-        if args.only in (None, kind):
-            pools[kind] = asyncio.run(
-                pooled(seeds, args.steps, root / kind, args.torch_engine, kind == "batched")
-            )
+    for kind in args.pools.split(","):
+        if kind not in POOLS:
+            parser.error(f"--pools: {kind!r} is not one of {', '.join(POOLS)}")
+        pools[kind] = asyncio.run(pooled(seeds, args.steps, root / kind, args.torch_engine, kind))
     solos = [solo(s, args.steps, root / f"solo-seed{s}") for s in seeds]
     solo_walls, solo_cpus = [w for w, _ in solos], [c for _, c in solos]
     result = {

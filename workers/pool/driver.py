@@ -36,6 +36,7 @@ from ..names import TERMINAL_RUN_STATES
 from ..policy.multi import MultiLoraTrainer
 from ..rollout.pool_engine import LanePool, PoolAdmissionError
 from ..spec import RunSpec, parse_spec
+from .engine_process import ProcessPoolEngine, fork_is_safe
 from .gate import FairGate, TrainTurns
 from .key import misfit, pool_key
 from .members import LaneBackend, PooledExecutor
@@ -111,10 +112,14 @@ class PoolDriver:
         keep_events: bool = False,
         torch_engine: str = "auto",
         batched_trainer: bool = True,
+        engine_process: bool | None = None,
     ):
         """`batched_trainer`: each trainer turn steps every member whose batch is waiting in
         one forward and backward (MultiLoraTrainer.train_steps); False: one member's step a
-        turn (bench/pool_cpu.py measures both)."""
+        turn (bench/pool_cpu.py measures both). `engine_process`: the pool engine in a child
+        process (workers/pool/engine_process.py), so that decoding and training each have
+        an interpreter of their own; None: where the child can be forked (a torch engine
+        on the CPU: 15 % off a CPU pool's wall-clock, docs/pools.md), else in this one."""
         if torch_engine not in TORCH_ENGINES:
             raise ValueError(f"torch_engine must be one of {TORCH_ENGINES}, got {torch_engine!r}")
         self.torch_engine = torch_engine
@@ -122,9 +127,10 @@ class PoolDriver:
         self.key, self.cluster = key, cluster
         self.keep_events = keep_events
         self.trainer: MultiLoraTrainer | None = None
-        self.engine: LanePool | None = None
+        self.engine: LanePool | ProcessPoolEngine | None = None
         self.trainer_gate = FairGate(slots=1)
         self.batched_trainer = batched_trainer
+        self.engine_process = engine_process
         self.train_turns = (
             TrainTurns(self.trainer_gate, self._train_steps, cost=_tokens)
             if batched_trainer
@@ -146,9 +152,13 @@ class PoolDriver:
         # engines with slots of one rank: the founding member's unless the pool was told
         # (a later member of a higher rank is refused, naming it); time-sliced lanes: any
         rank = self.max_lora_rank or (None if self._sliced(spec) else spec.lora.r)
-        self.engine = make_pool_engine(
-            spec, model_dir, capacity, rank, engine_device, self.torch_engine
-        )
+        args = (spec, model_dir, capacity, rank, engine_device, self.torch_engine)
+        if self.engine_process is None:
+            self.engine_process = spec.rollout.backend == "torch" and fork_is_safe(engine_device)
+        if self.engine_process:
+            self.engine = ProcessPoolEngine(*args)
+        else:
+            self.engine = make_pool_engine(*args)
         self.trainer = trainer  # both started, or neither: a failed start is tried again
         # one generation turn at a time where the engine decodes one adapter at a time;
         # engines that batch every adapter's rows take every member's calls together

@@ -44,6 +44,7 @@ class TorchLane(TorchBackend):
         self.device = pool.device
         self.max_batch_size = pool.spec.rollout.max_batch_size
         self.continuous = False  # the PEFT forward: batches of max_batch_size rows
+        self.overlap = False  # the next step run ahead of the host's recording: GPU decoders
         self.tokenizer, self.eos_id = pool.tokenizer, pool.tokenizer.eos_token_id
         self.eos_ids, self.pad_id = pool.eos_ids, pool.tokenizer.pad_token_id
         self.model = pool.model

@@ -125,16 +125,7 @@ class LanePool:
 
     def check_admission(self, run_id: str, lora: LoraSpec) -> None:
         """Raise PoolAdmissionError unless `run_id` could join now."""
-        if lora.r > self.max_lora_rank:
-            raise PoolAdmissionError(
-                f"{self.name} pool: run {run_id!r} has lora.r={lora.r}, above the pool's "
-                f"max LoRA rank {self.max_lora_rank} (fixed when the engine started)"
-            )
-        if run_id not in self.lanes and len(self.lanes) >= self.capacity:
-            raise PoolAdmissionError(
-                f"{self.name} pool: run {run_id!r} cannot join: all {self.capacity} adapter "
-                f"slots are taken (runs {', '.join(sorted(self.lanes))}); unload one first"
-            )
+        require_admissible(self, run_id, lora, self.lanes)
 
     async def load_adapter(self, run_id: str, update: AdapterUpdate, lora: LoraSpec) -> int:
         lane = self.lanes.get(run_id)
@@ -212,3 +203,18 @@ class LanePool:
                 f"{self.name} pool: no adapter loaded for run {run_id!r} (runs: {known})"
             )
         return lane
+
+
+def require_admissible(engine: PoolEngine, run_id: str, lora: LoraSpec, admitted) -> None:
+    """Raise PoolAdmissionError unless `run_id` could join `engine`, whose slots hold the
+    runs `admitted`, now."""
+    if lora.r > engine.max_lora_rank:
+        raise PoolAdmissionError(
+            f"{engine.name} pool: run {run_id!r} has lora.r={lora.r}, above the pool's "
+            f"max LoRA rank {engine.max_lora_rank} (fixed when the engine started)"
+        )
+    if run_id not in admitted and len(admitted) >= engine.capacity:
+        raise PoolAdmissionError(
+            f"{engine.name} pool: run {run_id!r} cannot join: all {engine.capacity} adapter "
+            f"slots are taken (runs {', '.join(sorted(admitted))}); unload one first"
+        )

@@ -12,6 +12,8 @@ flight at once (a `pause` must reach the engine while a `generate` runs): the ch
 each call as its own task, a reader thread here resolves each reply's future. Adapter
 tensors cross through shared memory (torch.multiprocessing's pickler). The child dies with
 its parent (daemon), and a child that dies fails every pending call with its exit code.
+`EngineChannel` is that plumbing for any engine object; a pool's multi-adapter engine goes
+through it too (workers/pool/engine_process.py).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import os
+import resource
 import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,96 +38,77 @@ from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode
 
 _CLOSE = "close"
 _START_TIMEOUT_S = 600  # loading a large model into an engine takes minutes
-_LOAD_PACKED = "load_packed"
 
 
 class EngineProcessError(RuntimeError):
     """The engine process failed a call, or died."""
 
 
-class ProcessBackend:
-    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
-        self.name = spec.rollout.backend
-        ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA state
+class EngineChannel:
+    """A child process that builds an engine object and answers calls of its async methods.
+
+    `target(conn, *args)` runs in the child (a module-level function, for spawn): it builds
+    the engine and hands it to `serve`, which first sends `describe(engine)` back (the
+    engine's fixed attributes the parent needs synchronously) and then answers calls until
+    `close`. Several calls may be in flight at once."""
+
+    def __init__(self, target: Callable, args: tuple, what: str, start_method: str = "spawn"):
+        """`start_method` "spawn" (the default: never fork a process that may hold CUDA
+        state) or "fork" (see `fork_is_safe`)."""
+        self.what = what  # names the process in errors: "rollout engine process (torch)"
+        ctx = mp.get_context(start_method)
         self._conn, child = ctx.Pipe(duplex=True)
         self._proc = ctx.Process(
-            target=_serve,
-            args=(child, spec.model_dump(mode="json", by_alias=True), str(model_dir), device),
-            name=f"paddock-engine-{self.name}",
-            daemon=True,
+            target=target, args=(child, *args), name=f"paddock-{what}", daemon=True
         )
         self._proc.start()
         child.close()
-        ok, payload = self._conn.recv() if self._conn.poll(_START_TIMEOUT_S) else (False, None)
+        try:
+            ok, payload = self._conn.recv() if self._conn.poll(_START_TIMEOUT_S) else (False, None)
+        except (EOFError, OSError):  # it died before it could say why
+            self._proc.join(5)
+            ok, payload = False, f"it exited with code {self._proc.exitcode}"
         if not ok:
             self._proc.kill()
             raise EngineProcessError(
-                f"rollout engine process ({self.name}) did not start: "
-                f"{payload or f'no answer in {_START_TIMEOUT_S} s'}"
+                f"{what} did not start: {payload or f'no answer in {_START_TIMEOUT_S} s'}"
             )
-        self.needs_probe = bool(payload["needs_probe"])
-        self._version = -1
+        self.hello: dict = payload
+        self.exit_cpu_s: float | None = None  # the child's CPU seconds, told when it closed
         self._ids = itertools.count()
-        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future, tuple]] = {}
         self._lock = threading.Lock()  # guards _pending and the pipe's send side
         self._closed = False
         self._reader = threading.Thread(target=self._read, name="engine-replies", daemon=True)
         self._reader.start()
 
     @property
-    def served_version(self) -> int:
-        return self._version
-
-    @property
     def pid(self) -> int | None:
         return self._proc.pid
 
-    # ---------------------------------------------------------------- protocol
-
-    async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
-        return await self._call("generate", requests)
-
-    async def load_adapter(self, update: AdapterUpdate) -> int:
-        # one buffer per dtype crosses: one shared-memory file from the CPU, one CUDA IPC
-        # handle from a GPU (the child copies it to its own GPU), instead of one per tensor
-        packed = PackedTensors.pack(update.tensors) if update.tensors is not None else None
-        bare = dataclasses.replace(update, tensors=None)
-        self._version = await self._call(_LOAD_PACKED, bare, packed)
-        return self._version  # the child has copied `packed`: it may be freed now
-
-    async def pause(self, mode: PauseMode) -> None:
-        await self._call("pause", mode)
-
-    async def resume(self) -> None:
-        await self._call("resume")
-
-    async def abort(self) -> list[GroupResult]:
-        return await self._call("abort")
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        try:
-            await self._call("close")
-        except EngineProcessError:
-            pass  # already gone: nothing left to close
-        self._closed = True
-        await asyncio.to_thread(self._proc.join, 30)
-        if self._proc.is_alive():
-            self._proc.kill()
-
-    # ---------------------------------------------------------------- plumbing
-
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def call(self, method: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         with self._lock:
             if self._closed or not self._proc.is_alive():
                 raise EngineProcessError(self._gone())
             call_id = next(self._ids)
-            self._pending[call_id] = (loop, fut)
-            self._conn.send((call_id, method, args))
+            sent = _packed(args)  # kept until the reply: the child reads its shared memory
+            self._pending[call_id] = (loop, fut, sent)
+            self._conn.send((call_id, method, sent))
         return await fut
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.exit_cpu_s = await self.call(_CLOSE)
+        except EngineProcessError:
+            pass  # already gone: nothing left to close
+        self._closed = True
+        await asyncio.to_thread(self._proc.join, 30)
+        if self._proc.is_alive():
+            self._proc.kill()
 
     def _read(self) -> None:
         while True:
@@ -131,21 +117,60 @@ class ProcessBackend:
             except (EOFError, OSError):
                 break
             with self._lock:
-                loop, fut = self._pending.pop(call_id, (None, None))
+                loop, fut, _ = self._pending.pop(call_id, (None, None, None))
             if fut is not None:
                 result = payload if ok else EngineProcessError(payload)
                 loop.call_soon_threadsafe(_settle, fut, ok, result)
         self._proc.join(5)
         with self._lock:
             pending, self._pending = self._pending, {}
-        for loop, fut in pending.values():
+        for loop, fut, _ in pending.values():
             loop.call_soon_threadsafe(_settle, fut, False, EngineProcessError(self._gone()))
 
     def _gone(self) -> str:
         code = self._proc.exitcode
-        return f"rollout engine process ({self.name}) is gone" + (
-            f" (exit code {code})" if code is not None else ""
+        return f"{self.what} is gone" + (f" (exit code {code})" if code is not None else "")
+
+
+class ProcessBackend:
+    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
+        self.name = spec.rollout.backend
+        self._channel = EngineChannel(
+            _serve,
+            (spec.model_dump(mode="json", by_alias=True), str(model_dir), device),
+            f"rollout engine process ({self.name})",
         )
+        self.needs_probe = bool(self._channel.hello["needs_probe"])
+        self._version = -1
+
+    @property
+    def served_version(self) -> int:
+        return self._version
+
+    @property
+    def pid(self) -> int | None:
+        return self._channel.pid
+
+    # ---------------------------------------------------------------- protocol
+
+    async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        return await self._channel.call("generate", requests)
+
+    async def load_adapter(self, update: AdapterUpdate) -> int:
+        self._version = await self._channel.call("load_adapter", update)
+        return self._version  # the child has copied the update's tensors: they may be freed now
+
+    async def pause(self, mode: PauseMode) -> None:
+        await self._channel.call("pause", mode)
+
+    async def resume(self) -> None:
+        await self._channel.call("resume")
+
+    async def abort(self) -> list[GroupResult]:
+        return await self._channel.call("abort")
+
+    async def close(self) -> None:
+        await self._channel.close()
 
 
 def _settle(fut: asyncio.Future, ok: bool, result: Any) -> None:
@@ -157,26 +182,62 @@ def _settle(fut: asyncio.Future, ok: bool, result: Any) -> None:
         fut.set_exception(result)
 
 
+@dataclasses.dataclass
+class _PackedUpdate:
+    """An adapter update on its way to the child: its tensors in one buffer per dtype (one
+    shared-memory file from the CPU, one CUDA IPC handle from a GPU, which the child copies
+    to its own GPU), instead of one per tensor."""
+
+    bare: AdapterUpdate
+    packed: PackedTensors
+
+    def unpack(self) -> AdapterUpdate:
+        return dataclasses.replace(self.bare, tensors=self.packed.unpack())
+
+
+def _packed(args: tuple) -> tuple:
+    return tuple(
+        _PackedUpdate(dataclasses.replace(a, tensors=None), PackedTensors.pack(a.tensors))
+        if isinstance(a, AdapterUpdate) and a.tensors is not None
+        else a
+        for a in args
+    )
+
+
 # -------------------------------------------------------------------- the child
 
 
 def _serve(conn, spec_data: dict, model_dir: str, device: torch.device | None) -> None:
-    from ..spec import parse_spec
-    from .registry import make_backend
+    def build():
+        from ..spec import parse_spec
+        from .registry import make_backend
 
-    try:
         spec = parse_spec(spec_data)
         if spec.train.threads:
             torch.set_num_threads(spec.train.threads)
-        backend = make_backend(spec, model_dir, device=device)
+        return make_backend(spec, model_dir, device=device)
+
+    serve(conn, build, lambda backend: {"needs_probe": getattr(backend, "needs_probe", True)})
+
+
+def serve(conn, build: Callable[[], Any], describe: Callable[[Any], dict]) -> None:
+    """The child's side of an EngineChannel: build the engine, say so, answer calls."""
+    try:
+        engine = build()
+        hello = describe(engine)
     except BaseException as exc:  # the parent shows why the engine did not start
         conn.send((False, f"{type(exc).__name__}: {exc}"))
         return
-    conn.send((True, {"needs_probe": getattr(backend, "needs_probe", True)}))
-    asyncio.run(_answer(conn, backend))
+    conn.send((True, hello))
+    if asyncio.run(_answer(conn, engine)):
+        # closed and said so: nothing is left to tear down that the parent should wait for
+        # (a torch interpreter's exit takes seconds), and a forked child must not run the
+        # parent's exit handlers
+        os._exit(0)
 
 
-async def _answer(conn, backend) -> None:
+async def _answer(conn, engine) -> bool:
+    """Answer calls until `close` (True, once the engine has closed) or the parent is gone."""
     loop = asyncio.get_running_loop()
     send_lock = threading.Lock()
     tasks: set[asyncio.Task] = set()
@@ -185,15 +246,10 @@ async def _answer(conn, backend) -> None:
         with send_lock:
             conn.send((call_id, ok, payload))
 
-    async def load_packed(update: AdapterUpdate, packed: PackedTensors | None) -> int:
-        if packed is not None:
-            update = dataclasses.replace(update, tensors=packed.unpack())
-        return await backend.load_adapter(update)
-
     async def run(call_id: int, method: str, args: tuple) -> None:
-        call = load_packed if method == _LOAD_PACKED else getattr(backend, method)
         try:
-            reply(call_id, True, await call(*args))
+            args = tuple(a.unpack() if isinstance(a, _PackedUpdate) else a for a in args)
+            reply(call_id, True, await getattr(engine, method)(*args))
         except BaseException as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             reply(call_id, False, f"{method}: {detail}")
@@ -206,9 +262,16 @@ async def _answer(conn, backend) -> None:
         if method == _CLOSE:
             for task in list(tasks):
                 task.cancel()
-            await backend.close()
-            reply(call_id, True, None)
-            break
+            await engine.close()
+            reply(call_id, True, _cpu_s())
+            return True
         task = asyncio.create_task(run(call_id, method, args))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+    return False
+
+
+def _cpu_s() -> float:
+    """This process's CPU seconds so far (user and system), for the parent's accounting."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime

@@ -3,6 +3,7 @@ the tiny task in one process over one base model, each driven by the single-run 
 
 - a pool of one run gives bit for bit the adapter, and the same metrics, as that run alone;
 - pause one run, abort another: the others step on, the paused one resumes to its end;
+  both with the pool engine in this process and in a child process (`engine_process`);
 - a NaN in one run's adapter fails that run alone, with its error in its own events;
 - a run joins while the pool runs, another leaves (checkpointed, slot freed, no final
   status) and joins again from its checkpoint.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ from workers.events import StatusEvent
 from workers.loop.control import StaticControl
 from workers.pool.driver import PoolDriver
 from workers.rollout.pool_engine import PoolAdmissionError
+from workers.rollout.process_backend import EngineProcessError
 from workers.spec import parse_spec
 from workers.train import train
 
@@ -44,12 +48,13 @@ def run_pool(coro):
     return asyncio.run(coro)
 
 
-def test_a_pool_of_one_is_the_run_alone(make_spec, tmp_path):
+@pytest.mark.parametrize("engine_process", [False, True], ids=["engine_here", "engine_process"])
+def test_a_pool_of_one_is_the_run_alone(make_spec, tmp_path, engine_process):
     spec = make_spec("train.steps=3", "model.dtype=float32")
     train(spec, tmp_path / "solo", progress=False)
 
     async def pooled():
-        pool = PoolDriver(keep_events=True)
+        pool = PoolDriver(keep_events=True, engine_process=engine_process)
         member = pool.admit("a", spec, tmp_path / "pool")
         await pool.wait()
         await pool.close()
@@ -69,14 +74,15 @@ def test_a_pool_of_one_is_the_run_alone(make_spec, tmp_path):
     assert all(r["memory/cpu_gb"] > 0 for r in rows(tmp_path / "pool")[1:])  # the pool page's
 
 
-def test_pause_one_abort_another_the_others_go_on(make_spec, tmp_path):
+@pytest.mark.parametrize("engine_process", [False, True], ids=["engine_here", "engine_process"])
+def test_pause_one_abort_another_the_others_go_on(make_spec, tmp_path, engine_process):
     specs = {r: make_spec("train.steps=5", f"seed={s}") for s, r in enumerate("abc", 1)}
     controls = {r: StaticControl() for r in specs}
     steps_while_paused: list[int] = []
     b_steps: list[int] = []
 
     async def pooled():
-        pool = PoolDriver(keep_events=True)
+        pool = PoolDriver(keep_events=True, engine_process=engine_process)
 
         def hook(run):
             def on_metrics(step, values):
@@ -180,3 +186,28 @@ def test_join_and_leave_while_the_pool_runs(make_spec, tmp_path):
     assert again.outcome.step == 6
     assert [r["step"] for r in rows(tmp_path / "a2") if "loss/total" in r] == [4, 5, 6]
     assert parse_spec(first).lora.r == 8  # b's rank 4 beside a's rank 8 in one pool
+
+
+def test_a_dead_engine_process_fails_each_member_with_its_cause(make_spec, tmp_path):
+    specs = {r: make_spec("train.steps=50", f"seed={s}") for s, r in enumerate("xy", 1)}
+
+    async def pooled():
+        pool = PoolDriver(keep_events=True, engine_process=True)
+
+        def kill(step, values):
+            if step == 1 and pool.engine.pid is not None:
+                os.kill(pool.engine.pid, signal.SIGKILL)
+
+        members = {
+            "x": pool.admit("x", specs["x"], tmp_path / "x", on_metrics=kill),
+            "y": pool.admit("y", specs["y"], tmp_path / "y"),
+        }
+        await asyncio.wait_for(pool.wait(), 120)
+        await pool.close()  # closing a dead engine is not an error
+        return members
+
+    members = run_pool(pooled())
+    for m in members.values():
+        assert statuses(m)[-1] == "failed" and m.outcome is None
+        assert isinstance(m.error, EngineProcessError), m.error
+        assert "pool engine process (torch) is gone (exit code -9)" in str(m.error)
