@@ -13,6 +13,11 @@ before it are three more kernels a layer. Here one program a (row, KV head):
   the flash kernels do), and to the new key and value from registers;
 - writes the new key and value into the cache at t, which nothing else reads in this step.
 
+With CONFIG["CHUNK"] > 0 a row's positions are split instead over programs of CHUNK
+positions each (flash decoding's split: more, shorter programs), which write their
+unnormalised partials (running max, sum, weighted values) in float32; one combine program a
+(row, KV head) merges them with the new token's own term and writes the cache.
+
 `decode_attention_reference` is the same function in torch (the CPU's path, and what the
 GPU test holds the kernel to).
 """
@@ -33,7 +38,10 @@ except ImportError:  # pragma: no cover - CPU-only torch without triton
 
 # the kernel's launch settings: positions a block, warps, pipeline stages, and CHUNK: the
 # positions one program of the split kernel covers (0: one program a (row, KV head) over
-# all of its positions). bench/gpu/rollout.py compares others side by side.
+# all of its positions). bench/gpu/rollout.py compares others side by side: at batch 256
+# on an H200 the split kernel gave 0.94-0.98x the one-program kernel's tokens/s (its
+# combine alone took 0.2 ms of a 5.1 ms step; docs/performance.md). It is for batches of
+# few rows, where one program a (row, KV head) leaves SMs idle (not measured yet).
 CONFIG = {"BLOCK": 64, "num_warps": 4, "num_stages": 2, "CHUNK": 0}
 
 

@@ -141,8 +141,9 @@ VARIANTS = {
     "auto:triton+8-slots": {"max_batch_size": 8},
     "auto+compile": {"compile": True},  # the step's halves and sampling compiled
     "auto+8-slots": {"max_batch_size": 8},  # 24 rows through 8 slots: continuous batching
-    # the split decode attention (128 positions a program) and the steps run ahead of the
-    # host (backend.overlap), compiled and through 8 slots
+    # the split decode attention (128 positions a program; off by default) with the steps
+    # run ahead of the host (backend.overlap, the static decoder's default), compiled and
+    # through 8 slots
     "auto+compile+split-ahead": {"compile": True},
     "auto+8-slots+split-ahead": {"max_batch_size": 8},
     "dynamic": {},
@@ -160,6 +161,7 @@ def test_engine_logprobs_match_trainer_forward(model_dir, variant, monkeypatch):
     spec = make_spec(model_dir, decode=decode, rollout=VARIANTS[variant])
     policy = LoraPolicy(spec, model_dir)
     backend = TorchBackend(spec, model_dir)
+    assert backend.overlap == (decode == "auto")  # the static decoder runs steps ahead
     backend.overlap = backend.overlap or "split-ahead" in variant
     assert (backend.decoder is not None) == (decode == "auto")
     if backend.decoder is not None:
