@@ -144,7 +144,26 @@ INTERLEAVE = {
     "no-opt-graph": {"optimizer_graph": False},  # clip and AdamW eager, as before
     "graphs": {"graphs": True},  # with layer graphs
     "eager": {"compile": False},
+    # LoRA inputs uncast by PEFT's own switch, which walks the model on entry and exit
+    "peft-uncast": {"peft_uncast": True},
 }
+
+
+def _peft_uncast(policy) -> None:
+    """The policy's bf16 context as it was: PEFT's disable_input_dtype_casting."""
+    import contextlib
+
+    from peft.helpers import disable_input_dtype_casting
+
+    @contextlib.contextmanager
+    def autocast():
+        with (
+            torch.autocast("cuda", dtype=torch.bfloat16),
+            disable_input_dtype_casting(policy.model),
+        ):
+            yield
+
+    policy._autocast = autocast
 
 
 class _GcClock:
@@ -224,7 +243,10 @@ def part_interleave(model_dir: Path, args, out: Path) -> dict:
     batch = None
     for name in names:
         kw = {"compile": True} | INTERLEAVE[name]
+        peft_uncast = kw.pop("peft_uncast", False)
         policy = engine_policy(model_dir, resp_len, seqs, **kw)
+        if peft_uncast:
+            _peft_uncast(policy)
         batch = batch or train_batch(policy, seqs, prompt_len, resp_len, args.vocab)
         t0 = time.perf_counter()
         policy.train_step(batch)  # compiles (the first variant from cold)

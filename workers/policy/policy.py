@@ -7,7 +7,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from peft.helpers import disable_input_dtype_casting
 
 from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
 from ..spec import RunSpec
@@ -16,7 +15,7 @@ from .batch import TrainBatch, TrainSample, collate
 from .checkpointing import checkpoint_layers
 from .fused_logprobs import token_logprobs as token_logprobs_fn
 from .layer_graphs import LayerGraphs
-from .mixed_precision import bf16_autocast
+from .mixed_precision import bf16_autocast, tuner_layers, uncast_inputs
 from .optimizer_graph import OptimizerGraph
 from .parallel import OneProcess, Parallelism
 from .stacked_lora import stack_layers
@@ -51,7 +50,8 @@ class LoraPolicy:
         off by default: measured beside the compiled layers alone after the step's host
         fixes, they did not pay (docs/performance.md). `optimizer_graph`: clip the
         gradients and step AdamW as one CUDA graph replay (optimizer_graph.py); by default
-        wherever AdamW is the fused one (a GPU, one process, stacked LoRA)."""
+        wherever AdamW is the fused one (a GPU, one process, stacked LoRA), unless layer
+        graphs are asked for."""
         self.spec = spec
         self.parallel = parallel or OneProcess()
         self.device = device or pick_device(spec)
@@ -67,7 +67,12 @@ class LoraPolicy:
         stack = alone if stack_lora is None else stack_lora
         self.stacked = stack and stack_layers(self._lm_parts()[0].layers)
         fused = alone and stack_lora is not False
-        graphed_step = fused if optimizer_graph is None else optimizer_graph and alone
+        # not beside layer graphs by default: their GPU test (accumulation over micro-batches
+        # of two shapes, then a whole step) failed in the one H200 call that ran both, the
+        # cause not found (docs/performance.md)
+        if optimizer_graph is None:
+            optimizer_graph = fused and not (layer_graphs and t.compile)
+        graphed_step = optimizer_graph and alone
         self.optimizer = torch.optim.AdamW(
             self.params,
             lr=t.lr,
@@ -78,14 +83,21 @@ class LoraPolicy:
         )
         self.adapter_version = 0
         use_bf16 = self.device.type == "cuda" and spec.model.dtype in ("auto", "bfloat16")
-        self._autocast = (lambda: bf16_autocast(self.model)) if use_bf16 else contextlib.nullcontext
+        # the PEFT layers whose input cast the bf16 contexts switch off, listed once (PEFT's
+        # own switch walks every module on entry and exit: mixed_precision.py)
+        self._tuner_layers = tuner_layers(self.model)
+        self._autocast = (
+            (lambda: bf16_autocast(self.model, self._tuner_layers))
+            if use_bf16
+            else contextlib.nullcontext
+        )
         self._checkpointed = t.activation_checkpointing
         # A checkpointed layer's recompute runs in backward, outside the forward's context:
         # LoRA inputs must stay uncast there too, or the recomputed tensors' dtypes differ
         # from the saved ones (checkpoint refuses that). Autocast the checkpoint restores.
         uncast = use_bf16 and self._checkpointed
         self._backward_context = (
-            (lambda: disable_input_dtype_casting(self.model)) if uncast else contextlib.nullcontext
+            (lambda: uncast_inputs(self._tuner_layers)) if uncast else contextlib.nullcontext
         )
         if self._checkpointed:
             checkpoint_layers(self._lm_parts()[0].layers)
