@@ -83,6 +83,28 @@ def _rows(batch: TrainBatch, index: torch.Tensor) -> TrainBatch:
 
 
 @torch.no_grad()
+def stale_pick(
+    batch: TrainBatch, history: AdapterHistory, current: int, limit: int
+) -> tuple[TrainBatch, list[int]] | None:
+    """The samples of `batch` the check runs (at most `limit` with tokens of a version in
+    `history` other than `current`, spread evenly over the batch) and those versions, in
+    order; None when there is nothing to check."""
+    known = torch.tensor([v for v in history.versions() if v != current], dtype=torch.long)
+    stale = (batch.mask > 0) & torch.isin(batch.versions, known)  # [B, T]
+    rows = stale.any(dim=1).nonzero().squeeze(1)
+    if limit <= 0 or len(rows) == 0:
+        return None
+    if len(rows) > limit:
+        rows = rows[torch.arange(limit) * len(rows) // limit]
+    part = _rows(batch, rows)
+    return part, part.versions[stale[rows]].unique().tolist()
+
+
+def of_version(part: TrainBatch, version: int) -> TrainBatch:
+    """The samples of `part` with tokens of `version`."""
+    return _rows(part, (part.versions == version).any(dim=1).nonzero().squeeze(1))
+
+
 def stale_token_sums(
     policy: LoraPolicy, batch: TrainBatch, history: AdapterHistory, limit: int
 ) -> TokenSums:
@@ -92,15 +114,10 @@ def stale_token_sums(
     are consecutive, so the pick covers them): the check then costs a fixed fraction of a
     forward, whatever the batch size."""
     out = TokenSums.empty()
-    current = policy.adapter_version
-    known = torch.tensor([v for v in history.versions() if v != current], dtype=torch.long)
-    stale = (batch.mask > 0) & torch.isin(batch.versions, known)  # [B, T]
-    rows = stale.any(dim=1).nonzero().squeeze(1)
-    if limit <= 0 or len(rows) == 0:
+    pick = stale_pick(batch, history, policy.adapter_version, limit)
+    if pick is None:
         return out
-    if len(rows) > limit:
-        rows = rows[torch.arange(limit) * len(rows) // limit]
-    part = _rows(batch, rows)
+    part, versions = pick
     # A sharded policy's ranks all hold the whole batch and pick the same rows; each takes
     # its share of them (`policy.parallel.part`) and runs as many forwards as the others (each one
     # gathers the sharded layers), then the sums are added up across the group. One
@@ -112,9 +129,9 @@ def stale_token_sums(
     policy.model.eval()  # no dropout: the engine samples without it
     size = policy.spec.train.micro_batch_size
     try:
-        for v in part.versions[stale[rows]].unique().tolist():
+        for v in versions:
             policy.load_adapter_tensors(history.get(v), current_version)
-            own = _rows(part, (part.versions == v).any(dim=1).nonzero().squeeze(1))
+            own = of_version(part, v)
             mine, n_micro = policy.parallel.part(own, size)
             for i in range(n_micro):
                 mb = mine.slice(i * size, (i + 1) * size)

@@ -198,6 +198,65 @@ class MultiLoraTrainer:
                 _RunPolicy(self, run), batch, run.history, run.spec.train.mult_prob_error_samples
             )
 
+    def _stale_together(self, batches: dict[str, TrainBatch]) -> dict:
+        """Each run's stale-token check (`_stale_sums`) for a batched step: the samples and
+        versions a run alone would check, each run's adapter at its k-th older version in
+        its own adapter for round k, one no-grad forward a round (and micro-batch) over
+        every run's samples of that round, each under its own adapter (the check of a run
+        alone is a forward of a few samples: its cost is the forward's ops, not its rows).
+        Then each run's current adapter back, bit for bit."""
+        from ..loop.version_check import TokenSums, of_version, stale_pick
+
+        out: dict[str, TokenSums | None] = {}
+        picks = {}
+        for run_id, batch in batches.items():
+            run = self._run(run_id)
+            limit = run.spec.train.mult_prob_error_samples
+            out[run_id] = TokenSums.empty() if limit > 0 else None
+            pick = stale_pick(batch, run.history, run.adapter_version, limit) if limit else None
+            if pick is not None:
+                part, versions = pick
+                picks[run_id] = (part, versions, self.policy.shares_prompts(part))
+        if not picks:
+            return out
+        restore = {r: self.adapter_tensors(r) for r in picks}
+        was_training = self.model.training
+        self.model.eval()  # no dropout: the engine samples without it
+        try:
+            with torch.no_grad(), self._rows_lora():
+                for k in range(max(len(versions) for _, versions, _ in picks.values())):
+                    jobs = []
+                    for run_id, (part, versions, share) in picks.items():
+                        if k < len(versions):
+                            run, v = self._run(run_id), versions[k]
+                            lora_io.copy_into(run.index, run.history.get(v), f"run {run_id!r}: ")
+                            jobs.append((run, v, of_version(part, v), share))
+                    self._stale_round(jobs, out)
+        finally:
+            for run_id, tensors in restore.items():
+                lora_io.copy_into(self._run(run_id).index, tensors, f"run {run_id!r}: ")
+            self.model.train(was_training)
+        return out
+
+    def _stale_round(self, jobs, out: dict) -> None:
+        """One round of `_stale_together`: jobs (run, version, its samples of that version,
+        whether they share prompts), each run's adapter holding that version; each run's
+        micro-batches as a run alone splits them, the i-th of every run in one forward."""
+        p = self.policy
+        sizes = [run.spec.train.micro_batch_size for run, *_ in jobs]
+        micros = [-(-len(own) // n) for (_, _, own, _), n in zip(jobs, sizes, strict=True)]
+        for i in range(max(micros)):
+            now = [
+                (run, v, own.slice(i * n, (i + 1) * n).to(self.device), share)
+                for (run, v, own, share), n, m in zip(jobs, sizes, micros, strict=True)
+                if i < m
+            ]
+            with p._autocast():
+                hidden = self._hidden([(run.adapter, None, mb, share) for run, _, mb, share in now])
+            for (run, v, mb, _), h in zip(now, hidden, strict=True):
+                lp, _ = p.hidden_logprobs(h, mb, run.spec)
+                out[run.run_id].add(mb.lp_roll, lp, mb.mask * (mb.versions == v).to(mb.mask.dtype))
+
     def train_steps(
         self, batches: dict[str, TrainBatch]
     ) -> dict[str, dict[str, float] | Exception]:
@@ -244,7 +303,7 @@ class MultiLoraTrainer:
     ) -> dict[str, dict[str, float] | Exception]:
         p = self.policy
         parts = []
-        stale = {r: self._stale_sums(self._run(r), b) for r, b in batches.items()}
+        stale = self._stale_together(batches)
         for run_id, batch in batches.items():
             run = self._run(run_id)
             spec = run.spec

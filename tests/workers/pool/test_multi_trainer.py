@@ -333,38 +333,54 @@ def mixed_versions(batch, old: int):
 
 @pytest.mark.parametrize("together", [False, True])
 def test_the_stale_token_check_is_the_solo_runs(make_spec, together):
-    """token_mult_prob_error and gen_kl_error of a pooled async run, on a batch with tokens
-    of the previous version, are those a solo run's executor computes (each stale token
-    under the adapter that generated it), alone or in a batched step with another run."""
-    spec = parse_spec(
-        make_spec("seed=5", "async.enabled=true", "async.max_staleness=1", "lora.dropout=0.1")
-    )
-    other = parse_spec(make_spec("seed=9"))
-    trainer = MultiLoraTrainer(spec, spec.model.path)
-    trainer.add_run("a", spec)
-    trainer.add_run("b", other)
-    solo = LocalExecutor(LoraPolicy(spec, spec.model.path))
+    """token_mult_prob_error and gen_kl_error of pooled async runs, on batches with tokens
+    of the previous version, are those each run's solo executor computes (each stale token
+    under the adapter that generated it), alone or in a batched step whose check is one
+    forward for both runs (each run's samples under its own old adapter); every adapter is
+    then its current one again, bit for bit."""
+    async_ = ("async.enabled=true", "async.max_staleness=1")
+    b_check = "train.mult_prob_error_samples=3"  # fewer samples: its own pick
+    specs = {
+        "a": parse_spec(make_spec("seed=5", *async_, "lora.dropout=0.1")),
+        "b": parse_spec(make_spec("seed=9", *async_, "lora.r=4", b_check)),
+    }
+    trainer = MultiLoraTrainer(specs["a"], specs["a"].model.path)
+    solos = {}
+    for run, spec in specs.items():
+        trainer.add_run(run, spec)
+        solos[run] = LocalExecutor(LoraPolicy(spec, spec.model.path))
+    torch.manual_seed(specs["a"].seed)  # a's dropout stream, as a run alone seeds it (b has none)
     tok = trainer.policy.tokenizer
-    torch.manual_seed(spec.seed)
-
-    def pooled_step(batch):
-        if not together:
-            return trainer.train_step("a", batch)
-        out = trainer.train_steps({"a": batch, "b": batch_for(tok, 0, flip=True)})
-        assert trainer.together[2] >= 1
-        return out["a"]
+    runs = ["a", "b"] if together else ["a"]
 
     got, want = [], []
     for step in range(2):
-        trainer.adapter_update("a", with_probe=False)  # each publish is kept for the check
-        asyncio.run(solo.adapter_update(with_probe=False))
-        batch = batch_for(tok, step, flip=step == 1)
-        if step:
-            batch = mixed_versions(batch, step - 1)
-            assert trainer._stale_sums(trainer.runs["a"], batch).tokens > 0  # the check ran
-        got.append(pooled_step(batch))
-        want.append(solo._train_step(batch))
-    assert "token_mult_prob_error" in got[1] and "gen_kl_error" in got[1]
+        batches = {}
+        for run in runs:
+            trainer.adapter_update(run, with_probe=False)  # each publish is kept for the check
+            asyncio.run(solos[run].adapter_update(with_probe=False))
+            batch = batch_for(tok, step, flip=(step == 1) != (run == "b"))
+            if step:
+                batch = mixed_versions(batch, step - 1)
+                assert trainer._stale_sums(trainer.runs[run], batch).tokens > 0  # it runs
+            batches[run] = batch
+        before = {r: trainer.adapter_tensors(r) for r in runs}
+        if together:
+            sums = trainer._stale_together(batches)
+            for r in runs:  # the check leaves every adapter as it was
+                after = trainer.adapter_tensors(r)
+                assert all(torch.equal(before[r][k], after[k]) for k in after)
+                alone = trainer._stale_sums(trainer.runs[r], batches[r])
+                assert sums[r].tokens == alone.tokens
+                assert sums[r].sums == pytest.approx(alone.sums, rel=1e-5, abs=1e-6)
+            out = trainer.train_steps(batches)
+            assert trainer.together[2] >= 1
+        else:
+            out = {"a": trainer.train_step("a", batches["a"])}
+        got.append(out)
+        want.append({r: solos[r]._train_step(batches[r]) for r in runs})
+    assert "token_mult_prob_error" in got[1]["a"] and "gen_kl_error" in got[1]["a"]
     for g, w in zip(got, want, strict=True):
-        assert g.keys() == w.keys()
-        assert g == pytest.approx(w, rel=1e-5, abs=1e-6)
+        for r in runs:
+            assert g[r].keys() == w[r].keys()
+            assert g[r] == pytest.approx(w[r], rel=1e-5, abs=1e-6)
