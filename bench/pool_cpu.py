@@ -16,11 +16,11 @@ process and of its engine process: on a shared machine the wall-clock moves with
 work's load, the CPU seconds much less. For each pool, the seconds it took to start (the
 first member's admission: trainer and engine), the seconds its trainer and its engine's
 generation turns were held (`busy_s`: what the two shared resources spent, against the
-wall-clock), and how many runs its trainer turns took (the mean, and the count of turns by
-size) where batched.
+wall-clock), where batched the trainer thread's own CPU seconds in its turns
+(`trainer_cpu`) and how many runs its turns took (the mean, and the count by size).
 
     .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--torch-engine lanes|slots]
-        [--pools batched_process,batched,per_run]
+        [--pools batched_process,batched,per_run] [--repeat 1]
     .venv/bin/python bench/pool_cpu.py --step-only 20 [--runs 4]   # the train step alone
 
 The pool's torch engine on the CPU is time-sliced (one adapter decodes at a time); the GPU
@@ -108,6 +108,8 @@ async def pooled(
     sizes = pool.train_turns.sizes if pool.train_turns is not None else Counter()
     # the seconds the trainer and the engine's generation turns were held (charged to runs)
     busy = {"trainer": pool.trainer_gate.share.total_s, "generation": pool.gen_gate.share.total_s}
+    if batched:  # the trainer thread's own CPU seconds in its turns
+        busy["trainer_cpu"] = pool.trainer_cpu_s
     return wall, cpu, sizes, {"start": start, **busy}
 
 
@@ -176,6 +178,13 @@ def main() -> None:
         help=f"the pools to measure, in this order, comma-separated, of {', '.join(POOLS)}",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the pools this many times, alternating (each one's wall-clock, CPU seconds "
+        "and trainer figures listed); the first run's details are reported",
+    )
+    parser.add_argument(
         "--step-only",
         type=int,
         default=0,
@@ -192,11 +201,21 @@ def main() -> None:
     root = args.out or Path(tempfile.mkdtemp(prefix="pool-bench-"))
     seeds = list(range(args.runs))
     model_dir_for(spec_for(0, 1))  # the tiny model built (or found cached) before any timing
-    pools = {}
-    for kind in args.pools.split(","):
+    pools, repeats = {}, {}
+    kinds = args.pools.split(",")
+    for kind in kinds:
         if kind not in POOLS:
             parser.error(f"--pools: {kind!r} is not one of {', '.join(POOLS)}")
-        pools[kind] = asyncio.run(pooled(seeds, args.steps, root / kind, args.torch_engine, kind))
+    for rep in range(args.repeat):  # the pools alternate: each repeat runs every one once
+        for kind in kinds:
+            out = root / (kind if rep == 0 else f"{kind}-{rep}")
+            got = asyncio.run(pooled(seeds, args.steps, out, args.torch_engine, kind))
+            pools.setdefault(kind, got)
+            wall, cpu, _, busy = got
+            repeats.setdefault(kind, []).append(
+                {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+                | {f"{k}_s": round(v, 1) for k, v in busy.items() if k.startswith("trainer")}
+            )
     solos = [solo(s, args.steps, root / f"solo-seed{s}") for s in seeds]
     solo_walls, solo_cpus = [w for w, _ in solos], [c for _, c in solos]
     result = {
@@ -221,6 +240,8 @@ def main() -> None:
                 "mean": round(sum(n * k for n, k in sizes.items()) / sum(sizes.values()), 2),
                 "turns_by_size": dict(sorted(sizes.items())),
             }
+    if args.repeat > 1:
+        result["pool_repeats"] = repeats
     result["per_run"] = {}
     for s in seeds:
         g_solo, _ = gain(root / f"solo-seed{s}")

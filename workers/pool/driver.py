@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,6 +139,7 @@ class PoolDriver:
         )
         self.gen_gate: FairGate | None = None
         self.members: dict[str, Member] = {}
+        self.trainer_cpu_s = 0.0  # the batched train turns' CPU seconds (bench/pool_cpu.py)
 
     # ---------------------------------------------------------------- the shared parts
 
@@ -167,7 +169,11 @@ class PoolDriver:
         self.key = self.key or pool_key(spec)
 
     def _train_steps(self, batches: dict) -> dict:
-        return self.trainer.train_steps(batches)
+        t0 = time.thread_time()  # in the trainer's thread: its own CPU, not its wall-clock
+        try:
+            return self.trainer.train_steps(batches)
+        finally:
+            self.trainer_cpu_s += time.thread_time() - t0
 
     def _sliced(self, spec: RunSpec) -> bool:
         return spec.rollout.backend == "torch" and self.torch_engine == "lanes"
