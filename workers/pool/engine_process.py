@@ -126,5 +126,13 @@ def fork_is_safe(device: torch.device) -> bool:
     and no CUDA state in this process (a forked child cannot use CUDA that its parent had
     initialised). Forked, the child has every module of the pool already imported: it starts
     in a fraction of a second, where a spawned one imports torch, transformers and PEFT anew
-    (several seconds on a small machine; a pool of short CPU runs finishes in less)."""
+    (several seconds on a small machine; a pool of short CPU runs finishes in less).
+
+    The pool's process may have other threads when it forks (a pool job's reporters, the
+    event loop's executor, tqdm's monitor); the child has only the forking one. It runs the
+    engine alone (torch, the tokenizer, its own pipe) and takes none of those threads' locks
+    but the interpreter's, which CPython resets in a forked child; a lock of the standard
+    streams held by another thread at that instant would stall the child's first write to
+    them (not seen in the tests, which fork under reporters and an HTTP server's thread).
+    `PoolDriver(engine_process=False)` keeps the engine in the pool's process."""
     return device.type == "cpu" and not torch.cuda.is_initialized()
