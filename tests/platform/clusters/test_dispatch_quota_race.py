@@ -6,13 +6,12 @@ Without the lock both would read the team's usage before either committed and bo
 import threading
 
 import pytest
-from django.db import connection
 
 from paddock.clusters import dispatch as dispatch_module
-from paddock.clusters.dispatch import dispatch_prepare
 from paddock.experiments.launch import experiment_launch
 from paddock.experiments.models import Run
 from paddock.teams.models import Role, TeamQuota
+from tests.platform.clusters.dispatch_race import dispatch_two_at_once
 from tests.platform.conftest import TINY_SPEC
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quiet_hooks")]
@@ -46,45 +45,23 @@ def _race(world, monkeypatch, *resources: dict) -> tuple[dict, list, bool]:
         return transition(run=run, to_state=to_state, **kw)
 
     monkeypatch.setattr(dispatch_module, "run_transition", slow_transition)
-    orders, errors = {}, []
-
-    def dispatch(run):
-        try:
-            orders[run.pk] = dispatch_prepare(run_id=run.pk)
-        except Exception as exc:  # noqa: BLE001  (what the test is about)
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            connection.close()
-
-    one = threading.Thread(target=dispatch, args=(first,))
-    one.start()
-    assert inside.wait(30)
-    two = threading.Thread(target=dispatch, args=(second,))
-    two.start()
-    two.join(1.0)
-    waited = two.is_alive()  # on the quota row the first dispatch holds
-    release.set()
-    one.join(30), two.join(30)
-    return {r.pk: orders.get(r.pk) for r in (first, second)}, errors, waited
+    return dispatch_two_at_once(first.pk, second.pk, inside, release)
 
 
-def test_two_solo_dispatches_at_once_check_the_quota_one_after_the_other(world, monkeypatch):
-    orders, errors, waited = _race(world, monkeypatch, GPU, GPU)
+def _the_second_waited_and_queued(orders: dict, errors: list, waited: bool) -> None:
     assert errors == [] and waited
     first, second = orders
     assert orders[first] is not None and orders[second] is None
     run = Run.objects.get(pk=second)
     assert run.state == "queued"
     assert run.queued_reason == "waiting for GPUs: the team uses 1 of 1 and this run needs 1"
+
+
+def test_two_solo_dispatches_at_once_check_the_quota_one_after_the_other(world, monkeypatch):
+    _the_second_waited_and_queued(*_race(world, monkeypatch, GPU, GPU))
 
 
 def test_a_solo_and_a_pooled_dispatch_at_once_check_one_after_the_other(world, monkeypatch):
     """The first, a run of its own, holds the lock; the second, pooled, would start a pool
     of the whole GPU: it counts the first's GPU once that committed, and waits."""
-    orders, errors, waited = _race(world, monkeypatch, GPU, {**GPU, "pool": "auto"})
-    assert errors == [] and waited
-    first, second = orders
-    assert orders[first] is not None and orders[second] is None
-    run = Run.objects.get(pk=second)
-    assert run.state == "queued"
-    assert run.queued_reason == "waiting for GPUs: the team uses 1 of 1 and this run needs 1"
+    _the_second_waited_and_queued(*_race(world, monkeypatch, GPU, {**GPU, "pool": "auto"}))

@@ -5,13 +5,12 @@ dispatch never fails on the name's uniqueness."""
 import threading
 
 import pytest
-from django.db import connection
 
 from paddock.clusters import pools
-from paddock.clusters.dispatch import dispatch_prepare
 from paddock.clusters.models import Pool, PoolMember
 from paddock.experiments.launch import experiment_launch
 from paddock.teams.models import Role
+from tests.platform.clusters.dispatch_race import dispatch_two_at_once
 from tests.platform.conftest import TINY_SPEC
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quiet_hooks")]
@@ -33,24 +32,7 @@ def test_a_new_named_pool_dispatched_twice_at_once_is_made_once(world, monkeypat
         return join(pool=pool, run=run, dispatch=dispatch, weight=weight)
 
     monkeypatch.setattr(pools, "member_join", slow_join)
-    orders, errors = {}, []
-
-    def dispatch(run):
-        try:
-            orders[run.pk] = dispatch_prepare(run_id=run.pk)
-        except Exception as exc:  # noqa: BLE001  (what the test is about)
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            connection.close()
-
-    one = threading.Thread(target=dispatch, args=(first,))
-    one.start()
-    assert inside.wait(30)
-    two = threading.Thread(target=dispatch, args=(second,))
-    two.start()
-    two.join(1.0)  # it waits on the first dispatch's transaction (or on the name's index)
-    release.set()
-    one.join(30), two.join(30)
+    orders, errors, _ = dispatch_two_at_once(first.pk, second.pk, inside, release)
     assert errors == []
     (pool,) = Pool.objects.filter(name="sweep")
     assert pool.team_id == world.team_a.pk
