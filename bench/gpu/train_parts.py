@@ -5,8 +5,9 @@
 - attention: SDPA causal over q [16, 16, 1024, 128] and k, v [16, 8, 1024, 128] in bf16 (one
   layer), by each backend (cuDNN, flash, memory-efficient), with GQA inside SDPA
   (`enable_gqa`, what transformers passes without a mask) and with k, v repeated first;
-- head (forward and backward together, in the fwd column): the fused logprob head (workers/policy/fused_logprobs.py, compiled chunk maths, its
-  gradient in the forward) over the 14,336 response tokens, by chunk size.
+- head (forward and backward together, in the fwd column): the fused logprob head
+  (workers/policy/fused_logprobs.py, compiled chunk maths, its gradient in the forward) over
+  the 14,336 response tokens, by chunk size.
 
 Each is the median of CUDA-event timings after warm-up; ms a call, and for attention the
 TFLOP/s of its causal FLOPs (forward 2 matmuls, backward 5, over half the score matrix).
