@@ -5,7 +5,7 @@ Each run is examples/tiny-async.yaml (the tiny model's arithmetic task, async GR
 own seed, trained for `--steps` steps with eval/accuracy at the start and the end. Reported:
 the wall-clock of one solo run, of four solo runs in sequence, and of the four runs in one
 pool (workers/pool/driver.py, the torch pool engine) once for each of `--pools`:
-- `batched_process` (the default on the CPU): the batched trainer (each trainer turn steps
+- `batched_process` (PoolDriver(engine_process=True)): the batched trainer (each trainer turn steps
   every run whose batch is waiting in one forward and backward) and the pool engine in a
   forked child process (workers/pool/engine_process.py);
 - `batched`: the same with the engine in the pool's own process (before engine processes);

@@ -37,7 +37,7 @@ from ..names import TERMINAL_RUN_STATES
 from ..policy.multi import MultiLoraTrainer
 from ..rollout.pool_engine import LanePool, PoolAdmissionError
 from ..spec import RunSpec, parse_spec
-from .engine_process import ProcessPoolEngine, fork_is_safe
+from .engine_process import ProcessPoolEngine
 from .gate import FairGate, TrainTurns
 from .key import misfit, pool_key
 from .members import LaneBackend, PooledExecutor
@@ -119,8 +119,8 @@ class PoolDriver:
         one forward and backward (MultiLoraTrainer.train_steps); False: one member's step a
         turn (bench/pool_cpu.py measures both). `engine_process`: the pool engine in a child
         process (workers/pool/engine_process.py), so that decoding and training each have
-        an interpreter of their own; None: where the child can be forked (a torch engine
-        on the CPU: 15 % off a CPU pool's wall-clock, docs/pools.md), else in this one."""
+        an interpreter of their own (13 % off a CPU pool's wall-clock, docs/pools.md); None
+        (the default): in this process."""
         if torch_engine not in TORCH_ENGINES:
             raise ValueError(f"torch_engine must be one of {TORCH_ENGINES}, got {torch_engine!r}")
         self.torch_engine = torch_engine
@@ -155,8 +155,8 @@ class PoolDriver:
         # (a later member of a higher rank is refused, naming it); time-sliced lanes: any
         rank = self.max_lora_rank or (None if self._sliced(spec) else spec.lora.r)
         args = (spec, model_dir, capacity, rank, engine_device, self.torch_engine)
-        if self.engine_process is None:
-            self.engine_process = spec.rollout.backend == "torch" and fork_is_safe(engine_device)
+        if self.engine_process is None:  # opt-in: see fork_is_safe for what a fork risks
+            self.engine_process = False
         if self.engine_process:
             self.engine = ProcessPoolEngine(*args)
         else:
