@@ -233,6 +233,13 @@ class DecoderLog:
         return getattr(self._decoder, name)
 
 
+def _held_group(policy, rid, prompt, seed, held):
+    """A group of 4 whose samples already hold `held` tokens (a resubmitted partial)."""
+    partial = [Sample([5] * held, [-1.0] * held, [7] * held) for _ in range(4)]
+    ids = policy.tokenizer.encode(prompt)
+    return GroupRequest(rid, ids, 4, seed, SamplingParams(2.0, 8), partial=partial)
+
+
 def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make_spec):
     """Continuous batching on the static decoder: 16 rows through 8 slots. Two groups have
     2 tokens left, two have 8: the short group's slots go to the next group while the long
@@ -245,9 +252,7 @@ def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make
     policy = LoraPolicy(spec, spec.model.path)
 
     def group(rid, prompt, seed, held):
-        partial = [Sample([5] * held, [-1.0] * held, [7] * held) for _ in range(4)]
-        ids = policy.tokenizer.encode(prompt)
-        return GroupRequest(rid, ids, 4, seed, SamplingParams(2.0, 8), partial=partial)
+        return _held_group(policy, rid, prompt, seed, held)
 
     reqs = [group("b", "4+5=", 5, 6), group("a", "12+3=", 11, 0),
             group("c", "40+41=", 6, 0), group("d", "7+8=", 3, 6)]  # fmt: skip
@@ -335,9 +340,7 @@ def test_steps_run_ahead_of_the_host_sample_as_the_serial_loop(make_spec, slots)
     policy = LoraPolicy(spec, spec.model.path)
 
     def group(rid, prompt, seed, held):
-        partial = [Sample([5] * held, [-1.0] * held, [7] * held) for _ in range(4)]
-        ids = policy.tokenizer.encode(prompt)
-        return GroupRequest(rid, ids, 4, seed, SamplingParams(2.0, 8), partial=partial)
+        return _held_group(policy, rid, prompt, seed, held)
 
     reqs = [group("b", "4+5=", 5, 6), group("a", "12+3=", 11, 0),
             group("c", "40+41=", 6, 3), group("d", "7+8=", 3, 5)]  # fmt: skip
