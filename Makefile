@@ -17,7 +17,7 @@ test: $(STAMPS)/dev $(STAMPS)/vllm $(STAMPS)/frontend
 	$(BIN)/ruff format --check .
 	bash frontend/scripts/api-types.sh --check
 	cd frontend && npm run lint && npx vitest run
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	bash scripts/pytest-halves.sh $(BIN)/python $(PYTEST_ARGS)
 
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

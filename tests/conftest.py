@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from paddock.embedded.up import ray_agent_port_flags
+from paddock.environment import create_once
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,9 +27,7 @@ def _ray_token_auth() -> None:
     path = REPO / ".paddock" / "test-ray-auth-token"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
+        create_once(path, secrets.token_hex(32))  # a session beside this one may race it
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
 

@@ -75,10 +75,24 @@ def secret_key(home: Path) -> str:
         return given
     path = home / "secret_key"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(50))
+        create_once(path, secrets.token_urlsafe(50))
     return path.read_text().strip()
+
+
+def create_once(path: Path, text: str) -> None:
+    """Write `path` (0600) unless it exists, so that processes starting at once (`paddock
+    up`'s server and worker on a new home) all read one whole file: each writes a file of
+    its own and links it into place; the first link wins, the others read that one."""
+    part = path.with_name(f"{path.name}.{os.getpid()}")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    try:
+        os.link(part, path)
+    except FileExistsError:
+        pass
+    finally:
+        part.unlink()
 
 
 @dataclass(frozen=True)

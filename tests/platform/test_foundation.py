@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,39 @@ def test_embedded_mode_keeps_its_state_under_paddock_home(tmp_path):
     assert embedded is True
     # the generated secret key is readable by its owner only
     assert (tmp_path / "home" / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_processes_starting_at_once_on_a_new_home_read_one_secret_key(tmp_path):
+    """`paddock up` starts its server and worker at once on a new home: all read one whole
+    key. A key that appears between the check and the write (another process won) is kept,
+    not an error: before, the loser's O_EXCL open raised, or it read a file still empty."""
+    from paddock.environment import create_once
+
+    home = tmp_path / "home"
+    home.mkdir()
+    code = (  # ready, then wait for the go, so that every one checks for the key at once
+        "import sys, os, time; from pathlib import Path; from paddock.environment import "
+        "secret_key; Path(sys.argv[1], f'ready-{os.getpid()}').touch()\n"
+        "while not Path(sys.argv[1], 'go').exists(): time.sleep(0.0005)\n"
+        "print(secret_key(Path(sys.argv[2])))"
+    )
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(gate), str(home)], cwd=REPO / "platform",
+                         env={"PATH": os.environ["PATH"]}, stdout=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(os.listdir(gate)) < len(procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (gate / "go").touch()
+    keys = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert len(keys) == 1 and len(keys.pop()) > 40
+    assert sorted(os.listdir(home)) == ["secret_key"]  # no part file left behind
+    create_once(home / "secret_key", "another")  # the race's loser: no error, nothing replaced
+    assert (home / "secret_key").read_text() != "another"
 
 
 @pytest.mark.django_db
