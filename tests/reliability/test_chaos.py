@@ -5,8 +5,9 @@ server, of the Celery worker, of a job's driver and of a rollout engine process;
 restart and a PostgreSQL crash and restart; a user's pause (then resume) and abort; a
 network partition of one job from the platform (chaos_proxy.py).
 
-Runs are kept at PADDOCK_CHAOS_RUNS at once while the window lasts (a run that ends is
-replaced), so every fault finds runs to hit. Then, whatever happened:
+Runs are kept at PADDOCK_CHAOS_RUNS at once while a fault that hits one run is still to
+fire (a run that ends is replaced), so every such fault finds runs to hit; after the last
+of them a new run would only lengthen the end. Then, whatever happened:
 - every run is succeeded, aborted by a user (the audit log says so), or failed with its
   attempts spent and an error saying why; none is left in a transient state;
 - every acknowledged batch, log and metric point is stored exactly once (chaos_ledger.py
@@ -14,7 +15,7 @@ replaced), so every fault finds runs to hit. Then, whatever happened:
 - every step of a succeeded run is stored once;
 - no Ray job is left unfinished and no job process is left on the head.
 
-The short form (4 runs, 90 s of faults, each kind once) runs in `make test`; the long one
+The short form (4 runs, 45 s of faults, each kind once) runs in `make test`; the long one
 is chosen by PADDOCK_CHAOS_RUNS / PADDOCK_CHAOS_SECONDS / PADDOCK_CHAOS_SEED, and the
 figures (docs/reliability.md) come from the JSON report written to PADDOCK_CHAOS_REPORT
 (else chaos-report.json in the test's tmp folder; the path is printed)."""
@@ -36,8 +37,11 @@ from tests.reliability.chaos_schedule import KINDS, PER_RUN, Fault, percentile, 
 from tests.reliability.chaos_stack import ChaosPlatform, chaos_platform
 
 RUNS = int(os.environ.get("PADDOCK_CHAOS_RUNS", "4"))
-SECONDS = float(os.environ.get("PADDOCK_CHAOS_SECONDS", "90"))
-SEED = int(os.environ.get("PADDOCK_CHAOS_SEED", "25"))
+SECONDS = float(os.environ.get("PADDOCK_CHAOS_SECONDS", "45"))
+# the short form's seed puts the five per-run faults first, while its runs are young, and the
+# platform-wide ones after them; with no run launched after the last per-run fault, the
+# test ends when the runs hit end (the long form's seed is set: docs/reliability.md)
+SEED = int(os.environ.get("PADDOCK_CHAOS_SEED", "526"))
 REPORT = os.environ.get("PADDOCK_CHAOS_REPORT", "")
 
 pytestmark = [
@@ -212,9 +216,14 @@ class Chaos:
             time.sleep(1)
         faults = schedule(SEED, SECONDS)
         t0 = time.monotonic()
-        for fault in faults:
+        for i, fault in enumerate(faults):
+            # a run that ends is replaced while a per-run fault is still to fire (fire() also
+            # launches while it waits for a target); a run launched after the last one would
+            # be hit by nothing that needs it and only lengthen the end
+            refill = any(f.kind in PER_RUN for f in faults[i:])
             while time.monotonic() - t0 < fault.at_s:
-                self.keep_running()
+                if refill:
+                    self.keep_running()
                 time.sleep(0.5)
             self.fire(fault)
         for timer in self.timers:
