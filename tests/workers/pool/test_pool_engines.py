@@ -4,9 +4,10 @@ itself cannot run here; docs/backends.md lists what has never run on it).
 
 The reference for "what a row of adapter X gives" is the single-adapter backend of the same
 engine serving X alone: greedy rows must give the same tokens, and seeded rows the same
-tokens and logprobs, whatever other adapters share their batch. Two vLLM engines never run
-at once: the reference's is closed before the pool's starts (each holds ~1.7 GB and takes
-20-60 s to start on a loaded 2-core machine)."""
+tokens and logprobs, whatever other adapters share their batch. vLLM's reference is the
+session's single-adapter engine on the tiny model (rollout/conftest.py's borrow_tiny_vllm):
+a start takes 20-60 s on a loaded 2-core machine, so it is not started again here, and it
+stays up, idle, while the pool's engine runs (each holds ~1.7 GB)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from workers.rollout.pool_engine import PoolAdmissionError, PoolRequest
 from workers.rollout.registry import make_backend
 
 from ..rollout import trtllm_standin
+from ..rollout.conftest import borrow_tiny_vllm, engine_spec
 from .conftest import (
     GREEDY,
     LONG,
@@ -107,20 +109,46 @@ async def updates(maker: AdapterMaker):
     return {s: await maker.update(s, version=1) for s in (SEED_A, SEED_B, SEED_A2, SEED_A3)}
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def reference(backend: str, tiny_dir: Path, maker: AdapterMaker, updates):
-    """Each adapter alone on the single-adapter backend: seed → its results."""
-    single = make_backend(pool_spec(tiny_dir, backend), tiny_dir)
+async def _reference(single, maker: AdapterMaker, updates) -> dict[int, list[GroupResult]]:
     out = {}
-    try:
-        for k, seed in enumerate((SEED_A, SEED_B, SEED_A2)):
-            await single.pause("wait")
+    for k, seed in enumerate((SEED_A, SEED_B, SEED_A2)):
+        await single.pause("wait")
+        try:
             await single.load_adapter(maker.relabel(updates[seed], k + 1))
+        finally:
             await single.resume()
-            out[seed] = await single.generate(groups(maker, f"ref{seed}"))
+        out[seed] = await single.generate(groups(maker, f"ref{seed}"))
+    return out
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def tiny_vllm(tiny_dir: Path):
+    """Held for the session, so that the rollout tests find the engine still up."""
+    async with borrow_tiny_vllm(tiny_dir) as backend:
+        yield backend
+
+
+@pytest.fixture(scope="module")
+def shared_single(request, backend: str, tiny_dir: Path):
+    """vLLM's single-adapter backend: the session's engine on the tiny model (the rollout
+    tests' too: pool_spec's spec is theirs); None for the others, made by `reference`.
+    (A plain fixture: an async one cannot ask for another async one by name.)"""
+    if backend != "vllm":
+        return None
+    assert pool_spec(tiny_dir, backend) == engine_spec(tiny_dir, backend)  # one engine
+    return request.getfixturevalue("tiny_vllm")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def reference(backend: str, tiny_dir: Path, maker: AdapterMaker, updates, shared_single):
+    """Each adapter alone on the single-adapter backend: seed → its results."""
+    if shared_single is not None:
+        return await _reference(shared_single, maker, updates)
+    single = make_backend(pool_spec(tiny_dir, backend), tiny_dir)
+    try:
+        return await _reference(single, maker, updates)
     finally:
         await single.close()
-    return out
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

