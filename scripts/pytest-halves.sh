@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole pytest suite as two sessions side by side: tests/workers (the data plane) with
-# the two `paddock up` tests, and everything else. Most tests run one Python thread at a
-# time (the data-plane tests pin torch to one thread, the platform's wait on their
-# servers), so a 2-core machine sat half idle under one session; two keep both cores busy.
+# The whole pytest suite as two sessions side by side: tests/workers (the data plane: no
+# database, no broker) and everything else. Most tests run one Python thread at a time (the
+# data-plane tests pin torch to one thread, the platform's wait on their servers), so a
+# 2-core machine sat half idle under one session; two sessions keep both cores busy.
 #
 # Side by side is safe because each session is its own (tests/django_settings.py): its own
 # PostgreSQL test database, Celery queue, channel-layer and cache prefixes, artifacts folder
@@ -26,28 +26,21 @@ if [[ -n $serial ]] || ! port_open 5432 || ! port_open 6379; then
   exec "$py" -m pytest "$@"
 fi
 
-# The second session's share: the data plane, and the two `paddock up` tests (a whole
-# platform of their own each), which even out the halves (about 22 min each on a fresh
-# clone here, where one session took 41).
-second=(tests/workers tests/integration/test_light_client.py tests/integration/test_paddock_up.py)
-ignore=()
-for path in "${second[@]}"; do ignore+=("--ignore=$path"); done
-
 # Each session takes its id from its own pid (one set outside would be shared by both).
 unset PADDOCK_TEST_SESSION
 log=$(mktemp -t paddock-pytest-workers.XXXXXX)
 trap 'rm -f "$log"' EXIT
-echo "pytest: ${second[*]} in a second session beside this one (its output follows at the end)"
-"$py" -m pytest "$@" "${second[@]}" >"$log" 2>&1 &
+echo "pytest: tests/workers in a second session beside this one (its output follows at the end)"
+"$py" -m pytest "$@" tests/workers >"$log" 2>&1 &
 workers=$!
-"$py" -m pytest "$@" "${ignore[@]}"
+"$py" -m pytest "$@" --ignore=tests/workers
 rest_rc=$?
 wait "$workers"
 workers_rc=$?
 echo
-echo "==================== the second session: ${second[*]} ===================="
+echo "==================== the second session: tests/workers ===================="
 cat "$log"
-echo "pytest exit codes: the second session $workers_rc, the first $rest_rc"
+echo "pytest exit codes: tests/workers $workers_rc, the rest $rest_rc"
 # 5 is pytest's "no tests collected": a -k or -m that selects nothing in one half only
 ok() { [[ $1 == 0 || $1 == 5 ]]; }
 if ok "$workers_rc" && ok "$rest_rc" && ! [[ $workers_rc == 5 && $rest_rc == 5 ]]; then
