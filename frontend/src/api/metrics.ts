@@ -3,7 +3,7 @@
 // read (queryKeys.metrics), answering series by key (by run for GET /metrics).
 import { keepPreviousData, queryOptions, useQueries, useQuery } from "@tanstack/react-query";
 import { useMemo } from "react";
-import { request } from "./client";
+import { request, type ApiError } from "./client";
 import { answers } from "./queryClient";
 import type { Series } from "../charts/series";
 import { emptySeries, spliceWindow } from "../charts/series";
@@ -80,7 +80,7 @@ const RUN_FULL: MetricsRead = { maxPoints: 2000, sample: "minmax" };
 export interface RunMetrics {
   /** every stored key's series; null until the first read answers */
   history: Map<string, Series> | null;
-  error: Error | null;
+  error: ApiError | null;
 }
 
 /** GET /runs/{id}/metrics for the run page: the overview, then the full read in its place
@@ -108,7 +108,7 @@ export function useRunWindows(runId: number, history: Map<string, Series> | null
     combine: answers,
   });
   return useMemo(() => {
-    if (!history) return history;
+    if (!history || !fine.some(Boolean)) return history;
     const out = new Map(history);
     for (const window of fine) {
       window?.forEach((series, key) => out.set(key, spliceWindow(out.get(key) ?? emptySeries(), series)));
