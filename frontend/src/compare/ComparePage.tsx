@@ -39,9 +39,11 @@ export default function ComparePage() {
   // ~400 px wide: 1,000 points a line
   const source: CompareSource | null = experimentId ? { experiment: experimentId }
     : onlyRuns?.length ? { runs: onlyRuns } : null;
-  // the drag-zooms on the step axis, by panel key (each read for every run at full resolution)
-  const [zooms, setZooms] = useState<Record<string, StepWindow>>({});
-  const windows = useMemo(() => Object.values(zooms), [zooms]);
+  // the drag-zooms on the step axis, by panel key (each read for every run at full
+  // resolution), of this source
+  const sourceId = JSON.stringify(source);
+  const [zooms, setZooms] = useState<{ of: string; byKey: Record<string, StepWindow> }>({ of: sourceId, byKey: {} });
+  const windows = useMemo(() => (zooms.of === sourceId ? Object.values(zooms.byKey) : []), [zooms, sourceId]);
   const { history, stage, error: historyError, painted } = useCompareHistory(source, COMPARE_KEYS, windows);
   const experiment = useExperiment(experimentId);
   // an experiment's runs, or runs chosen one by one (?runs=1,2,3) from anywhere
@@ -75,8 +77,9 @@ export default function ComparePage() {
   // full resolution (x_min/x_max by step; the time and tokens axes keep the overview)
   const zoomTo = useCallback((key: string, range: [number, number] | null) => {
     if (!range || view.axis !== "step") return;
-    setZooms((z) => ({ ...z, [key]: { key, from: Math.floor(range[0]), to: Math.ceil(range[1]) } }));
-  }, [view.axis]);
+    setZooms((z) => ({ of: sourceId, byKey: { ...(z.of === sourceId ? z.byKey : {}),
+      [key]: { key, from: Math.floor(range[0]), to: Math.ceil(range[1]) } } }));
+  }, [view.axis, sourceId]);
 
   const panels = useMemo(() => COMPARE_PANELS.map(([title, key]) => ({
     ...comparePanel(title, key, runSeries, view, `compare-${experimentId}`),
