@@ -77,6 +77,8 @@ function chunks<T>(list: readonly T[], size: number): T[][] {
 const RUN_OVERVIEW: MetricsRead = { maxPoints: 1000, sample: "stride" };
 const RUN_FULL: MetricsRead = { maxPoints: 2000, sample: "minmax" };
 
+const NO_SERIES = new Map<string, Series>();
+
 export interface RunMetrics {
   /** every stored key's series; null until the first read answers */
   history: Map<string, Series> | null;
@@ -89,7 +91,7 @@ export function useRunMetrics(runId: number): RunMetrics {
   const overview = useQuery(runMetricsQuery(runId, RUN_OVERVIEW));
   const full = useQuery({ ...runMetricsQuery(runId, RUN_FULL), enabled: overview.isSuccess });
   const error = full.error ?? overview.error;
-  return { history: full.data ?? overview.data ?? (error ? new Map() : null), error };
+  return { history: full.data ?? overview.data ?? (error ? NO_SERIES : null), error };
 }
 
 /** A drag-zoom: `keys` of a run between two wall times (Unix seconds). */

@@ -1,5 +1,5 @@
 // /api/v1/runs/… (the metrics endpoints: metrics.ts): a typed query per endpoint.
-import { infiniteQueryOptions, queryOptions, useInfiniteQuery, useQuery } from "@tanstack/react-query";
+import { infiniteQueryOptions, queryOptions, useInfiniteQuery, useQuery, type InfiniteData } from "@tanstack/react-query";
 import { request } from "./client";
 import { queryClient } from "./queryClient";
 import { queryKeys, type RunListQuery } from "./queryKeys";
@@ -23,9 +23,12 @@ export function experimentRunsQuery(experimentId: number) {
   return runListQuery({ experiment: experimentId, limit: 100 });
 }
 
+// (module-level selects: an inline one would run, and make a new array, on every render)
+const rowsOf = (page: RunPage) => page.results;
+const rowsOfPages = (data: InfiniteData<RunPage>) => data.pages.flatMap((p) => p.results);
+
 export function useExperimentRuns(experimentId: number | null) {
-  return useQuery({ ...experimentRunsQuery(experimentId ?? 0), enabled: !!experimentId,
-    select: (page) => page.results });
+  return useQuery({ ...experimentRunsQuery(experimentId ?? 0), enabled: !!experimentId, select: rowsOf });
 }
 
 /** The runs table's pages: newest first, `fetchNextPage()` appends the next one. */
@@ -41,7 +44,7 @@ export function useRunPages(teamId: number | null, filters: RunFilters = {}) {
     initialPageParam: null as string | null,
     getNextPageParam: (last) => last.next ?? undefined,
     enabled: !!teamId,
-    select: (data) => data.pages.flatMap((p) => p.results),
+    select: rowsOfPages,
   }));
 }
 
