@@ -18,10 +18,10 @@ idle. With one GPU visible trainer and engine share it; with two the engine gets
 (--engine-process: in a child process). --prompt-chars > 0 makes long JSONL prompts, so
 that training time can match generation time; --checkpointing sets
 train.activation_checkpointing, --compile train.compile and rollout.compile. --backends
-torch,vllm also runs the same spec on the vLLM backend, sync and async (its engine in its
-own process beside the trainer, rollout.gpu_memory_utilization --vllm-memory of the card:
-the memory split, checked at launch), each against the torch engine's sync run. multi.py
-runs it under each placement. Writes async.json under --out.
+torch,vllm also runs the same spec on the vLLM backend, async and sync (--vllm-modes; its
+engine in its own process beside the trainer, rollout.gpu_memory_utilization --vllm-memory
+of the card: the memory split, checked at launch), each against the torch engine's sync
+run. multi.py runs it under each placement. Writes async.json under --out.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
     if args.sync_twice:
         runs["sync again"] = one_run(model_dir, args, data, "sync again", {"async.enabled": False})
     if "vllm" in args.backends.split(","):
-        for mode in ("sync", "async"):
+        for mode in args.vllm_modes.split(","):
             over = {"async.enabled": mode == "async", "rollout.backend": "vllm"}
             try:
                 runs[f"vllm {mode}"] = one_run(model_dir, args, data, f"vllm {mode}", over)
@@ -249,6 +249,7 @@ def main() -> None:
     ap.add_argument("--sync-twice", action="store_true", help="sync again at the end")
     ap.add_argument("--trace", action="store_true", help="profile step 3 of each run")
     ap.add_argument("--backends", default="torch", help="torch, or torch,vllm: vLLM runs too")
+    ap.add_argument("--vllm-modes", default="async,sync", help="vllm: which runs, in order")
     ap.add_argument(
         "--vllm-memory", type=float, default=0.5, help="vllm: rollout.gpu_memory_utilization"
     )
