@@ -187,7 +187,10 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
     update = arun(executor.adapter_update(with_probe=True))  # the probe: vLLM checks it
     default_config = dict(decode_attention.CONFIG)
     variants = args.decodes.split(",")
-    torch_last = max((i for i, v in enumerate(variants) if not v.startswith("vllm")), default=-1)
+    out.mkdir(parents=True, exist_ok=True)
+    # --profile: the last variant of each engine
+    last = {v.startswith("vllm"): i for i, v in enumerate(variants)}
+    profiled = set(last.values())
     for i, variant in enumerate(variants):
         startup = None
         if variant.startswith("vllm"):
@@ -233,7 +236,7 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
                 }
             )
             print(rows[-1], flush=True)
-        if args.profile and torch.cuda.is_available() and i in (torch_last, len(variants) - 1):
+        if args.profile and torch.cuda.is_available() and i in profiled:
             # at the timed run's mean context: its average step
             reqs = gen_requests(groups, n, p_len + new // 2, 16, vocab, seed=5)
             arun(backend.generate(reqs))  # graphs of these extents captured first

@@ -144,8 +144,16 @@ def _cpu_batch_args(model_dir: str) -> dict[str, Any]:
     }
 
 
-def _start_engine(spec: RunSpec, model_dir: str, max_loras: int, max_lora_rank: int):
-    """vLLM's async engine for `spec`'s base model with LoRA enabled; (vllm, engine, dtype)."""
+def _start_engine(
+    spec: RunSpec,
+    model_dir: str,
+    max_loras: int,
+    max_lora_rank: int,
+    target_modules: list[str] | None = None,
+):
+    """vLLM's async engine for `spec`'s base model with LoRA enabled; (vllm, engine, dtype).
+    `target_modules`: the only layers vLLM wraps for LoRA (None: every layer it supports,
+    the output head and embeddings too: a pool's runs may target any)."""
     on_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
     if on_gpu:
         _configure_gpu_env()
@@ -164,6 +172,7 @@ def _start_engine(spec: RunSpec, model_dir: str, max_loras: int, max_lora_rank: 
         enable_lora=True,
         max_lora_rank=max_lora_rank,
         max_loras=max_loras,
+        lora_target_modules=target_modules,
         logprobs_mode="processed_logprobs",
         # torch.compile on a CPU takes minutes to start for little gain on small models.
         enforce_eager=getattr(r, "enforce_eager", False) or not on_gpu,
@@ -189,6 +198,10 @@ class VllmBackend:
             str(model_dir),
             max_loras=getattr(spec.rollout, "max_loras", 1),
             max_lora_rank=adapter_files.supported_rank(spec.lora.r),
+            # only the adapter's layers: unrestricted, vLLM also wraps the output head, whose
+            # LoRA costs a vocabulary-wide product a step, and whose warm-up adapter vLLM
+            # 0.26 builds with the wrong shape when the vocabulary is smaller than hidden
+            target_modules=list(spec.lora.target_modules),
         )
         self._init_lane(spec, model_dir, vllm, engine, dtype, LORA_ID)
         self._emulates_keep = not hasattr(engine, "update_weight_version")
