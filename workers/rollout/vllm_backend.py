@@ -91,9 +91,11 @@ def check_version(version: str) -> None:
 def _configure_gpu_env() -> None:
     """The engine core's one worker joins a torch.distributed group of one at
     tcp://VLLM_HOST_IP:port; unset, vLLM takes the address of the interface that routes to
-    8.8.8.8. On an H200 VM whose address is not reachable from inside (192.0.2.2), that
-    connect waited 10 minutes. A single-GPU engine talks only to itself: loopback. A value
-    set by the user wins."""
+    8.8.8.8, which on a VM without outside network may not answer. A single-GPU engine
+    talks only to itself: loopback, whatever the machine's network. (On the H200 of
+    2026-12-04 the detected 192.0.2.2 answered too: docs/backends.md.) A value set by the
+    user wins. VLLM_ENABLE_V1_MULTIPROCESSING is not set: it does not apply to AsyncLLM,
+    whose engine core always runs in a process of its own."""
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 
 
@@ -181,6 +183,15 @@ def _start_engine(
         **({} if on_gpu else _cpu_batch_args(model_dir)),
     )
     return vllm, AsyncLLM.from_engine_args(args), dtype
+
+
+def delta_logprobs(output: Any) -> list:
+    """The logprobs of a DELTA output's new tokens. vLLM 0.26 slices them as
+    `logprobs[-len(token_ids):]`, so a delta without tokens (an aborted request's last
+    output, seen on the H200) carries the request's whole list: the new tokens' are the last
+    len(token_ids) entries whichever release sent them."""
+    logprobs = list(output.logprobs or ())
+    return logprobs[len(logprobs) - len(output.token_ids) :] if output.token_ids else []
 
 
 class VllmBackend:
@@ -495,7 +506,7 @@ class VllmBackend:
                 for c in out.outputs:
                     s = targets[c.index]
                     self.tokens_streamed += len(c.token_ids)
-                    for tok, lp in zip(c.token_ids, c.logprobs or (), strict=True):
+                    for tok, lp in zip(c.token_ids, delta_logprobs(c), strict=True):
                         s.token_ids.append(tok)
                         s.logprobs.append(lp[tok].logprob)  # by token id, never the first entry
                         s.versions.append(labels)

