@@ -29,6 +29,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import shutil
 import weakref
 from pathlib import Path
@@ -76,12 +77,8 @@ def _import_vllm() -> Any:
 def check_version(version: str) -> None:
     """Refuse a vLLM release outside SUPPORTED (the engine API this backend calls changes
     between releases: an older one lacks what it needs, a newer one is untried)."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        release = Version(version).release[:2]
-    except InvalidVersion:
-        release = None
+    found = re.match(r"(\d+)\.(\d+)\b", version)
+    release = (int(found[1]), int(found[2])) if found else None
     if release is None or not SUPPORTED[0] <= release < SUPPORTED[1]:
         raise RuntimeError(
             f"rollout.backend 'vllm' supports {VERSIONS}; this environment has vLLM {version}"
