@@ -25,6 +25,7 @@ from paddock.experiments.spec_urls import spec_urls_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
 from paddock.teams.services import audit_record
+from paddock.teams.team_secrets import secrets_missing
 from workers.spec import RunSpec
 
 MAX_SEEDS = 16
@@ -104,6 +105,12 @@ def _plan(
     normalized = parsed.to_dict()
     spec_paths_check(team_id=team.pk, spec=normalized)
     spec_urls_check(spec=parsed)
+    missing = secrets_missing(
+        team_id=team.pk, names=[(f"spec.{f}", name) for f, name in parsed.secret_names()]
+    )
+    if missing:
+        raise DomainError(ErrorCode.SECRET_MISSING, missing[0]["message"],
+                          field=missing[0]["field"], errors=missing)  # fmt: skip
     backends = list(dict.fromkeys(backends or [parsed.rollout.backend]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError(ErrorCode.INVALID, f"must be between 1 and {MAX_SEEDS}", field="seeds")

@@ -60,6 +60,8 @@ from .teams import (
     MeSerializer,
     QuotaSerializer,
     QuotaUpdateSerializer,
+    SecretSerializer,
+    SecretSetSerializer,
     TeamCreateSerializer,
     TeamSerializer,
     TeamUpdateSerializer,
