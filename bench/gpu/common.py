@@ -282,7 +282,7 @@ def time_adapter_sync(executor, backend, reps: int) -> dict:
     probe only if the engine checks it), then the engine's load and acknowledgement."""
     pub, load = [], []
     for v in range(2, 2 + reps + 1):
-        executor.policy.adapter_version = v
+        executor.adapter.version = v
         sync()
         t0 = time.perf_counter()
         update = asyncio.run(executor.adapter_update(with_probe=backend.needs_probe))
