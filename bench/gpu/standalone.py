@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even with GPUs")
     ap.add_argument("--shard-lora", action="store_true", help="shard LoRA with the base")
     ap.add_argument("--stale-check", type=int, default=0,
-                    help="after training, the staleness check of loop/version_check.py on "
+                    help="after training, the staleness check (LoraPolicy.stale_sums) on "
                          "this many samples (their version, 0, is stale by then)")  # fmt: skip
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
