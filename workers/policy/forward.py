@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .batch import TrainBatch
+from .batch import TrainBatch, left_pad
 from .rows_lora import RowBlock, row_blocks
 
 
@@ -110,14 +110,8 @@ def _shared(body, pad_id: int, items, together: bool) -> list[Tensor]:
     prompt ends at the last column), each adapter on its own columns; then every response
     over the prompts' cache, reordered to the samples."""
     device = items[0][0].batch.input_ids.device
-    prompts = [q for _, keys, _ in items for q in keys]
-    width = max(len(q) for q in prompts)
-    p_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    p_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for u, q in enumerate(prompts):
-        p_ids[u, width - len(q) :] = torch.tensor(q)
-        p_mask[u, width - len(q) :] = 1
-    p_ids, p_mask = p_ids.to(device), p_mask.to(device)
+    p_ids, p_mask = left_pad([q for _, keys, _ in items for q in keys], pad_id, device)
+    width = p_ids.shape[1]
     owner, blocks, u0 = [], [], 0
     for it, keys, own in items:
         owner += [u0 + o for o in own]

@@ -2,21 +2,13 @@
 
 `LoraPolicy` holds the base model and how the step runs (device, bf16, activation
 checkpointing, compilation, the `Parallelism` strategy); each run's own state is an
-`Adapter` (adapter.py) passed to the step. A solo run is a policy of one adapter (the one
-it is built with, `policy.adapter`). A pool's runs are adapters added to one policy
-(`add_adapter`): one run's step is the solo step with that adapter active, and several
-runs' steps in one forward and backward (`train_steps`) are the same step over several
-adapters, each row under its own run's adapter (rows_lora.py, forward.py). Each run keeps
-its own loss (algorithm, normalisation, temperature, micro-batches: micro-batch i of the
-step is micro-batch i of every run), the losses are summed for one backward (the adapters
-are disjoint: each one's gradient is the one its own loss gives), and each run's own
-optimizer steps; a run's dropout draws from its own stream with its batch's shapes, so on
-the CPU its update is its solo step's to fp32 rounding, dropout included. On a GPU the
-masks come from the run's own CUDA stream but are not the fused dropout kernel's (same
-distribution, other draws). Where the per-row forward is not the solo function (stacked
-LoRA, activation checkpointing, which would redraw dropout in its recompute, compiled
-layers, DoRA or LoRA on other than linear layers, several processes), the runs step one at
-a time.
+`Adapter` (adapter.py) passed to the step. A run alone is a policy of one adapter (the one
+it is built with, `policy.adapter`); a pool's runs are adapters added to one policy. One
+run's step is the solo step with its adapter active; several runs' steps in one forward and
+backward (`train_steps`) are the same step over several adapters, each row under its own
+run's adapter (forward.py, rows_lora.py), each run with its own loss, optimizer and random
+stream, so that on the CPU each one's update is its solo step's to fp32 rounding
+(docs/pools.md says what differs on a GPU and where runs step one at a time instead).
 """
 
 from __future__ import annotations
@@ -196,9 +188,15 @@ class LoraPolicy:
 
     # ---------------------------------------------------------------- forward passes
 
-    def _hidden(self, items: list[Rows], together: bool) -> list[torch.Tensor]:
-        pad = self.tokenizer.pad_token_id
-        return response_hidden(self.model, pad, items, together, self.parallel.uniform_forward)
+    def _logprobs(self, rows: list[Rows], specs: list[RunSpec], together: bool) -> list[tuple]:
+        """Each batch's (logprobs, entropy) under its own adapter (`hidden_logprobs`)."""
+        pad, uniform = self.tokenizer.pad_token_id, self.parallel.uniform_forward
+        with self._autocast():
+            hidden = response_hidden(self.model, pad, rows, together, uniform)
+        return [
+            self.hidden_logprobs(h, r.batch, spec)
+            for h, r, spec in zip(hidden, rows, specs, strict=True)
+        ]
 
     def hidden_logprobs(
         self, hidden: torch.Tensor, batch: TrainBatch, spec: RunSpec
@@ -228,10 +226,8 @@ class LoraPolicy:
         (by default `shares_prompts(batch)`)."""
         name = self.model.active_adapter
         share = self.shares_prompts(batch) if share_prompts is None else share_prompts
-        batch = batch.to(self.device)
-        with self._autocast():
-            (hidden,) = self._hidden([Rows(name, batch, share)], together=False)
-        return self.hidden_logprobs(hidden, batch, spec or self.adapters[name].spec)
+        rows = [Rows(name, batch.to(self.device), share)]
+        return self._logprobs(rows, [spec or self.adapters[name].spec], together=False)[0]
 
     def shares_prompts(self, batch: TrainBatch) -> bool:
         """Whether the prompt-sharing forward (forward.py) pays for `batch`. On the CPU it
@@ -375,21 +371,15 @@ class LoraPolicy:
         term), each one's own loss; one backward of their sum; each one's metrics."""
         items = []
         for part in parts:
-            size = part.adapter.spec.train.micro_batch_size
-            mb = part.local.slice(i * size, (i + 1) * size)
-            # a rank whose share ran out repeats a micro-batch at weight 0: every rank must
-            # run the same number of forwards, as each one gathers the sharded layers
-            scale = self.parallel.loss_scale if len(mb) else 0.0
-            items.append((part, mb if len(mb) else part.batch.slice(0, size), scale))
-        rows = [Rows(p.adapter.name, mb, p.share, p.gen) for p, mb, _ in items]
-        with self._autocast():
-            hidden = self._hidden(rows, together)
-        lps = [
-            self.hidden_logprobs(h, mb, p.adapter.spec)
-            for h, (p, mb, _) in zip(hidden, items, strict=True)
-        ]
+            mb, counted = _micro_batch(part.local, part.batch, i, part.adapter.spec)
+            # a rank whose share ran out repeats a micro-batch at weight 0 (counted false):
+            # every rank must run the same forwards, as each one gathers the sharded layers
+            items.append((part, mb, self.parallel.loss_scale if counted else 0.0))
+        specs = [p.adapter.spec for p, _, _ in items]
+        lps = self._logprobs([Rows(p.adapter.name, mb, p.share, p.gen) for p, mb, _ in items],
+                             specs, together)  # fmt: skip
         old = [k for k, (p, _, _) in enumerate(items) if p.separate_old]
-        ref = [k for k, (p, _, _) in enumerate(items) if p.adapter.spec.algorithm.kl_coef > 0]
+        ref = [k for k, spec in enumerate(specs) if spec.algorithm.kl_coef > 0]
         lp_old, lp_ref = {}, {}
         with torch.no_grad():
             if old:
@@ -402,7 +392,7 @@ class LoraPolicy:
                 lp_ref = self._no_grad_logprobs(items, ref, together, adapter=False)
         total = None
         for k, ((part, mb, scale), (lp, ent)) in enumerate(zip(items, lps, strict=True)):
-            algo = part.adapter.spec.algorithm
+            algo = specs[k].algorithm
             lp_o = None if algo.bypass_mode else lp_old.get(k, lp.detach())
             same = (mb.versions == part.version).to(mb.mask.dtype)
             loss, metrics = grpo_loss(
@@ -419,12 +409,8 @@ class LoraPolicy:
     def _no_grad_logprobs(self, items, which: list[int], together: bool, adapter: bool):
         sub = [items[k] for k in which]
         rows = [Rows(p.adapter.name if adapter else None, mb, p.share) for p, mb, _ in sub]
-        with self._autocast():
-            hidden = self._hidden(rows, together)
-        return {
-            k: self.hidden_logprobs(h, mb, p.adapter.spec)[0]
-            for k, h, (p, mb, _) in zip(which, hidden, sub, strict=True)
-        }
+        lps = self._logprobs(rows, [p.adapter.spec for p, _, _ in sub], together)
+        return {k: lp for k, (lp, _) in zip(which, lps, strict=True)}
 
     def _apply(self, part: _Part, stale: TokenSums | None, together: bool) -> dict[str, float]:
         sums, weights = self.parallel.reduce_metrics(part.sums, part.weights)
@@ -500,16 +486,12 @@ class LoraPolicy:
     def _stale_micro(self, jobs, i: int, together: bool, out: list) -> None:
         items = []
         for k, adapter, v, own, mine, _, share in jobs:
-            size = adapter.spec.train.micro_batch_size
-            mb = mine.slice(i * size, (i + 1) * size)
-            counted = len(mb) > 0  # else a repeat, only to keep the ranks' forwards in step
-            mb = (mb if counted else own.slice(0, size)).to(self.device)
-            items.append((k, adapter, v, mb, share, counted))
-        with self._autocast():
-            hidden = self._hidden([Rows(a.name, mb, s) for _, a, _, mb, s, _ in items], together)
-        for (k, adapter, v, mb, _, counted), h in zip(items, hidden, strict=True):
+            mb, counted = _micro_batch(mine, own, i, adapter.spec)  # a repeat: not counted
+            items.append((k, adapter, v, mb.to(self.device), share, counted))
+        rows = [Rows(a.name, mb, share) for _, a, _, mb, share, _ in items]
+        lps = self._logprobs(rows, [a.spec for _, a, *_ in items], together)
+        for (k, _, v, mb, _, counted), (lp, _) in zip(items, lps, strict=True):
             if counted:
-                lp, _ = self.hidden_logprobs(h, mb, adapter.spec)
                 out[k].add(mb.lp_roll, lp, mb.mask * (mb.versions == v).to(mb.mask.dtype))
 
     # ---------------------------------------------------------------- compile warm-up
@@ -603,6 +585,17 @@ class _Part:
     gen: torch.Generator | None  # its dropout stream, together with other adapters
     sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     weights: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+def _micro_batch(
+    mine: TrainBatch, whole: TrainBatch, i: int, spec: RunSpec
+) -> tuple[TrainBatch, bool]:
+    """Micro-batch i of this process's share `mine` of `whole`, and whether it counts: past
+    the end of its share (a rank of a sharded policy with less to do) the first of `whole`
+    again, only so that every rank runs the same forwards."""
+    size = spec.train.micro_batch_size
+    mb = mine.slice(i * size, (i + 1) * size)
+    return (mb, True) if len(mb) else (whole.slice(0, size), False)
 
 
 def add_metrics(sums, weights, metrics, mask: torch.Tensor, same: torch.Tensor) -> None:
