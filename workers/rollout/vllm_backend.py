@@ -122,6 +122,7 @@ def _start_engine(spec: RunSpec, model_dir: str, max_loras: int, max_lora_rank: 
 class VllmBackend:
     needs_probe = True  # the version handshake checks the trainer's probe
     name = "vllm"
+    placeable = False  # the engine places itself (gpu_memory_utilization, its own devices)
     # A lane of a pool engine (VllmLane) cannot freeze its own requests alone: it cuts
     # them and continues them after resume, and labels tokens by its own version.
     _emulates_keep = False
@@ -130,7 +131,7 @@ class VllmBackend:
         vllm, engine, dtype = _start_engine(
             spec,
             str(model_dir),
-            max_loras=getattr(spec.rollout, "max_loras", 1),
+            max_loras=spec.rollout.max_loras,
             max_lora_rank=adapter_files.supported_rank(spec.lora.r),
         )
         self._init_lane(spec, model_dir, vllm, engine, dtype, LORA_ID)
