@@ -174,6 +174,10 @@ class TorchBackend(TorchEngine):
     async def abort(self) -> list[GroupResult]:
         return await self.lane.abort()
 
+    async def tokens(self) -> int:
+        """Tokens decoded so far (what a test waits on, here or across an engine process)."""
+        return self.lane.tokens_streamed
+
     async def close(self) -> None:
         if self.model is None:
             return
