@@ -120,7 +120,8 @@ class TorchLane:
 
     async def resume(self) -> None:
         await self._gate.reopen()
-        await asyncio.to_thread(self.engine.release, self.adapter)
+        if self.adapter.held:  # paused with keep: its groups wait out of the batch
+            await asyncio.to_thread(self.engine.release, self.adapter)
 
     async def abort(self) -> list[GroupResult]:
         await self._gate.change(aborting=True, aborted=[])
