@@ -61,8 +61,8 @@ def test_groups_do_not_depend_on_their_batch(setup):
 def in_flight(backend, tokens: int = 4) -> Parked:
     """The decode held once `tokens` more tokens were made (every row of a group of 4 has
     its first), its rows then in flight until `release()`."""
-    start = backend.lane.tokens_streamed
-    return Parked(backend, lambda: backend.lane.tokens_streamed >= start + tokens)
+    start = backend.tokens_streamed
+    return Parked(backend, lambda: backend.tokens_streamed >= start + tokens)
 
 
 def test_abort_returns_partials_and_resubmission_keeps_token_versions(setup):
@@ -112,7 +112,7 @@ def test_keep_freezes_and_wait_drains(setup):
         task = asyncio.create_task(backend.generate([_req(policy, "b", "3+4=", 4)]))
         await held.reached()
         pausing = asyncio.create_task(backend.pause("wait"))
-        gate = backend.lane._gate
+        gate = backend._gate
         await gate.wait(lambda: not gate.open)  # the pause has begun, the request in flight
         assert not pausing.done() and not task.done()
         held.release()

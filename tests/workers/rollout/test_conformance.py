@@ -144,8 +144,8 @@ async def generating(engine, reqs, monkeypatch) -> tuple[asyncio.Task, Callable[
     n = sum(r.n for r in reqs)
     if isinstance(engine, TorchBackend):
         monkeypatch.setattr(engine, "eos_ids", frozenset())
-        start = engine.lane.tokens_streamed
-        held = Parked(engine, lambda: engine.lane.tokens_streamed >= start + n)
+        start = engine.tokens_streamed
+        held = Parked(engine, lambda: engine.tokens_streamed >= start + n)
         task = asyncio.create_task(engine.generate(reqs))
         await held.reached()
         return task, held.release

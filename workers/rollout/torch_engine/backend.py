@@ -55,7 +55,7 @@ class TorchLane:
     # loads the trainer's tensors as they are: no handshake needed (a probe an update
     # carries is checked all the same)
     needs_probe = False
-    placeable = True
+    placeable = True  # the engine takes a device (an in-process run's second GPU)
 
     def __init__(self, engine: TorchEngine, adapter: Adapter, lora: LoraSpec, who: str):
         self.engine, self.adapter, self.lora, self.who = engine, adapter, lora, who
@@ -136,54 +136,22 @@ class TorchLane:
         await asyncio.to_thread(self.engine.leave, self.adapter)
 
 
-class TorchBackend(TorchEngine):
+class TorchBackend(TorchEngine, TorchLane):
     """A run alone: the torch engine with one adapter, the spec's own (the static decoder
-    folds it into its weights), and that adapter's lane as the rollout protocol."""
-
-    name = "torch"
-    needs_probe = False
-    placeable = True  # make_backend may name the device (an in-process run's second GPU)
+    folds it into its weights), serving it as its own lane."""
 
     def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
-        super().__init__(spec, model_dir, device)
-        self.lane = TorchLane(self, Adapter(None), spec.lora, "torch backend")
-
-    @property
-    def served_version(self) -> int:
-        return self.lane.served_version
-
-    @property
-    def served_log(self) -> list[int]:
-        return self.lane.served_log
-
-    @property
-    def handshakes(self) -> list[dict[str, float]]:
-        return self.lane.handshakes
-
-    async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
-        return await self.lane.generate(requests)
-
-    async def load_adapter(self, update: AdapterUpdate) -> int:
-        return await self.lane.load_adapter(update)
-
-    async def pause(self, mode: PauseMode) -> None:
-        await self.lane.pause(mode)
-
-    async def resume(self) -> None:
-        await self.lane.resume()
-
-    async def abort(self) -> list[GroupResult]:
-        return await self.lane.abort()
+        TorchEngine.__init__(self, spec, model_dir, device)
+        TorchLane.__init__(self, self, Adapter(None), spec.lora, "torch backend")
 
     async def tokens(self) -> int:
         """Tokens decoded so far (what a test waits on, here or across an engine process)."""
-        return self.lane.tokens_streamed
+        return self.tokens_streamed
 
     async def close(self) -> None:
-        if self.model is None:
-            return
-        await self.lane.close()
-        await asyncio.to_thread(self.shutdown)
+        if self.model is not None:
+            await TorchLane.close(self)
+            await asyncio.to_thread(self.shutdown)
 
 
 class TorchPool(LanePool):

@@ -129,16 +129,14 @@ class Rows:
 
     def busy(self) -> bool:
         """A row to decode or a group to admit."""
-        return any(r is not None for r in self.live) or any(
-            not g.adapter.held for g in self.pending
-        )
+        return any(self.live) or any(not g.adapter.held for g in self.pending)
 
     def free(self) -> list[int]:
         """Free positions (finished or cut rows'), in order."""
         return [p for p, r in enumerate(self.live) if r is None]
 
     def any_live(self) -> bool:
-        return any(r is not None for r in self.live)
+        return any(self.live)  # a row is a tuple, a free position None
 
     # ---------------------------------------------------------------- admission
 
@@ -223,9 +221,10 @@ class Rows:
             g.adapter.tokens += 1
             reason = stops.reason(s, tok, g.params)
             if reason is not None:
+                # its position is free; the noise plan keeps it (its group draws for all
+                # its rows anyway) until positions move: no rebuild a finished row
                 s.finish_reason = reason
                 self.live[p] = None
-                self._moved += 1
                 g.live -= 1
                 if not g.live:
                     g.settle(g.result(stops.text))
@@ -318,7 +317,7 @@ class Rows:
         return temperature, u, index, greedy
 
     def _make_plan(self, positions: list[int]):
-        rows = [self.live[p] for p in positions]
+        rows = [self.live[p] for p in positions]  # None: free (taken again only by admit)
         groups = [r[0] for r in rows if r is not None]
         temps = {g.params.temperature for g in groups} or {1.0}
         drawing: dict[int, tuple[Group, int]] = {}
