@@ -30,7 +30,8 @@ from paddock.experiments.models import Run
 from paddock.experiments.states import HOLDING
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
 from paddock.teams.services import audit_record
-from workers.pool.key import misfit, pool_key, unpoolable
+from workers.job_replies import ListedMember, PoolBootstrap, PoolMembers
+from workers.pool.key import misfit, pool_key
 from workers.spec import RunSpec
 
 from .bootstrap_tokens import bootstrap_token_for as run_bootstrap_token
@@ -53,9 +54,9 @@ def is_pool_submission(submission_id: str) -> bool:
     return submission_id.startswith("paddock-pool-")
 
 
-def pool_asked(spec: dict) -> str | None:
+def pool_asked(spec: RunSpec) -> str | None:
     """The run's `resources.pool` (`auto` or a name), or None for a run of its own."""
-    return (spec.get("resources") or {}).get("pool") or None
+    return spec.resources.pool
 
 
 def capacity_of(cluster: RayCluster) -> int:
@@ -67,17 +68,13 @@ def capacity_of(cluster: RayCluster) -> int:
     return int(settings.PADDOCK_POOL_CAPACITY)
 
 
-def key_for(spec: dict, cluster: RayCluster) -> dict:
-    return {**pool_key(RunSpec.model_validate(spec)), "cluster": cluster.name}
+def key_for(spec: RunSpec, cluster: RayCluster) -> dict:
+    return {**pool_key(spec), "cluster": cluster.name}
 
 
-def misfit_reason(spec: dict, pool: Pool) -> str | None:
+def misfit_reason(spec: RunSpec, pool: Pool) -> str | None:
     """Why a run of `spec` may not join `pool` (naming the settings that differ), or None."""
-    return misfit(RunSpec.model_validate(spec), pool.key, cluster=pool.key.get("cluster"))
-
-
-def unpoolable_reason(spec: dict) -> str | None:
-    return unpoolable(RunSpec.model_validate(spec))
+    return misfit(spec, pool.key, cluster=pool.key.get("cluster"))
 
 
 # --- members and shares -------------------------------------------------------------------
@@ -106,18 +103,14 @@ def share_gpus(*, pool_gpus: float, weight: float, total_weight: float) -> float
     return pool_gpus * weight / total_weight if total_weight > 0 else 0.0
 
 
-def weight_of(spec: dict) -> float:
-    return float((spec.get("resources") or {}).get("pool_weight", 1.0))
-
-
-def reserved_gpus(spec: dict) -> float:
+def reserved_gpus(spec: RunSpec) -> float:
     """The GPUs the job of a pool started for a run of `spec` reserves (its driver's: a
     pooled run trains and generates in the pool's one process), the same for every run of
     its key (the key holds the GPU settings)."""
-    return entrypoint_resources(spec.get("resources") or {})["num_gpus"]
+    return entrypoint_resources(spec.resources)["num_gpus"]
 
 
-def least_gpus(spec: dict, *, capacity: int) -> float:
+def least_gpus(spec: RunSpec, *, capacity: int) -> float:
     """The least a pooled run of `spec` can count for in its team's GPUs, which the launch
     checks against the quota: for `auto`, one place of a full pool of `capacity` runs of its
     own weight (a pool another team may have started); for a named pool, the whole pool
@@ -125,7 +118,7 @@ def least_gpus(spec: dict, *, capacity: int) -> float:
     must start it, alone)."""
     if pool_asked(spec) != "auto":
         return reserved_gpus(spec)
-    weight = weight_of(spec)
+    weight = spec.resources.pool_weight
     return share_gpus(pool_gpus=reserved_gpus(spec), weight=weight, total_weight=capacity * weight)
 
 
@@ -263,7 +256,7 @@ def _pool_for_job(pool_id: int, dispatch: int) -> Pool:
     return pool
 
 
-def pool_bootstrap(*, pool_id: int, dispatch: int, raw: str) -> dict:
+def pool_bootstrap(*, pool_id: int, dispatch: int, raw: str) -> PoolBootstrap:
     """Spend the pool's bootstrap token: mint the pool token (its hash stored) and return it
     with the pool's capacity and key."""
     if not hmac.compare_digest(bootstrap_token_for(pool_id=pool_id, dispatch=dispatch), raw):
@@ -279,10 +272,10 @@ def pool_bootstrap(*, pool_id: int, dispatch: int, raw: str) -> dict:
         )  # fmt: skip
         if not taken:
             raise DomainError(ErrorCode.TOKEN_SPENT, "this bootstrap token was already used")
-    return {"token": new.raw, "capacity": pool.capacity, "key": pool.key}
+    return PoolBootstrap(token=new.raw, capacity=pool.capacity, key=pool.key)
 
 
-def pool_members(*, pool_id: int, dispatch: int, raw: str) -> dict:
+def pool_members(*, pool_id: int, dispatch: int, raw: str) -> PoolMembers:
     """What the pool's job hosts now: its current members (a new one with its run's
     one-time bootstrap token), and `stop` once it has none left (the pool then takes no
     new member: the next run of its key starts another pool)."""
@@ -312,14 +305,14 @@ def pool_members(*, pool_id: int, dispatch: int, raw: str) -> dict:
         )
     )
     rows = [
-        {
-            "run_id": m.run_id,
-            "dispatch": m.run_dispatch,
-            "bootstrap_token": None
+        ListedMember(
+            run_id=m.run_id,
+            dispatch=m.run_dispatch,
+            bootstrap_token=None
             if (m.run_id, m.run_dispatch) in spent
             else run_bootstrap_token(run_id=m.run_id, dispatch=m.run_dispatch),
-            "weight": m.weight,
-        }
+            weight=m.weight,
+        )
         for m in members
     ]
-    return {"members": rows, "stop": not rows}
+    return PoolMembers(members=rows, stop=not rows)
