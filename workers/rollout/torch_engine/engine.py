@@ -111,9 +111,11 @@ class TorchEngine:
     # ---------------------------------------------------------------- requests
 
     def check(self, requests: list[GroupRequest]) -> None:
-        """Raise ValueError for a request that could never be admitted."""
+        """Raise ValueError for a request whose rows could never be admitted together."""
         for req in requests:
-            self.source.check(req.n)
+            self.source.check(
+                req.n if req.partial is None else sum(not s.done for s in req.partial)
+            )
 
     def submit(self, adapter: Adapter, requests: list[GroupRequest], settles: list[Settle]):
         """Queue the requests (as one arrival: they may share a prefill) under `adapter`;
