@@ -58,6 +58,37 @@ def test_groups_do_not_depend_on_their_batch(setup):
     assert len({tuple(s.token_ids) for s in alone.samples}) > 1  # samples differ at T=4
 
 
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_groups_of_other_sampling_params_share_a_batch_and_sample_as_alone(make_spec, decode):
+    """One batch takes groups of any sampling params (a pool's runs, or eval's greedy rows
+    beside the producer's): each row is sampled at its own group's temperature, greedy rows
+    take the argmax, each its own budget, and every group gives what it gives alone."""
+    spec = parse_spec(make_spec("rollout.max_new_tokens=8", f"rollout.decode={decode}"))
+    policy = LoraPolicy(spec, spec.model.path)
+    backend = make_backend(spec, spec.model.path)
+    reqs = [
+        _req(policy, "hot", "12+3=", 11, temperature=4.0),
+        GroupRequest("greedy", policy.tokenizer.encode("4+5="), 2, 0,
+                     SamplingParams(0.7, 6, greedy=True)),
+        _req(policy, "cool", "40+41=", 5, temperature=0.7, max_new=5),
+    ]  # fmt: skip
+
+    async def go():
+        await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
+        together = await backend.generate(reqs)
+        return together, [(await backend.generate([r]))[0] for r in reqs]
+
+    together, alone = asyncio.run(go())
+    for t, a, req in zip(together, alone, reqs, strict=True):
+        for s, s_alone in zip(t.samples, a.samples, strict=True):
+            assert s.token_ids == s_alone.token_ids and s.finish_reason == s_alone.finish_reason
+            assert s.logprobs == pytest.approx(s_alone.logprobs, abs=1e-5)
+            assert len(s.token_ids) <= req.params.max_new_tokens
+    greedy = together[1].samples
+    assert greedy[0].token_ids == greedy[1].token_ids  # the argmax: both rows alike
+    assert len({tuple(s.token_ids) for s in together[0].samples}) > 1  # sampled: they differ
+
+
 def in_flight(backend, tokens: int = 4) -> Parked:
     """The decode held once `tokens` more tokens were made (every row of a group of 4 has
     its first), its rows then in flight until `release()`."""
