@@ -2,15 +2,15 @@
 
 One `MultiLoraTrainer` (workers/policy/multi.py) holds every member's adapter, one pool
 engine (workers/rollout/pool_engine.py, the registry's `make_pool_engine`) serves them, a
-slot each, and each member is driven by the
-single-run loop (`run_training`, workers/loop/setup.py) over its side of both
-(workers/pool/members.py). So each member keeps what a run alone has: its own spec values
-where they may differ (data, reward, algorithm, LoRA rank, sampling, async settings), step
-counter, RNG, checkpoints, metrics and event stream, and its own control (pause, resume,
-abort). The trainer's time and the engine's generation turns go to the members by weighted
-fair share (workers/pool/gate.py; `resources.pool_weight`, equal by default); a trainer turn
-steps every member whose batch is waiting, in one forward and backward over the base model
-(`batched_trainer`, the default; MultiLoraTrainer.train_steps).
+slot each, and each member is driven by the single-run loop (`run_training`,
+workers/loop/setup.py) over its side of both (workers/pool/members.py). So each member keeps
+what a run alone has: its own spec values where they may differ (data, reward, algorithm,
+LoRA rank, sampling, async settings), step counter, RNG, checkpoints, metrics and event
+stream, and its own control (pause, resume, abort). The trainer's time and the engine's
+generation turns go to the members by weighted fair share (workers/pool/gate.py;
+`resources.pool_weight`, equal by default); a trainer turn steps every member whose batch is
+waiting, in one forward and backward over the base model (`batched_trainer`, the default;
+MultiLoraTrainer.train_steps).
 
 Members join while the pool lives (`admit`: a fresh adapter, or the one of `resume_from`)
 and leave (`leave`: checkpoint, the engine slot freed, no final status). A member's
