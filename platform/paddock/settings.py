@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "paddock.experiments",
     "paddock.clusters",
     "paddock.live",
+    "paddock.sweeps",
     "paddock.api",
     "paddock.ops",
 ]
@@ -167,6 +168,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(ENV.home / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "run-reconcile": {"task": "paddock.clusters.tasks.run_reconcile", "schedule": 3.0},
     "cluster-health": {"task": "paddock.clusters.tasks.cluster_health", "schedule": 15.0},
+    "sweeps-tick": {"task": "paddock.sweeps.tasks.sweeps_tick", "schedule": 3.0},
 }
 
 # --- Channels: a layer that a Celery task in another process can reach, in both modes ---
