@@ -219,7 +219,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"RoleEnum": "paddock.teams.models.Role"},
+    "ENUM_NAME_OVERRIDES": {
+        "RoleEnum": "paddock.teams.models.Role",
+        "StateEnum": "paddock.experiments.models.RunState",
+        "SweepStateEnum": "paddock.sweeps.models.SweepState",
+        "SweepMethodEnum": "paddock.sweeps.models.SweepMethod",
+        "SweepMemberStateEnum": "paddock.sweeps.models.MemberState",
+    },
     # Swagger UI from drf-spectacular-sidecar's static files, not a third-party CDN
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

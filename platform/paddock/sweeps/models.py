@@ -7,6 +7,28 @@ from django.conf import settings
 from django.db import models
 
 
+# At module level (Sweep.State, SweepMember.State name them) so the OpenAPI schema can name
+# each enum once (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
+class SweepMethod(models.TextChoices):
+    GRID = "grid"
+    RANDOM = "random"
+
+
+class SweepState(models.TextChoices):
+    RUNNING = "running"  # members start as slots free
+    STOPPING = "stopping"  # stopped (by a user or its budget): its runs are being stopped
+    FINISHED = "finished"  # no member runs or waits
+
+
+class MemberState(models.TextChoices):
+    PENDING = "pending"  # waits for a slot (or for the team's quota: `reason`)
+    ACTIVE = "active"  # its run is queued or training
+    STOPPING = "stopping"  # the rule (or a stop) asked its run to pause, then abort
+    STOPPED = "stopped"  # stopped early: its run was aborted after a checkpoint
+    DONE = "done"  # its run ended on its own (succeeded, failed, aborted by a user)
+    SKIPPED = "skipped"  # never launched: the sweep stopped or spent its budget first
+
+
 class Sweep(models.Model):
     """A grid or random search over a base spec's keys. Its runs are the runs of its
     experiment (one per launched member), so they are seen, compared and streamed as any
@@ -16,14 +38,8 @@ class Sweep(models.Model):
     counted for in the team's GPUs (a pooled run: its share of its pool's), summed at each
     advance: the GPUs they held at one advance times the time to the next."""
 
-    class Method(models.TextChoices):
-        GRID = "grid"
-        RANDOM = "random"
-
-    class State(models.TextChoices):
-        RUNNING = "running"  # members start as slots free
-        STOPPING = "stopping"  # stopped (by a user or its budget): its runs are being stopped
-        FINISHED = "finished"  # no member runs or waits
+    Method = SweepMethod
+    State = SweepState
 
     team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="sweeps")
     experiment = models.OneToOneField(
@@ -65,13 +81,7 @@ class SweepMember(models.Model):
     at creation, so what it will run was validated before anything launched) and, once
     launched, its run."""
 
-    class State(models.TextChoices):
-        PENDING = "pending"  # waits for a slot (or for the team's quota: `reason`)
-        ACTIVE = "active"  # its run is queued or training
-        STOPPING = "stopping"  # the rule (or a stop) asked its run to pause, then abort
-        STOPPED = "stopped"  # stopped early: its run was aborted after a checkpoint
-        DONE = "done"  # its run ended on its own (succeeded, failed, aborted by a user)
-        SKIPPED = "skipped"  # never launched: the sweep stopped or spent its budget first
+    State = MemberState
 
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="members")
     index = models.PositiveIntegerField()

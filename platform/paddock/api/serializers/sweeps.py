@@ -91,12 +91,17 @@ class SweepCountsSerializer(serializers.Serializer):
     skipped = serializers.IntegerField(source="n_skipped")
 
 
+class SweepBudgetOutSerializer(serializers.Serializer):
+    members = serializers.IntegerField(source="budget_members")
+    gpu_hours = serializers.FloatField(source="budget_gpu_hours", allow_null=True)
+
+
 class SweepSerializer(serializers.ModelSerializer):
     name = serializers.CharField(source="experiment.name")
     created_by = UserBriefSerializer(allow_null=True)
     counts = SweepCountsSerializer(source="*")
     gpu_hours = serializers.SerializerMethodField(help_text="what its runs have counted for")
-    budget = serializers.SerializerMethodField()
+    budget = SweepBudgetOutSerializer(source="*")
 
     class Meta:
         model = Sweep
@@ -107,8 +112,6 @@ class SweepSerializer(serializers.ModelSerializer):
     def get_gpu_hours(self, sweep) -> float:
         return round(sweep.gpu_seconds / 3600, 6)
 
-    def get_budget(self, sweep) -> dict:
-        return {"members": sweep.budget_members, "gpu_hours": sweep.budget_gpu_hours}
 
 
 class SweepMemberRunSerializer(serializers.Serializer):
