@@ -113,7 +113,6 @@ class SweepSerializer(serializers.ModelSerializer):
         return round(sweep.gpu_seconds / 3600, 6)
 
 
-
 class SweepMemberRunSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     state = serializers.CharField()
