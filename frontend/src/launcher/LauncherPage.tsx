@@ -116,7 +116,11 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
     const all: SpecError[] = [...(report?.errors ?? [])];
     if (checkError) for (const [field, message] of Object.entries(checkError.fields)) all.push({ field, message });
     if (checkError?.field && !out.has(checkError.field)) all.push({ field: checkError.field, message: checkError.message });
-    for (const e of all) out.set(e.field.replace(/^spec\./, ""), e.message);
+    // the first problem of a field (a sweep's errors name each failing member of a key)
+    for (const e of all) {
+      const field = e.field.replace(/^spec\./, "");
+      if (!out.has(field)) out.set(field, e.message);
+    }
     for (const [field, message] of Object.entries(sweep?.errors ?? {})) out.set(field, message);
     return out;
   }, [report, checkError, sweep]);
