@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
+
+from ingest_validate import medians_s  # noqa: E402  (bench/: the parts take turns each round)
 
 from workers.live_messages import (  # noqa: E402
     CheckpointMessage,
@@ -38,16 +38,6 @@ from workers.live_messages import (  # noqa: E402
     SamplesMessage,
     SnapshotMessage,
 )
-
-
-def _medians_s(fns: dict, repeat: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -88,7 +78,7 @@ def main() -> None:
         return [metrics, *(m.model_dump() for m in others)]
 
     built_snapshot, built_batch = snapshot(), batch()
-    medians = _medians_s(
+    medians = medians_s(
         {
             "snapshot: model": snapshot,
             "snapshot: json.dumps": lambda: json.dumps(built_snapshot),

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -45,6 +48,55 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_STEPS = 10_000_000
 MAX_SEED = 2**31 - 1
 
+# Upper bounds of the sizes that cost memory or time on a cluster (docs/security.md): a spec
+# over one fails validation naming the field. An operator raises (or lowers) one with
+# PADDOCK_SPEC_LIMITS, e.g. `rollout.max_new_tokens=65536,algorithm.num_generations=512`,
+# set on the platform (dispatch hands the same variable to its jobs, so a job accepts the
+# spec its platform did). Read once, at import: the bounds are in the JSON Schema too.
+SPEC_LIMITS_ENV = "PADDOCK_SPEC_LIMITS"
+DEFAULT_LIMITS: dict[str, int] = {
+    "rollout.max_new_tokens": 32768,
+    "rollout.max_batch_size": 4096,
+    "algorithm.num_generations": 256,
+    "train.prompts_per_step": 4096,
+    "train.micro_batch_size": 4096,
+    "data.max_prompt_tokens": 131072,
+    "data.eval_size": 100_000,
+    "lora.r": 1024,
+    "reward.functions": 16,
+    "async.buffer_groups": 65536,
+    "model.tiny.hidden_size": 1024,
+    "model.tiny.num_layers": 24,
+    "model.tiny.num_heads": 32,
+    "model.tiny.intermediate_size": 4096,
+    "model.tiny.warmup_steps": 100_000,
+    "resources.trainer_actors": 1024,
+    "resources.rollout_replicas": 1024,
+}
+
+
+def spec_limits(environ: Mapping[str, str] | None = None) -> dict[str, int]:
+    """DEFAULT_LIMITS with the operator's PADDOCK_SPEC_LIMITS applied; a bad entry raises
+    ValueError naming it (a typo must not leave a limit where it was in silence)."""
+    raw = (os.environ if environ is None else environ).get(SPEC_LIMITS_ENV) or ""
+    limits = dict(DEFAULT_LIMITS)
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if key not in DEFAULT_LIMITS:
+            raise ValueError(
+                f"{SPEC_LIMITS_ENV}: {key!r} is not a limit; one of {sorted(DEFAULT_LIMITS)}"
+            )
+        if not sep or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"{SPEC_LIMITS_ENV}: {part!r} is not {key}=<a whole number >= 1>")
+        limits[key] = int(value)
+    return limits
+
+
+LIMITS = spec_limits()
+
 # Error type used by cross-field checks that must point at a field other than the one being
 # validated; `spec_errors` reads the path from its context.
 _FIELD_ERROR = "spec_field"
@@ -73,11 +125,13 @@ class TinyModelSpec(_Section):
         description="built-in task used for the supervised warm-up; reasoning builds a chat "
         "model (byte-level BPE tokenizer, Qwen-style chat template, two EOS ids)",
     )
-    hidden_size: int = Field(128, gt=0)
-    num_layers: int = Field(2, gt=0)
-    num_heads: int = Field(4, gt=0)
-    intermediate_size: int = Field(256, gt=0)
-    warmup_steps: int = Field(1000, ge=0, description="supervised steps on the task")
+    hidden_size: int = Field(128, gt=0, le=LIMITS["model.tiny.hidden_size"])
+    num_layers: int = Field(2, gt=0, le=LIMITS["model.tiny.num_layers"])
+    num_heads: int = Field(4, gt=0, le=LIMITS["model.tiny.num_heads"])
+    intermediate_size: int = Field(256, gt=0, le=LIMITS["model.tiny.intermediate_size"])
+    warmup_steps: int = Field(
+        1000, ge=0, le=LIMITS["model.tiny.warmup_steps"], description="supervised steps on the task"
+    )
     warmup_bias: float = Field(
         0.6,
         ge=0,
@@ -87,7 +141,7 @@ class TinyModelSpec(_Section):
         "wrongly when greedy but keeps the right answer as a strong second choice, so it is "
         "weak but not random",
     )
-    warmup_bias_steps: int = Field(200, ge=0)
+    warmup_bias_steps: int = Field(200, ge=0, le=LIMITS["model.tiny.warmup_steps"])
 
     @field_validator("hidden_size")
     @classmethod
@@ -113,11 +167,13 @@ class ModelSpec(_Section):
 
 
 class LoraSpec(_Section):
-    r: int = Field(8, gt=0, description="LoRA rank")
+    r: int = Field(8, gt=0, le=LIMITS["lora.r"], description="LoRA rank")
     alpha: float = Field(16.0, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        max_length=64,
     )
 
 
@@ -127,7 +183,12 @@ class LoraSpec(_Section):
 
 
 class AlgorithmSpec(_Section):
-    num_generations: int = Field(8, ge=2, description="group size G: samples per prompt")
+    num_generations: int = Field(
+        8,
+        ge=2,
+        le=LIMITS["algorithm.num_generations"],
+        description="group size G: samples per prompt",
+    )
     advantage: names.Advantage = "grpo"
     advantage_eps: float = Field(1e-6, gt=0, description="ε in (r − mean) / (std + ε)")
     clip_eps_low: float = Field(0.2, gt=0, lt=1)
@@ -175,8 +236,10 @@ class _RolloutBase(_Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0, description="0 = off")
-    max_new_tokens: int = Field(8, gt=0)
-    stop: list[str] = Field(default_factory=list, description="stop strings (besides EOS)")
+    max_new_tokens: int = Field(8, gt=0, le=LIMITS["rollout.max_new_tokens"])
+    stop: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list, max_length=32, description="stop strings (besides EOS)"
+    )
 
     # The trainer computes logprobs over the full softmax; samples drawn from a truncated
     # distribution would make every importance ratio wrong (TRL #4159), so refuse them.
@@ -201,7 +264,9 @@ class _RolloutBase(_Section):
 
 class TorchRolloutSpec(_RolloutBase):
     backend: Literal["torch"] = "torch"
-    max_batch_size: int = Field(256, gt=0, description="sequences decoded together")
+    max_batch_size: int = Field(
+        256, gt=0, le=LIMITS["rollout.max_batch_size"], description="sequences decoded together"
+    )
     decode: Literal["auto", "static", "dynamic"] = Field(
         "auto",
         description="static: a preallocated KV cache, each decode step one CUDA graph on a "
@@ -228,16 +293,18 @@ class VllmRolloutSpec(_RolloutBase):
     # spec says so at launch instead of the run failing on its first rollout
     temperature: float = Field(1.0, gt=0, le=2, description="vLLM accepts at most 2")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
-    max_loras: int = Field(2, ge=1)
+    max_loras: int = Field(2, ge=1, le=256)
     enforce_eager: bool = False
-    cpu_kvcache_space_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU")
+    cpu_kvcache_space_gib: int = Field(
+        2, ge=1, le=4096, description="VLLM_CPU_KVCACHE_SPACE on CPU"
+    )
 
 
 class TrtllmRolloutSpec(_RolloutBase):
     backend: Literal["trtllm"]
     kv_cache_free_gpu_memory_fraction: float = Field(0.5, gt=0, le=1)
-    max_loras: int = Field(2, ge=1)
-    max_cpu_loras: int = Field(4, ge=1)
+    max_loras: int = Field(2, ge=1, le=256)
+    max_cpu_loras: int = Field(4, ge=1, le=1024)
 
 
 RolloutSpec = Annotated[
@@ -264,6 +331,7 @@ class AsyncSpec(_Section):
     max_staleness: int = Field(
         1,
         ge=0,
+        le=1000,
         description="max trainer_version − adapter_version of a trained group, in steps",
     )
     weight_update: Literal["abort", "keep", "wait"] = Field(
@@ -273,6 +341,7 @@ class AsyncSpec(_Section):
     buffer_groups: int | None = Field(
         None,
         gt=0,
+        le=LIMITS["async.buffer_groups"],
         description="trajectory buffer capacity in groups (default 2 steps' worth)",
     )
 
@@ -348,6 +417,7 @@ class DataSpec(_Section):
     )
     system_prompt: str | None = Field(
         None,
+        max_length=100_000,
         description="a system message put before each prompt that has none (needs "
         "message prompts or chat_template: true)",
     )
@@ -359,13 +429,16 @@ class DataSpec(_Section):
     # Any, checked below: a union type would report one error per member for a bad value
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,
+        max_length=32,
         description="keyword arguments of the chat template, e.g. {enable_thinking: false} "
         "for Qwen3",
     )
     max_prompt_tokens: int | None = Field(
-        None, gt=0, description="longest prompt in tokens (after the chat template); unset: "
-        "no limit",
-    )  # fmt: skip
+        None,
+        gt=0,
+        le=LIMITS["data.max_prompt_tokens"],
+        description="longest prompt in tokens (after the chat template); unset: no limit",
+    )
     overlong_prompts: Literal["drop", "error"] = Field(
         "drop",
         description="a prompt over max_prompt_tokens: drop it (the count is logged) or refuse "
@@ -385,7 +458,12 @@ class DataSpec(_Section):
     eval_answer_key: str | None = Field(
         None, description="column of the eval data's answer, where it differs (default: answer_key)"
     )
-    eval_size: int = Field(200, gt=0, description="held-out prompts scored by eval/accuracy")
+    eval_size: int = Field(
+        200,
+        gt=0,
+        le=LIMITS["data.eval_size"],
+        description="held-out prompts scored by eval/accuracy",
+    )
 
     @field_validator("path", "eval_path")
     @classmethod
@@ -430,7 +508,31 @@ class DataSpec(_Section):
 # evaluate code (a team's own verifier is reached over HTTP, through `service`).
 
 _LABEL = r"^[A-Za-z0-9_.-]{1,64}$"
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+# a team secret's name (platform/paddock/teams/team_secrets.py); a spec names a secret, never
+# an environment variable: a worker's environment holds the cluster's own credentials
+SECRET_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+HEADERS_SECRET_GONE = (
+    "headers_secret named an environment variable of the worker, which a spec can no longer "
+    "reach; store the headers (or the token) as a team secret (`paddock secrets set NAME`, "
+    "or the team's Secrets page) and write `secret: NAME` here instead"
+)
+MAX_PATTERN = 2000  # characters of a format pattern
+
+
+def http_url(v: str) -> str:
+    """`v` when it is an http(s) URL with a host, read by the standard library's URL parser
+    (a regular expression here once took seconds on a long hostile string). Which hosts a
+    job may reach is the egress policy's to say (workers/egress.py), where it connects."""
+    if len(v) > 2000 or any(c.isspace() or ord(c) < 32 for c in v):
+        raise ValueError("must be an http:// or https:// URL (at most 2000 characters, no spaces)")
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        raise ValueError("must be an http:// or https:// URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL")
+    return v
 
 
 class _RewardTermBase(_Section):
@@ -477,7 +579,11 @@ class FormatRegexTerm(_RewardTermBase):
     """1 when the stripped completion fully matches `pattern` (shaping: not accuracy)."""
 
     name: Literal["format_regex"]
-    pattern: str = Field(description="regex the stripped completion must fully match")
+    pattern: str = Field(
+        max_length=MAX_PATTERN,
+        description="regex the stripped completion must fully match (a sample whose match "
+        "takes over a second scores 0)",
+    )
 
     @field_validator("pattern")
     @classmethod
@@ -491,6 +597,7 @@ class FormatTerm(_RewardTermBase):
     name: Literal["format"]
     pattern: str | None = Field(
         None,
+        max_length=MAX_PATTERN,
         description="regex the stripped completion must fully match, `.` matching newlines "
         "too; unset: the think-tag structure <think>…</think> then a non-empty answer",
     )
@@ -541,9 +648,16 @@ class OverlongPenaltyTerm(_RewardTermBase):
     tokens, then linear down to −1 at max_new_tokens (shaping: not accuracy)."""
 
     name: Literal["overlong_penalty"]
-    buffer: int = Field(gt=0, description="tokens before max_new_tokens over which it ramps")
+    buffer: int = Field(
+        gt=0,
+        le=LIMITS["rollout.max_new_tokens"],
+        description="tokens before max_new_tokens over which it ramps",
+    )
     max_new_tokens: int | None = Field(
-        None, gt=0, description="L_max of the penalty; default rollout.max_new_tokens"
+        None,
+        gt=0,
+        le=LIMITS["rollout.max_new_tokens"],
+        description="L_max of the penalty; default rollout.max_new_tokens",
     )
 
     @model_validator(mode="after")
@@ -572,12 +686,13 @@ class ServiceTerm(_RewardTermBase):
         "with exponential backoff; then the step fails",
     )
     max_concurrency: int = Field(4, gt=0, le=64, description="batches in flight at once")
-    headers_secret: str | None = Field(
+    secret: str | None = Field(
         None,
-        pattern=_ENV_NAME,
-        description="name of an environment variable on the worker holding the request "
-        "headers as a JSON object, or a token sent as Authorization: Bearer <token>; the "
-        "secret itself never sits in the spec",
+        pattern=SECRET_NAME,
+        description="name of one of the team's secrets holding the request headers as a JSON "
+        "object, or a token sent as Authorization: Bearer <token>; the job receives its run's "
+        "secrets from the platform (under paddock train: the environment variable "
+        "PADDOCK_SECRET_<NAME>), and the secret itself never sits in the spec",
     )
     correct_threshold: float | None = Field(
         1.0,
@@ -585,12 +700,19 @@ class ServiceTerm(_RewardTermBase):
         "least this; null makes the service a shaping term that accuracy ignores",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_environment_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("headers_secret") is not None:
+            raise _field_error("headers_secret", HEADERS_SECRET_GONE)
+        if isinstance(data, dict) and "headers_secret" in data:  # null: drop it quietly
+            data = {k: v for k, v in data.items() if k != "headers_secret"}
+        return data
+
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        if not re.match(r"^https?://[^\s/?#]+[^\s]*$", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
+        return http_url(v)
 
 
 RewardTerm = Annotated[
@@ -616,6 +738,7 @@ class RewardSpec(_Section):
     functions: list[RewardTerm] = Field(
         default_factory=lambda: [ExactMatchTerm(name="exact_match")],
         min_length=1,
+        max_length=LIMITS["reward.functions"],
         description="the reward is the weighted sum of these terms, each {name, weight, "
         "label, ...its own keys}, e.g. [{name: math_verify}, {name: format, weight: 0.1}]; "
         "names: exact_match, numeric_match, gsm8k, boxed_match, math_verify, service "
@@ -654,27 +777,33 @@ class RewardSpec(_Section):
 
 class TrainSpec(_Section):
     steps: int = Field(50, gt=0, le=MAX_STEPS)
-    prompts_per_step: int = Field(8, gt=0)
+    prompts_per_step: int = Field(8, gt=0, le=LIMITS["train.prompts_per_step"])
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(64, gt=0, description="sequences per forward/backward")
+    micro_batch_size: int = Field(
+        64, gt=0, le=LIMITS["train.micro_batch_size"], description="sequences per forward/backward"
+    )
     logprob_chunk_size: int = Field(
         1024,
         gt=0,
+        le=1 << 20,
         description="token rows per chunk of the logits → logprobs computation",
     )
     eval_every: int = Field(10, ge=0, description="steps between eval/accuracy; 0 = only at end")
     mult_prob_error_samples: int = Field(
         8,
         ge=0,
+        le=4096,
         description="stale samples per step that a no-grad trainer forward checks under the "
         "adapter version that generated them, for token_mult_prob_error in async runs; "
         "0 = compare only tokens of the current version",
     )
-    log_samples: int = Field(4, ge=0, description="samples per step sent to the inspector")
-    threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
+    log_samples: int = Field(4, ge=0, le=256, description="samples per step sent to the inspector")
+    threads: int | None = Field(
+        None, gt=0, le=4096, description="torch CPU threads (default: all cores)"
+    )
     compile: bool = Field(
         False,
         description="on a GPU, compile each decoder layer with torch.compile (fuses the "
@@ -707,11 +836,13 @@ class ResourcesSpec(_Section):
     )
     trainer_gpus: int = Field(0, ge=0, description="in all; split evenly over trainer_actors")
     trainer_cpus: float = Field(1, gt=0, description="with executor ray: per trainer actor")
-    trainer_actors: int = Field(1, ge=1, description="FSDP ranks (executor ray)")
-    rollout_replicas: int = Field(1, ge=1)
+    trainer_actors: int = Field(
+        1, ge=1, le=LIMITS["resources.trainer_actors"], description="FSDP ranks (executor ray)"
+    )
+    rollout_replicas: int = Field(1, ge=1, le=LIMITS["resources.rollout_replicas"])
     rollout_gpus: float = Field(0, ge=0, description="GPUs per rollout replica")
     rollout_cpus: float = Field(1, gt=0, description="CPUs per rollout replica (executor ray)")
-    max_restarts: int = Field(2, ge=0, description="actor restarts inside one job")
+    max_restarts: int = Field(2, ge=0, le=100, description="actor restarts inside one job")
     release_on_pause: bool = Field(False, description="exit on pause, resume from checkpoint")
     engine_process: bool = Field(
         False,
@@ -847,6 +978,27 @@ class RunSpec(_Section):
                     )
         return self
 
+    def outbound_urls(self) -> list[tuple[str, str]]:
+        """(field, URL) of every address the run's job will call for the user: each is
+        reached under the egress policy (workers/egress.py), and a launch checks them."""
+        urls = [
+            (f"reward.functions.{i}.url", t.url)
+            for i, t in enumerate(self.reward.functions)
+            if isinstance(t, ServiceTerm)
+        ]
+        if self.logging.mlflow is not None:
+            urls.append(("logging.mlflow.tracking_uri", self.logging.mlflow.tracking_uri))
+        return urls
+
+    def secret_names(self) -> list[tuple[str, str]]:
+        """(field, name) of every team secret the spec names: what the run's job receives
+        at bootstrap, and nothing else."""
+        return [
+            (f"reward.functions.{i}.secret", t.secret)
+            for i, t in enumerate(self.reward.functions)
+            if isinstance(t, ServiceTerm) and t.secret is not None
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict with the public key names (`async`, not `async_`)."""
         return self.model_dump(mode="json", by_alias=True)
@@ -887,6 +1039,8 @@ def _message(err: dict[str, Any]) -> str:
         "extra_forbidden": "unknown key",
         "too_short": "must have at least {min_length} item(s)",
         "string_too_short": "must not be empty",
+        "too_long": "must have at most {max_length} item(s)",
+        "string_too_long": "must be at most {max_length} characters",
     }
     if kind in simple:
         return simple[kind].format(**{k: _num(v) for k, v in ctx.items()})
@@ -923,8 +1077,26 @@ def spec_errors(data: Any) -> list[dict[str, str]]:
     try:
         RunSpec.model_validate(data)
     except ValidationError as exc:
-        return [{"field": _path(e), "message": _message(e)} for e in exc.errors()]
+        return [_error(e) for e in exc.errors()]
     return []
+
+
+def _error(err: dict[str, Any]) -> dict[str, str]:
+    field, message = _path(err), _message(err)
+    limit = _limit_of(field)
+    if limit is not None and err["type"] in ("less_than_equal", "too_long"):
+        message += f" (the deployment's limit; an operator raises it with {SPEC_LIMITS_ENV})"
+    return {"field": field, "message": message}
+
+
+def _limit_of(field: str) -> str | None:
+    """The LIMITS key that bounds `field`, if any (reward terms' own sizes count against
+    rollout.max_new_tokens)."""
+    if field in LIMITS:
+        return field
+    if field.startswith("reward.functions.") and field.endswith(("buffer", "max_new_tokens")):
+        return "rollout.max_new_tokens"
+    return None
 
 
 def parse_spec(data: Any) -> RunSpec:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from workers.egress import EgressPolicy
+
 from .environment import (
     celery_broker_url,
     read_environment,
@@ -26,6 +28,11 @@ PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "mode
 PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
 # where a spec's logging.tensorboard.dir may point besides the run's own output (none: only there)
 PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":") if r]
+# What a spec's URLs may reach (workers/egress.py): launch checks them against it, and dispatch
+# hands the same PADDOCK_EGRESS_* variables to every job, whose clients keep it
+PADDOCK_EGRESS = EgressPolicy.from_env()
+# the operator's spec limits (workers/spec.py reads the variable itself); handed to every job
+PADDOCK_SPEC_LIMITS = os.environ.get("PADDOCK_SPEC_LIMITS", "")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies
 PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300"))
 # a run still `starting` this long after its dispatch fails (its Ray job is stopped)

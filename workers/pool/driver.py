@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from ..events import Event, StatusEvent
+from ..grants import Grants
 from ..loop.control import ControlSource, StaticControl
 from ..loop.driver import Outcome
 from ..loop.events import EventHook, MetricsHook
@@ -51,6 +52,7 @@ class Member:
     spec: RunSpec
     out: Path
     control: ControlSource
+    grants: Grants | None = None  # its own secrets: never another member's
     task: asyncio.Task | None = None
     leaving: bool = False
     ended: str | None = None  # the terminal status it reported, if any
@@ -202,6 +204,7 @@ class PoolDriver:
         resume_from: str | None = None,
         weight: float | None = None,
         progress: bool = False,
+        grants: Grants | None = None,
     ) -> Member:
         """Start the run in the pool (its loop a task of this event loop): a fresh adapter,
         or `resume_from`'s checkpoint (a pooled or a solo run's). Raises
@@ -216,7 +219,7 @@ class PoolDriver:
         self.check(run_id, spec)
         if self.trainer is None:
             self._start(spec)
-        member = Member(run_id, spec, Path(out), control or StaticControl())
+        member = Member(run_id, spec, Path(out), control or StaticControl(), grants)
         w = weight if weight is not None else spec.resources.pool_weight
         self.trainer_gate.join(run_id, w)
         self.gen_gate.join(run_id, w)
@@ -292,6 +295,7 @@ class PoolDriver:
                 ),
                 backend=LaneBackend(self.engine, m.run_id, m.spec.lora, self.gen_gate),
                 leave=leaving,
+                grants=m.grants,
             )
         except Exception as exc:  # this member fails alone; the pool goes on
             m.error = exc

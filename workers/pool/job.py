@@ -148,6 +148,7 @@ class PoolJob:
                 on_event=reporter.emit,
                 resume_from=a.resume_from,
                 weight=m.weight,
+                grants=a.grants,
             )
         except Exception as exc:  # a misfit (PoolAdmissionError), a bad spec, a failed start
             log.warning("member %s cannot join: %s: %s", run_id, type(exc).__name__, exc)

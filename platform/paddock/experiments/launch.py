@@ -21,6 +21,7 @@ from paddock.experiments.configs import (
 from paddock.experiments.models import ConfigVersion, Experiment, ExperimentTag, Run
 from paddock.experiments.selectors import team_usage
 from paddock.experiments.spec_paths import spec_paths_check
+from paddock.experiments.spec_urls import spec_urls_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
 from paddock.teams.services import audit_record
@@ -105,6 +106,7 @@ def _plan(
     parsed = spec_parse(spec=spec)
     normalized = parsed.to_dict()
     spec_paths_check(team_id=team.pk, spec=normalized)
+    spec_urls_check(spec=parsed)
     backends = list(dict.fromkeys(backends or [parsed.rollout.backend]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError(ErrorCode.INVALID, f"must be between 1 and {MAX_SEEDS}", field="seeds")
