@@ -100,13 +100,21 @@ def _check_quota(*, team: Team, runs: list[PlannedRun], starting: int | None = N
         )
 
 
+def spec_admit(*, team: Team, spec: RunSpec) -> dict:
+    """What a validated spec must pass beyond its schema before a run of it is created (a
+    launch's spec, each member of a sweep): its paths inside the allowed roots, its URLs
+    inside the egress policy. DomainError otherwise; returns the spec, normalized."""
+    normalized = spec.to_dict()
+    spec_paths_check(team_id=team.pk, spec=normalized)
+    spec_urls_check(spec=spec)
+    return normalized
+
+
 def _plan(
     *, team: Team, spec: Any, backends: list[str] | None, seeds: int, cluster_id: int | None
 ) -> LaunchPlan:
     parsed = spec_parse(spec=spec)
-    normalized = parsed.to_dict()
-    spec_paths_check(team_id=team.pk, spec=normalized)
-    spec_urls_check(spec=parsed)
+    normalized = spec_admit(team=team, spec=parsed)
     backends = list(dict.fromkeys(backends or [parsed.rollout.backend]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError(ErrorCode.INVALID, f"must be between 1 and {MAX_SEEDS}", field="seeds")

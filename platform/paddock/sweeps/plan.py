@@ -14,10 +14,9 @@ from django.db.models import Q
 
 from paddock.clusters.models import RayCluster
 from paddock.clusters.pools import capacity_of
-from paddock.core.errors import DomainError, ErrorCode
+from paddock.core.errors import DomainError, ErrorCode, error_body
 from paddock.experiments.configs import spec_apply_edits, spec_for_run, spec_gpus, spec_parse
-from paddock.experiments.launch import PlannedRun, runs_check
-from paddock.experiments.spec_paths import spec_paths_check
+from paddock.experiments.launch import PlannedRun, runs_check, spec_admit
 from paddock.teams.models import Team
 from workers.pool.key import pool_key
 
@@ -100,11 +99,14 @@ def _stopping(raw: Any) -> StoppingRule | None:
     return StoppingRule("threshold", min_steps, threshold=float(threshold))
 
 
-def _member_spec(base: dict, settings: dict[str, Scalar], backend: str):
+def _member_spec(team: Team, base: dict, settings: dict[str, Scalar], backend: str):
     """A member's effective spec (RunSpec): the base with its settings, on the base's
-    backend; its `seed` is the member's own when the space has one."""
+    backend (its `seed` the member's own when the space has one), admitted as a launch's
+    spec is (its paths and URLs: a swept key may hold either)."""
     edited = spec_apply_edits(spec=base, edits=settings)
-    return spec_for_run(spec=edited, backend=backend, seed=edited.get("seed", base["seed"]))
+    spec = spec_for_run(spec=edited, backend=backend, seed=edited["seed"])
+    spec_admit(team=team, spec=spec)
+    return spec
 
 
 def _swept_key(params: list[Param], path: str) -> str | None:
@@ -120,31 +122,33 @@ def _show(settings: dict[str, Scalar]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in settings.items())
 
 
-def _members_specs(base: dict, backend: str, params: list[Param], points: list[dict]) -> list:
+def _members_specs(
+    team: Team, base: dict, backend: str, params: list[Param], points: list[dict]
+) -> list:
     """Every member's RunSpec; SWEEP_MEMBER_INVALID naming the key and the member for each
     member that does not validate (all of them in `errors`), or that leaves the pool key."""
     base_key = pool_key(spec_parse(spec=base))
     specs, errors = [], []
     for index, settings in enumerate(points):
         try:
-            spec = _member_spec(base, settings, backend)
+            spec = _member_spec(team, base, settings, backend)
         except DomainError as exc:
             for problem in exc.errors or [{"field": exc.field or "", "message": exc.message}]:
                 key = _swept_key(params, problem["field"])
-                errors.append({
-                    "field": f"params.{key}" if key else "params", "member": index,
-                    "message": f"member {index} ({_show(settings)}): {problem['message']}",
-                })  # fmt: skip
+                where = f"params.{key}" if key else "params"
+                message = f"member {index} ({_show(settings)}): {problem['message']}"
+                errors.append({**error_body(exc.code, message, where), "member": index})
             continue
         key = pool_key(spec)
         for entry in sorted(n for n in key if key[n] != base_key.get(n)):
             swept = _swept_key(params, entry)
-            errors.append({
-                "field": f"params.{swept}" if swept else "params", "member": index,
-                "message": f"member {index} ({_show(settings)}) changes {entry}, part of the "
-                "pool key: a sweep's members share one base model and one engine "
-                "(docs/pools.md)",
-            })  # fmt: skip
+            message = (
+                f"member {index} ({_show(settings)}) changes {entry}, part of the pool key: a "
+                "sweep's members share one base model and one engine (docs/pools.md)"
+            )
+            where = f"params.{swept}" if swept else "params"
+            errors.append({**error_body(ErrorCode.SWEEP_MEMBER_INVALID, message, where),
+                           "member": index})  # fmt: skip
         specs.append(spec)
     if errors:
         first = errors[0]
@@ -192,8 +196,7 @@ def sweep_plan(
     stopping = _stopping(early_stopping)
     parsed = params_parse(params, method=method)
     base_spec = spec_parse(spec=spec)
-    base = base_spec.to_dict()
-    spec_paths_check(team_id=team.pk, spec=base)
+    base = spec_admit(team=team, spec=base_spec)
     own_pool = base_spec.resources.pool is None
     if own_pool:
         base["resources"]["pool"] = OWN_POOL  # named after the sweep once it exists
@@ -218,7 +221,7 @@ def sweep_plan(
     if parallel is not None and not 1 <= parallel <= MAX_PARALLEL:
         raise _invalid(f"from 1 to {MAX_PARALLEL}", "parallel")
     backend = base_spec.rollout.backend
-    specs = _members_specs(base, backend, parsed, points)
+    specs = _members_specs(team, base, backend, parsed, points)
     if stopping is not None and all(stopping.min_steps >= s.train.steps for s in specs):
         raise _invalid(
             f"min_steps {stopping.min_steps} is not below any member's train.steps: the rule "

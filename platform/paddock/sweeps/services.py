@@ -67,7 +67,8 @@ def sweep_create(
             if not validate_only:
                 raise
             errors = exc.errors or [{"field": exc.field or "", "message": exc.message}]
-            return SweepResult(errors=[{**e, "code": str(exc.code)} for e in errors])
+            # a member's problem keeps its own code (spec_invalid, path_not_allowed, …)
+            return SweepResult(errors=[{"code": str(exc.code), **e} for e in errors])
         if validate_only:
             return SweepResult(plan=plan)
         user = actor.user

@@ -98,6 +98,21 @@ def test_a_member_that_does_not_validate_is_refused_naming_the_key_and_the_membe
     assert (reply.status_code, reply.json()["field"]) == (400, "params.lora.rank")
 
 
+def test_a_swept_path_is_held_to_the_allowed_roots_member_by_member(
+    world, client_as, settings, tmp_path
+):
+    settings.PADDOCK_DATA_ROOTS = [str(tmp_path)]
+    spec = {**TINY_SPEC, "data": {"task": "jsonl", "path": str(tmp_path / "a.jsonl")}}
+    params = {"data.path": [str(tmp_path / "b.jsonl"), "/etc/elsewhere.jsonl"]}
+    reply = create(client_as(world.users_a[Role.MEMBER]), world.team_a, spec=spec,
+                   params=params)  # fmt: skip
+    assert reply.status_code == 400
+    body = reply.json()
+    assert (body["code"], body["field"]) == ("sweep_member_invalid", "params.data.path")
+    assert [(e["member"], e["code"]) for e in body["errors"]] == [(1, "path_not_allowed")]
+    assert not Sweep.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "code", "field"),
     [
