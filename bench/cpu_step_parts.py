@@ -16,6 +16,7 @@ times an engine whose model runs under torch.compile.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import time
@@ -33,6 +34,10 @@ from workers.spec import parse_spec
 
 PROMPTS = ["12+34=", "7+8=", "40+41=", "3+99=", "55+5=", "1+1=", "23+32=", "9+90="]
 N_SAMPLES, NEW_TOKENS = 8, 16
+
+
+def _generate(engine: TorchBackend, requests: list[GroupRequest]) -> list[GroupResult]:
+    return asyncio.run(engine.generate(requests))
 
 
 def cpu_seconds(fn: Callable[[], object]) -> float:
@@ -127,7 +132,7 @@ def main() -> None:
         }
     )
     policy, engine = LoraPolicy(spec, model_dir), TorchBackend(spec, model_dir)
-    engine._load_adapter(AdapterUpdate(0, policy.adapter_tensors()))
+    asyncio.run(engine.load_adapter(AdapterUpdate(0, policy.adapter_tensors())))
     history = AdapterHistory(keep=1)
     history.record(0, policy.adapter_tensors())
     tok = policy.tokenizer
@@ -142,17 +147,17 @@ def main() -> None:
     compiled = None
     if args.compiled_generate:
         compiled = TorchBackend(spec, model_dir)
-        compiled._load_adapter(AdapterUpdate(0, policy.adapter_tensors()))
-        compiled.model = torch.compile(compiled.model, dynamic=True)
+        asyncio.run(compiled.load_adapter(AdapterUpdate(0, policy.adapter_tensors())))
+        compiled.source.model = torch.compile(compiled.source.model, dynamic=True)
         t0 = time.perf_counter()
-        first = compiled._generate(requests(prompt_ids, params, 0))
+        first = _generate(compiled, requests(prompt_ids, params, 0))
         print(f"compiled engine: first generate (compiling) {time.perf_counter() - t0:.0f} s wall")
-        same = engine._generate(requests(prompt_ids, params, 0))
+        same = _generate(engine, requests(prompt_ids, params, 0))
         tokens = [[s.token_ids for s in r.samples] for r in (*first, *same)]
         print(f"compiled samples the same tokens as eager: {tokens[:8] == tokens[8:]}")
 
     def generate(seed: int) -> None:
-        results[:] = engine._generate(requests(prompt_ids, params, seed))
+        results[:] = _generate(engine, requests(prompt_ids, params, seed))
 
     def batch():
         samples = [
@@ -181,7 +186,7 @@ def main() -> None:
         rows["fused"].append(cpu_seconds(lambda rep=rep: fused_step(policy, prompt_ids, rep)))
         if compiled is not None:
             reqs = requests(prompt_ids, params, rep)
-            rows["compiled"].append(cpu_seconds(lambda reqs=reqs: compiled._generate(reqs)))
+            rows["compiled"].append(cpu_seconds(lambda reqs=reqs: _generate(compiled, reqs)))
         width = max(map(len, prompt_ids))
         steps = max(len(s.token_ids) for r in results for s in r.samples)
         # generation: the prefill of the distinct prompts, then 64 rows a decode step

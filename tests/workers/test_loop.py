@@ -139,16 +139,16 @@ def test_staleness_bound_and_served_versions(make_spec, tmp_path, weight_update)
     executor = RecordingExecutor(LoraPolicy(spec, tiny))
     backend = make_backend(spec, tiny)
     served: dict[int, str] = {}
-    load = backend._load_adapter
+    load = backend._load
 
     def spy(update):  # the digest of what the engine's model holds after each load
-        ack = load(update)
-        served[ack] = _digest(adapter_tensors(backend.model))
-        return ack
+        err = load(update)
+        served[update.version] = _digest(adapter_tensors(backend.model))
+        return err
 
-    backend._load_adapter = spy
+    backend._load = spy
     # Slow decoding down so that publishes land while requests are in flight.
-    backend.model = SlowModel(backend.model, delay_s=0.1)
+    backend.source.model = SlowModel(backend.source.model, delay_s=0.1)
 
     outcome = asyncio.run(run_training(spec, tmp_path, progress=False, executor=executor,
                                        backend=backend))  # fmt: skip
@@ -177,7 +177,7 @@ def test_async_reports_token_mult_prob_error_on_stale_tokens(make_spec, tmp_path
     def run(name: str, *overrides: str, perturb: float = 0.0) -> list[dict]:
         parsed = parse_spec(apply_overrides(spec, list(overrides)))
         backend = make_backend(parsed, parsed.model.path)
-        load = backend._load_adapter
+        load = backend._load
 
         def perturbed(update):  # the engine serves a slightly different adapter
             gen = torch.Generator().manual_seed(update.version)
@@ -187,7 +187,7 @@ def test_async_reports_token_mult_prob_error_on_stale_tokens(make_spec, tmp_path
             }
             return load(dataclasses.replace(update, tensors=tensors))
 
-        backend._load_adapter = perturbed
+        backend._load = perturbed
         asyncio.run(run_training(parsed, tmp_path / name, progress=False, backend=backend))
         return [r for r in rows(tmp_path / name) if r["step"] > 0]
 
@@ -206,8 +206,8 @@ def test_async_reports_token_mult_prob_error_on_stale_tokens(make_spec, tmp_path
 def test_a_sync_that_never_reaches_the_engine_fails(make_spec, tmp_path):
     spec = parse_spec(make_spec("train.steps=2"))
     backend = make_backend(spec, spec.model.path)
-    real = backend._load_adapter
-    backend._load_adapter = lambda update: real(update) if update.version == 0 else 0
+    real = backend._load  # later versions never copied: the engine stays at 0
+    backend._load = lambda update: real(update) if update.version == 0 else None
     with pytest.raises(RuntimeError, match="did not reach the engine"):
         asyncio.run(run_training(spec, tmp_path, progress=False, backend=backend))
 

@@ -101,6 +101,8 @@ class LaneBackend:
     """One run's lane of the pool engine, as the loop's `RolloutBackend`. The lane exists
     from the run's first adapter load (its admission) to `close` (its leaving)."""
 
+    placeable = False  # the pool's engine is placed once, for every run
+
     def __init__(self, engine: PoolEngine, run_id: str, lora: LoraSpec, gen: FairGate):
         self.engine, self.run_id, self.lora, self.gen = engine, run_id, lora, gen
         self.name = f"{engine.name} pool"

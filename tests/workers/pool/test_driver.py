@@ -82,7 +82,7 @@ def test_pause_one_abort_another_the_others_go_on(make_spec, tmp_path, engine_pr
     b_steps: list[int] = []
 
     async def pooled():
-        pool = PoolDriver(keep_events=True, engine_process=engine_process)
+        pool = PoolDriver(capacity=3, keep_events=True, engine_process=engine_process)
 
         def hook(run):
             def on_metrics(step, values):
