@@ -186,6 +186,24 @@ class PaddockClient:
             "POST", f"experiments/{experiment_id}/clone", json={"edits": edits or {}, **fields}
         )
 
+    def sweep_create(self, *, team: int | str | None, **fields: Any) -> dict:
+        """A sweep (POST /sweeps: name, spec, method, params, budget, parallel, metric,
+        mode, early_stopping, seed, cluster, validate_only; docs/sweeps.md); its detail, or
+        with validate_only {"valid", "errors", "members", "parallel"}."""
+        body = {"team": self.team_id(team), **{k: v for k, v in fields.items() if v is not None}}
+        return self.request("POST", "sweeps", json=body)
+
+    def sweeps(self, team: int | None = None) -> Iterator[dict]:
+        """Sweeps, newest first, across pages."""
+        return self._pages("sweeps", {"team": team})
+
+    def sweep(self, sweep_id: int) -> dict:
+        """One sweep with its members."""
+        return self.request("GET", f"sweeps/{sweep_id}")
+
+    def sweep_stop(self, sweep_id: int) -> dict:
+        return self.request("POST", f"sweeps/{sweep_id}/stop")
+
     def experiments(self, **filters: Any) -> Iterator[dict]:
         """Experiments matching team, tag, creator, search; newest first, across pages."""
         return self._pages("experiments", filters)

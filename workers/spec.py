@@ -205,6 +205,14 @@ class _RolloutBase(_Section):
             description="stop strings (besides EOS)",
         )
     )
+    max_loras: int = Field(
+        2,
+        ge=1,
+        json_schema_extra=bound("rollout.max_loras"),
+        description="adapter slots of the engine: the runs a pool's engine serves at once "
+        "(the pool's capacity when it is not given); vLLM and TensorRT-LLM allocate them for "
+        "a run alone too",
+    )
 
     # The trainer computes logprobs over the full softmax; samples drawn from a truncated
     # distribution would make every importance ratio wrong (TRL #4159), so refuse them.
@@ -261,7 +269,6 @@ class VllmRolloutSpec(_RolloutBase):
     # spec says so at launch instead of the run failing on its first rollout
     temperature: float = Field(1.0, gt=0, le=2, description="vLLM accepts at most 2")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
-    max_loras: int = Field(2, ge=1, json_schema_extra=bound("rollout.max_loras"))
     enforce_eager: bool = False
     cpu_kvcache_space_gib: int = Field(
         2,
@@ -274,7 +281,6 @@ class VllmRolloutSpec(_RolloutBase):
 class TrtllmRolloutSpec(_RolloutBase):
     backend: Literal["trtllm"]
     kv_cache_free_gpu_memory_fraction: float = Field(0.5, gt=0, le=1)
-    max_loras: int = Field(2, ge=1, json_schema_extra=bound("rollout.max_loras"))
     max_cpu_loras: int = Field(4, ge=1, json_schema_extra=bound("rollout.max_cpu_loras"))
 
 

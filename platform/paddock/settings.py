@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "paddock.experiments",
     "paddock.clusters",
     "paddock.live",
+    "paddock.sweeps",
     "paddock.api",
     "paddock.ops",
 ]
@@ -174,6 +175,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(ENV.home / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "run-reconcile": {"task": "paddock.clusters.tasks.run_reconcile", "schedule": 3.0},
     "cluster-health": {"task": "paddock.clusters.tasks.cluster_health", "schedule": 15.0},
+    "sweeps-tick": {"task": "paddock.sweeps.tasks.sweeps_tick", "schedule": 3.0},
 }
 
 # --- Channels: a layer that a Celery task in another process can reach, in both modes ---
@@ -224,7 +226,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"RoleEnum": "paddock.teams.models.Role"},
+    "ENUM_NAME_OVERRIDES": {
+        "RoleEnum": "paddock.teams.models.Role",
+        "StateEnum": "paddock.experiments.models.RunState",
+        "SweepStateEnum": "paddock.sweeps.models.SweepState",
+        "SweepMethodEnum": "paddock.sweeps.models.SweepMethod",
+        "SweepMemberStateEnum": "paddock.sweeps.models.MemberState",
+    },
     # Swagger UI from drf-spectacular-sidecar's static files, not a third-party CDN
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
