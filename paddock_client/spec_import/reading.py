@@ -38,6 +38,9 @@ VERL_BASE_NAMES = ("ppo_trainer",)  # the Hydra config name it stands for
 NEMO_DEFAULT = "examples/configs/grpo_math_1B.yaml"  # run_grpo.py's config without --config
 COMMAND_LINE = "command line"
 MAX_DEPTH = 8  # a chain of `defaults:` longer than this is a cycle or a mistake
+# a config's size once its YAML aliases are followed: real ones hold a few thousand values;
+# aliases nested in aliases (or one holding itself) would otherwise expand without end
+MAX_NODES, MAX_NESTING = 100_000, 64
 
 _OVERRIDE = re.compile(r"^(~|\+\+|\+)?([A-Za-z_][\w\-@/]*(?:\.[\w\-@/]+)*)(?:=(.*))?$", re.S)
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -103,7 +106,26 @@ def parse_yaml(text: str, where: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise SpecImportError(where, f"must be a mapping of sections, got {type(data).__name__}")
+    bounded(data, where)
     return data
+
+
+def bounded(data: Any, where: str) -> None:
+    """Refuse a value whose aliases expand past MAX_NODES values or MAX_NESTING levels (a
+    YAML "billion laughs", or a mapping that holds itself) before anything walks it."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_NODES or depth > MAX_NESTING:
+            raise SpecImportError(
+                where, f"is larger than a config can be ({MAX_NODES} values, {MAX_NESTING} levels)"
+            )
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -173,6 +195,7 @@ def _value(raw: str, env: dict[str, str]) -> Any:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         return text
+    bounded(value, "command")
     return value
 
 

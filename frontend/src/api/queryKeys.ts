@@ -48,6 +48,7 @@ export const queryKeys = {
   launchCheck: (body: unknown) => ["launch-check", body] as const,
   specSchema: ["spec-schema"] as const,
   clusters: (team: number) => ["clusters", team] as const,
+  datasets: (team: number) => ["datasets", team] as const,
   pools: {
     list: ["pools", "list"] as const,
     detail: (id: number) => ["pools", "detail", id] as const,

@@ -315,3 +315,14 @@ def test_vendored_files_name_their_source_under_their_licence(root: Path):
                       r"([0-9a-f]{40})", head, re.S)  # fmt: skip
         assert m, f"{path} names no source"
         assert m.group(2) in notice and m.group(3) in notice, path
+
+
+def test_aliases_that_expand_without_end_are_refused():
+    laughs = "a: &a {x: 1, y: 1}\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} {{x: *{chr(97 + i)}, y: *{chr(97 + i)}}}\n"
+        for i in range(20)
+    )
+    with pytest.raises(SpecImportError, match="larger than a config can be"):
+        import_config(config=laughs, source="nemo-rl")
+    with pytest.raises(SpecImportError, match="larger than a config can be"):
+        import_config(config="policy: &p {again: *p}\n", source="nemo-rl")
