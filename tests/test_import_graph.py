@@ -84,7 +84,18 @@ def test_the_seam_modules_load_without_torch_or_an_engine():
 # The control plane's apps, and the order they may import in: each only from those before it
 # (the project's wiring, settings/urls/asgi/celery, sits above them all and is not an app).
 PADDOCK = REPO / "platform" / "paddock"
-APPS = ("core", "teams", "experiments", "monitoring", "live", "clusters", "api", "ops", "embedded")
+APPS = (
+    "core",
+    "http",
+    "teams",
+    "experiments",
+    "monitoring",
+    "live",
+    "clusters",
+    "api",
+    "ops",
+    "embedded",
+)
 # Every import inside a function in the control plane, with why it is not at the top. None
 # may exist to break a cycle between apps: those are what the layering above forbids.
 READY = "AppConfig.ready(): the models are loaded only now"

@@ -1,5 +1,7 @@
 """What a websocket handshake must pass before a consumer sees it (asgi.py wires these).
 
+- The request policy (http/policy.py): an allowed Host, and https when the platform takes
+  https only; refused as any other handshake below.
 - The route: a path no route takes (an unknown path, a run id that is not a number or is
   negative, a missing trailing slash) is refused with a close before accept, which the
   ASGI server answers with HTTP 403. Channels' router raises instead, which the server
@@ -8,7 +10,7 @@
   another site must not ride on the user's session cookie (cross-site websocket
   hijacking), so a handshake with an `Origin` must come from one of ALLOWED_HOSTS, as
   Channels checks it. A handshake without `Origin` is a program, not a browser (the CLI,
-  a script with `?token=`, docs/live-protocol.md): it is let through, but its cookies are
+  a script with a token header, docs/live-protocol.md): it is let through, but its cookies are
   dropped first, so only a token can authenticate it.
 - The session: read only when the handshake carries a session cookie (`session_users`)."""
 
@@ -20,6 +22,8 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.http.cookie import parse_cookie
 from django.urls import register_converter
+
+from paddock.http.policy import scope_is_https, scope_refusal
 
 MAX_ID = 2**63 - 1
 REFUSED = 4404  # sent before accept: the server answers the handshake with HTTP 403
@@ -47,6 +51,19 @@ async def _refuse(scope, receive, send) -> None:
     message = await receive()
     if message["type"] == "websocket.connect":
         await send({"type": "websocket.close", "code": REFUSED})
+
+
+def request_policy(application):
+    """An ASGI app: the request policy's host and https rules before `application`."""
+
+    async def app(scope, receive, send):
+        headers = dict(scope.get("headers") or [])
+        if scope_refusal(scope, headers, secure=scope_is_https(scope, headers)) is not None:
+            await _refuse(scope, receive, send)
+            return
+        await application(scope, receive, send)
+
+    return app
 
 
 def refuse_unrouted(router):
