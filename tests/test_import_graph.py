@@ -128,8 +128,7 @@ LAZY_IMPORTS = {
     ("experiments/metrics_export.py", "pyarrow.parquet"): HEAVY_ARROW,
     ("live/handshake.py", "channels.auth"): "needs the apps loaded (asgi.py loads them first)",
     ("live/handshake.py", "django.contrib.auth.models"): "needs the apps loaded",
-    ("live/handshake.py", "uvicorn.protocols.websockets"): SANS_IO,
-    ("live/wscompression.py", "uvicorn.protocols.websockets"): SANS_IO,
+    ("live/uvicorn_ws.py", "uvicorn.protocols.websockets"): SANS_IO,
 }
 
 

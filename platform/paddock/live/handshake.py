@@ -133,38 +133,3 @@ def session_users(application):
         await application(dict(scope, user=AnonymousUser()), receive, send)
 
     return app
-
-
-def malformed_handshakes_answered() -> bool:
-    """Make uvicorn's websockets-sansio server answer a handshake it cannot parse.
-
-    Why: for an upgrade request whose request line or headers are too long (over
-    websockets' 8 KiB a line) or malformed, the websockets library prepares its refusal
-    (414, 431 or 400) and stops parsing; uvicorn only looks at parsed events, so it never
-    wrote that refusal nor closed the socket, and the connection stayed open with no reply
-    for as long as the client cared to hold it. Here the refusal is written and the socket
-    closed. Idempotent; False when uvicorn or that protocol is not there."""
-    try:
-        from uvicorn.protocols.websockets import websockets_sansio_impl as impl
-    except ImportError:
-        return False
-    protocol = getattr(impl, "WebSocketsSansIOProtocol", None)
-    if protocol is None:
-        return False
-    if getattr(protocol, "paddock_answers_malformed", False):
-        return True
-    received = protocol.data_received
-
-    def data_received(self, data: bytes) -> None:
-        received(self, data)
-        conn = self.conn
-        if self.handshake_initiated or conn.handshake_exc is None:
-            return
-        if not self.transport.is_closing():
-            self.transport.write(b"".join(conn.data_to_send()))
-            self.handshake_complete = self.close_sent = True
-            self.transport.close()
-
-    protocol.data_received = data_received
-    protocol.paddock_answers_malformed = True
-    return True

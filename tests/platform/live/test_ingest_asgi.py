@@ -16,7 +16,7 @@ from paddock.experiments.models import IngestBatch, MetricPoint, Run
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.live.consumers import BURST, MIN_INTERVAL_S
-from paddock.live.wscompression import websocket_compression_fast
+from paddock.live.uvicorn_ws import websocket_compression_fast
 from paddock.teams.access import actor_for
 from paddock.teams.services import api_token_create
 from workers.events import MAX_BODY_BYTES
@@ -127,7 +127,7 @@ def test_a_viewer_gets_a_burst_at_once_then_coalesced_messages(asgi_server, job,
 
 
 def test_websocket_compression_is_cheap_and_still_negotiated(asgi_server, job, world):
-    """uvicorn's permessage-deflate at zlib level 1 (live/wscompression.py): the factory
+    """uvicorn's permessage-deflate at zlib level 1 (live/uvicorn_ws.py): the factory
     uvicorn builds it with gets the level, and a viewer of the real server still negotiates
     compression and reads its messages."""
     from uvicorn.protocols.websockets import websockets_sansio_impl as impl
