@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     SPEC_INVALID = "spec_invalid", 400, "the run spec does not validate"
     PATH_NOT_ALLOWED = "path_not_allowed", 400, "a path in the spec is outside the allowed roots"
     URL_NOT_ALLOWED = "url_not_allowed", 400, "a URL in the spec is refused by the egress policy"
+    SECRET_MISSING = "secret_missing", 400, "the spec names a secret the team does not have"
     BACKEND_UNAVAILABLE = "backend_unavailable", 400, "no cluster advertises the backend"
     UNPLACEABLE = "unplaceable", 400, "no cluster could ever place the run's resources"
     NO_CLUSTER = "no_cluster", 400, "no Ray cluster is registered for the team"

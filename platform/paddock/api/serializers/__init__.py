@@ -70,6 +70,8 @@ from .teams import (
     MeSerializer,
     QuotaSerializer,
     QuotaUpdateSerializer,
+    SecretSerializer,
+    SecretSetSerializer,
     TeamCreateSerializer,
     TeamSerializer,
     TeamUpdateSerializer,
