@@ -8,6 +8,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from workers.egress import EgressPolicy
+
 from .environment import (
     celery_broker_url,
     read_environment,
@@ -26,6 +28,11 @@ PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "mode
 PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
 # where a spec's logging.tensorboard.dir may point besides the run's own output (none: only there)
 PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":") if r]
+# What a spec's URLs may reach (workers/egress.py): launch checks them against it, and dispatch
+# hands the same PADDOCK_EGRESS_* variables to every job, whose clients keep it
+PADDOCK_EGRESS = EgressPolicy.from_env()
+# the operator's spec limits (workers/spec.py reads the variable itself); handed to every job
+PADDOCK_SPEC_LIMITS = os.environ.get("PADDOCK_SPEC_LIMITS", "")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies
 PADDOCK_RUN_TOKEN_GRACE_S = int(os.environ.get("PADDOCK_RUN_TOKEN_GRACE_S", "300"))
 # a run still `starting` this long after its dispatch fails (its Ray job is stopped)
@@ -74,6 +81,7 @@ INSTALLED_APPS = [
     "paddock.experiments",
     "paddock.clusters",
     "paddock.live",
+    "paddock.sweeps",
     "paddock.api",
     "paddock.ops",
 ]
@@ -175,6 +183,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(ENV.home / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "run-reconcile": {"task": "paddock.clusters.tasks.run_reconcile", "schedule": 3.0},
     "cluster-health": {"task": "paddock.clusters.tasks.cluster_health", "schedule": 15.0},
+    "sweeps-tick": {"task": "paddock.sweeps.tasks.sweeps_tick", "schedule": 3.0},
 }
 
 # --- Channels: a layer that a Celery task in another process can reach, in both modes ---
@@ -225,7 +234,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"RoleEnum": "paddock.teams.models.Role"},
+    "ENUM_NAME_OVERRIDES": {
+        "RoleEnum": "paddock.teams.models.Role",
+        "StateEnum": "paddock.experiments.models.RunState",
+        "SweepStateEnum": "paddock.sweeps.models.SweepState",
+        "SweepMethodEnum": "paddock.sweeps.models.SweepMethod",
+        "SweepMemberStateEnum": "paddock.sweeps.models.MemberState",
+    },
     # Swagger UI from drf-spectacular-sidecar's static files, not a third-party CDN
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

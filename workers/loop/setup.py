@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..data import load_task
+from ..grants import Grants
 from ..models import tiny_model_dir
 from ..policy import LoraPolicy
 from ..policy.lora import load_tokenizer
@@ -89,16 +90,19 @@ async def run_training(
     executor: TrainerExecutor | None = None,
     backend: RolloutBackend | None = None,
     leave: Callable[[], bool] | None = None,
+    grants: Grants | None = None,
 ) -> Outcome:
     """Run `spec` to its end, a pause (with `release_on_pause`) or an abort. `executor` and
     `backend` default to the in-process ones; the Ray driver passes its actors' instead, a
     pool (workers/pool/) its shared trainer's and engine's, with `leave` saying when the
-    run is to leave the pool (checkpointed, no final status)."""
+    run is to leave the pool (checkpointed, no final status). `grants`: the run's secrets
+    and egress policy (workers/grants.py; default: `paddock train`'s)."""
     cpu_only = spec.resources.trainer_gpus <= 0 and spec.resources.rollout_gpus <= 0
     with held_switch_interval(SWITCH_INTERVAL_S if cpu_only else None):
         return await _run_training(
-            spec, out, control, on_metrics, on_event, progress, executor, backend, leave
-        )
+            spec, out, control, on_metrics, on_event, progress, executor, backend, leave,
+            grants if grants is not None else Grants.standalone(),
+        )  # fmt: skip
 
 
 async def _run_training(
@@ -111,6 +115,7 @@ async def _run_training(
     executor: TrainerExecutor | None,
     backend: RolloutBackend | None,
     leave: Callable[[], bool] | None,
+    grants: Grants,
 ) -> Outcome:
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.yaml").write_text(spec.to_yaml())
@@ -146,7 +151,7 @@ async def _run_training(
         task=task,
         tokenizer=tokenizer,
         backend=backend,
-        scorer=make_scorer(spec.reward),
+        scorer=make_scorer(spec.reward, grants),
         params=SamplingParams(r.temperature, r.max_new_tokens, tuple(r.stop)),
         seed=spec.seed,
         prompts_per_step=spec.train.prompts_per_step,
@@ -154,7 +159,7 @@ async def _run_training(
         strict_accuracy=spec.data.task in STRICT_ACCURACY_TASKS,
     )
     # the spec's `logging:` mirrors (none: no thread, no import of their libraries)
-    mirrors = open_mirrors(spec.logging, out, spec.to_dict())
+    mirrors = open_mirrors(spec.logging, out, spec.to_dict(), grants.egress)
     on_metrics, on_event = mirrors.hooks(on_metrics, on_event)
     emitter = Emitter(out, spec.train.steps, state.step, on_metrics, on_event, progress)
     if share is not None:

@@ -3,11 +3,12 @@ generated them.
 
 The metric compares the engine's logprob of a token with the trainer's under the *same*
 adapter version. The training forward runs the current version, so it covers only tokens
-of that version; in an async run (max_staleness ≥ 1) nearly every token is older. The
-executor therefore keeps a copy of each published adapter still within the staleness bound
-(LoRA tensors: about a megabyte for the 25M bench model) and, every step, runs a no-grad
-forward of up to `train.mult_prob_error_samples` stale samples with their version's adapter
-swapped in, then swaps the current one back bit for bit.
+of that version; in an async run (max_staleness ≥ 1) nearly every token is older. Each
+adapter therefore keeps a copy of each version it published still within the staleness
+bound (`AdapterHistory`; LoRA tensors: about a megabyte for the 25M bench model) and, every
+step, the policy runs a no-grad forward of up to `train.mult_prob_error_samples` stale
+samples with their version's adapter swapped in, then swaps the current one back bit for
+bit (`LoraPolicy.stale_sums`). Here: the history, the pick and the sums.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..grpo import gen_kl_error, token_mult_prob_error
-from ..policy import LoraPolicy
-from ..policy.batch import TrainBatch
+from .batch import TrainBatch
 
 METRICS = ("token_mult_prob_error", "gen_kl_error")
 
@@ -103,45 +103,3 @@ def stale_pick(
 def of_version(part: TrainBatch, version: int) -> TrainBatch:
     """The samples of `part` with tokens of `version`."""
     return _rows(part, (part.versions == version).any(dim=1).nonzero().squeeze(1))
-
-
-def stale_token_sums(
-    policy: LoraPolicy, batch: TrainBatch, history: AdapterHistory, limit: int
-) -> TokenSums:
-    """Sums of the metrics over the tokens of `batch` whose version is not the policy's
-    current one but is in `history`, each under a forward of its own version's adapter.
-    At most `limit` samples go through that forward, spread evenly over the batch (groups
-    are consecutive, so the pick covers them): the check then costs a fixed fraction of a
-    forward, whatever the batch size."""
-    out = TokenSums.empty()
-    pick = stale_pick(batch, history, policy.adapter_version, limit)
-    if pick is None:
-        return out
-    part, versions = pick
-    # A sharded policy's ranks all hold the whole batch and pick the same rows; each takes
-    # its share of them (`policy.parallel.part`) and runs as many forwards as the others (each one
-    # gathers the sharded layers), then the sums are added up across the group. One
-    # process: its share is everything and the reduction does nothing.
-    share = policy.shares_prompts(part)  # one choice for every rank and micro-batch
-    restore = policy.adapter_tensors()  # a CPU copy of the current adapter (collective)
-    current_version = policy.adapter_version
-    was_training = policy.model.training
-    policy.model.eval()  # no dropout: the engine samples without it
-    size = policy.spec.train.micro_batch_size
-    try:
-        for v in versions:
-            policy.load_adapter_tensors(history.get(v), current_version)
-            own = of_version(part, v)
-            mine, n_micro = policy.parallel.part(own, size)
-            for i in range(n_micro):
-                mb = mine.slice(i * size, (i + 1) * size)
-                counted = len(mb) > 0  # else a repeat, only to keep the forwards in step
-                mb = (mb if counted else own.slice(0, size)).to(policy.device)
-                lp, _ = policy.token_logprobs(mb, share)
-                if counted:
-                    out.add(mb.lp_roll, lp, mb.mask * (mb.versions == v).to(mb.mask.dtype))
-    finally:
-        policy.load_adapter_tensors(restore, current_version)
-        policy.model.train(was_training)
-    sums, tokens = policy.parallel.reduce_metrics(out.sums, dict.fromkeys(METRICS, out.tokens))
-    return TokenSums(dict(sums), tokens[METRICS[0]])

@@ -1,17 +1,19 @@
-"""One trainer, many adapters: a step of one run touches nothing of another, and equals the
-step of the run alone (the single-run LoraPolicy) for the same batch, seed and state."""
+"""One policy, many adapters (a pool's runs): a step of one run touches nothing of another,
+and equals the step of the run alone (a policy of one adapter) for the same batch, seed and
+state, whether it steps alone or in one forward and backward with others (`train_steps`):
+its adapter, its metrics and its random stream."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 import pytest
 import torch
 
+from workers.loop.checkpoint import load_trainer, save_trainer
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.policy.multi import MultiLoraTrainer
+from workers.policy.adapter import RngStream
 from workers.spec import parse_spec
 
 ANSWERS = {"12+34=": "46", "7+8=": "15", "40+41=": "81", "3+4=": "7"}
@@ -44,21 +46,26 @@ def specs(make_spec):
     return a, b
 
 
+def pool(*specs) -> tuple[LoraPolicy, list]:
+    """A pool's policy (its own adapter a rank-1 placeholder, as workers/pool/driver.py
+    makes it) with an adapter of each spec."""
+    a = specs[0]
+    host = a.model_copy(update={"lora": a.lora.model_copy(update={"r": 1})})
+    policy = LoraPolicy(host, a.model.path)
+    return policy, [policy.add_adapter(s) for s in specs]
+
+
 @pytest.fixture
 def trainer(specs):
-    a, b = specs
-    t = MultiLoraTrainer(a, a.model.path)
-    t.add_run("a", a)
-    t.add_run("b", b)
-    return t
+    policy, (a, b) = pool(*specs)
+    return policy, {"a": a, "b": b}
 
 
-def snapshot(trainer: MultiLoraTrainer, run: str):
-    r = trainer.runs[run]
-    params = [p.detach().clone() for p in r.params]
+def snapshot(adapter):
+    params = [p.detach().clone() for p in adapter.params]
     state = {
         i: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
-        for i, s in r.optimizer.state_dict()["state"].items()
+        for i, s in adapter.optimizer.state_dict()["state"].items()
     }
     return params, state
 
@@ -73,118 +80,106 @@ def assert_same(before, after):
 
 
 def test_a_step_of_one_run_leaves_the_other_bit_identical(trainer):
-    tok = trainer.policy.tokenizer
-    trainer.train_step("b", batch_for(tok, 0, flip=True))  # b has optimizer state now
-    before_b = snapshot(trainer, "b")
-    before_a = snapshot(trainer, "a")
+    policy, ad = trainer
+    tok = policy.tokenizer
+    policy.train_step(ad["b"], batch_for(tok, 0, flip=True))  # b has optimizer state now
+    before_b = snapshot(ad["b"])
+    before_a = snapshot(ad["a"])
     for _ in range(2):
-        trainer.train_step("a", batch_for(tok, trainer.runs["a"].adapter_version))
-    assert_same(before_b, snapshot(trainer, "b"))
-    moved = snapshot(trainer, "a")[0]
+        policy.train_step(ad["a"], batch_for(tok, ad["a"].version))
+    assert_same(before_b, snapshot(ad["b"]))
+    moved = snapshot(ad["a"])[0]
     assert not all(torch.equal(x, y) for x, y in zip(before_a[0], moved, strict=True))
-    assert (trainer.runs["a"].adapter_version, trainer.runs["a"].step) == (2, 2)
-    assert (trainer.runs["b"].adapter_version, trainer.runs["b"].step) == (1, 1)
-    # the host's placeholder adapter never trains either
-    assert all(p.grad is None and not p.requires_grad for p in trainer.policy.params)
+    assert (ad["a"].version, ad["b"].version) == (2, 1)
+    # the placeholder adapter never trains either
+    assert all(p.grad is None and not p.requires_grad for p in policy.adapter.params)
 
 
 def test_a_pooled_run_steps_as_the_run_alone(trainer, specs):
-    """Interleaved with b's steps, a's adapter after each step is the one a LoraPolicy of
-    a's spec computes alone, dropout's random draws included (a's RNG stream is its own,
-    whatever the process's global one does in between)."""
+    """Interleaved with b's steps, a's adapter after each step is the one a policy of a's
+    spec computes alone, dropout's random draws included (a's stream is its own, whatever
+    the process's global one does in between)."""
+    policy, ad = trainer
     spec_a, _ = specs
     solo = LoraPolicy(spec_a, spec_a.model.path)
     tok = solo.tokenizer
-    pooled = trainer.adapter_tensors("a")
+    pooled = policy.adapter_tensors(ad["a"])
     start = solo.adapter_tensors()
     assert pooled.keys() == start.keys()
     assert all(torch.equal(pooled[k], start[k]) for k in start)  # the same fresh adapter
     batches = [batch_for(tok, step, flip=step == 1) for step in range(3)]
-    torch.manual_seed(12345)
     got = []
     for batch in batches:
         torch.rand(7)  # someone else draws from the global stream between steps
-        trainer.train_step("b", batch_for(tok, 0, flip=True))
-        metrics = trainer.train_step("a", batch)
-        got.append((metrics, trainer.adapter_tensors("a")))
-    torch.manual_seed(spec_a.seed)  # a run alone: its global stream starts at its seed
+        policy.train_step(ad["b"], batch_for(tok, 0, flip=True))
+        metrics = policy.train_step(ad["a"], batch)
+        got.append((metrics, policy.adapter_tensors(ad["a"])))
     for batch, (metrics, pooled) in zip(batches, got, strict=True):
-        assert metrics == pytest.approx(solo.train_step(batch), rel=1e-5, abs=1e-7)
+        assert metrics == pytest.approx(solo.train_step(solo.adapter, batch), rel=1e-5, abs=1e-7)
         alone = solo.adapter_tensors()
         for k in alone:
             torch.testing.assert_close(pooled[k], alone[k], rtol=1e-5, atol=1e-7)
-    assert trainer.runs["a"].adapter_version == solo.adapter_version == 3
+    assert ad["a"].version == solo.adapter.version == 3
+    assert torch.equal(ad["a"].rng.cpu, solo.adapter.rng.cpu)
     # dropout draws do matter here: another stream gives another adapter
-    torch.manual_seed(999)
-    solo.train_step(batches[0])
-    trainer.train_step("a", batches[0])
-    other, pooled = solo.adapter_tensors(), trainer.adapter_tensors("a")
+    solo.adapter.rng = RngStream.seeded(999, solo.device)
+    solo.train_step(solo.adapter, batches[0])
+    policy.train_step(ad["a"], batches[0])
+    other, pooled = solo.adapter_tensors(), policy.adapter_tensors(ad["a"])
     assert not all(torch.allclose(other[k], pooled[k], rtol=1e-5, atol=1e-7) for k in other)
 
 
 async def test_adapter_update_is_what_the_run_alone_publishes(trainer, specs):
     """Same keys, same tensors and the same handshake probe as a solo run's update: the
     probe is computed under a's adapter, not b's or the placeholder's."""
+    policy, ad = trainer
     spec_a, _ = specs
-    tok = trainer.policy.tokenizer
-    trainer.train_step("a", batch_for(tok, 0))
-    trainer.train_step("b", batch_for(tok, 0, flip=True))
+    tok = policy.tokenizer
+    policy.train_step(ad["a"], batch_for(tok, 0))
+    policy.train_step(ad["b"], batch_for(tok, 0, flip=True))
     solo = LoraPolicy(spec_a, spec_a.model.path)
-    solo.load_adapter_tensors(trainer.adapter_tensors("a"), 1)
+    solo.load_adapter_tensors(policy.adapter_tensors(ad["a"]), 1)
     want = await LocalExecutor(solo).adapter_update()
-    got = trainer.adapter_update("a")
+    got = LocalExecutor(policy, ad["a"]).publish()
     assert got.version == want.version == 1
     assert got.tensors.keys() == want.tensors.keys()
     assert all(torch.equal(got.tensors[k], want.tensors[k].cpu()) for k in want.tensors)
     assert got.probe.token_ids == want.probe.token_ids
     assert got.probe.logprobs == pytest.approx(want.probe.logprobs, abs=1e-6)
-    other = trainer.adapter_update("b")
+    other = LocalExecutor(policy, ad["b"]).publish()
     assert other.probe.logprobs != pytest.approx(want.probe.logprobs, abs=1e-6)
 
 
-def test_checkpoint_restores_one_run_and_resumes_alone(trainer, specs, tmp_path):
-    spec_a, _ = specs
-    tok = trainer.policy.tokenizer
-    trainer.train_step("a", batch_for(tok, 0))
-    ckpt = trainer.save("a", tmp_path / "a")
-    b_before = snapshot(trainer, "b")
-    trainer.train_step("a", batch_for(tok, 1, flip=True))
-    after_two = trainer.adapter_tensors("a")
-    trainer.load("a", ckpt)
-    assert (trainer.runs["a"].step, trainer.runs["a"].adapter_version) == (1, 1)
-    trainer.train_step("a", batch_for(tok, 1, flip=True))  # optimizer state and RNG restored
-    again = trainer.adapter_tensors("a")
+def test_checkpoint_restores_one_run_and_resumes(trainer, tmp_path):
+    policy, ad = trainer
+    tok = policy.tokenizer
+    policy.train_step(ad["a"], batch_for(tok, 0))
+    save_trainer(tmp_path, policy, ad["a"])
+    b_before = snapshot(ad["b"])
+    policy.train_step(ad["a"], batch_for(tok, 1, flip=True))
+    after_two = policy.adapter_tensors(ad["a"])
+    load_trainer(tmp_path, policy, ad["a"])
+    assert ad["a"].version == 1
+    policy.train_step(ad["a"], batch_for(tok, 1, flip=True))  # optimizer state and RNG restored
+    again = policy.adapter_tensors(ad["a"])
     assert all(torch.equal(again[k], after_two[k]) for k in after_two)
-    assert_same(b_before, snapshot(trainer, "b"))
-    # the same checkpoint resumes the run alone (a solo executor's layout)
-    solo = LoraPolicy(spec_a, spec_a.model.path)
-    asyncio.run(LocalExecutor(solo).load(ckpt))
-    trainer.load("a", ckpt)
-    assert solo.adapter_version == 1
-    alone, pooled = solo.adapter_tensors(), trainer.adapter_tensors("a")
-    assert all(torch.equal(alone[k], pooled[k]) for k in alone)
+    assert_same(b_before, snapshot(ad["b"]))
 
 
-def test_admission_and_leaving(trainer, make_spec):
-    with pytest.raises(ValueError, match="already in the pool"):
-        trainer.add_run("a", trainer.runs["a"].spec)
-    other_base = parse_spec(make_spec("model.dtype=bfloat16"))
-    with pytest.raises(ValueError, match="model.dtype"):
-        trainer.add_run("c", other_base)
+def test_adapters_join_and_leave(trainer, make_spec):
+    policy, ad = trainer
     # another rank and other target modules share the base model fine
-    small = parse_spec(make_spec("lora.r=4", "seed=1"))
-    small = small.model_copy(
-        update={"lora": small.lora.model_copy(update={"target_modules": ["q_proj", "v_proj"]})}
-    )
-    trainer.add_run("c", small)
-    tok = trainer.policy.tokenizer
-    trainer.train_step("c", batch_for(tok, 0))
-    assert trainer.runs["c"].adapter_version == 1
-    assert {p.shape[0] for k, p in trainer.adapter_tensors("c").items() if "lora_A" in k} == {4}
-    trainer.remove_run("c")
-    assert "c" not in trainer.runs and len(trainer.model.peft_config) == 3  # default, a, b
-    with pytest.raises(KeyError, match="no run 'c'"):
-        trainer.train_step("c", batch_for(tok, 1))
+    small = parse_spec(make_spec("lora.r=4", "seed=1", "lora.target_modules=[q_proj, v_proj]"))
+    c = policy.add_adapter(small)
+    tok = policy.tokenizer
+    policy.train_step(c, batch_for(tok, 0))
+    assert c.version == 1
+    assert {p.shape[0] for k, p in policy.adapter_tensors(c).items() if "lora_A" in k} == {4}
+    policy.remove_adapter(c)
+    assert c.name not in policy.adapters and len(policy.model.peft_config) == 3
+    with pytest.raises(ValueError, match="not found"):
+        policy.train_step(c, batch_for(tok, 1))
+    policy.train_step(ad["a"], batch_for(tok, 0))  # the others step on
 
 
 def test_exported_adapters_load_as_peft_directories(trainer, specs, tmp_path):
@@ -195,19 +190,20 @@ def test_exported_adapters_load_as_peft_directories(trainer, specs, tmp_path):
 
     from workers.rollout.adapter_files import write_version
 
+    policy, ad = trainer
     spec_a, _ = specs
-    tok = trainer.policy.tokenizer
-    trainer.train_step("a", batch_for(tok, 0))
-    trainer.train_step("b", batch_for(tok, 0, flip=True))
+    tok = policy.tokenizer
+    policy.train_step(ad["a"], batch_for(tok, 0))
+    policy.train_step(ad["b"], batch_for(tok, 0, flip=True))
     ids = torch.tensor([tok.encode("12+34=46", add_special_tokens=False)])
-    engine_dir = write_version(
-        trainer.adapter_update("a"), tmp_path, spec_a.lora, spec_a.model.path
-    )
-    ckpt_dir = trainer.save("a", tmp_path / "ckpt") / "adapter"
-    with trainer.active("a") as model, torch.no_grad():
+    update = LocalExecutor(policy, ad["a"]).publish()
+    engine_dir = write_version(update, tmp_path, spec_a.lora, spec_a.model.path)
+    save_trainer(tmp_path / "ckpt", policy, ad["a"])
+    model = policy.activate(ad["a"])
+    with torch.no_grad():
         want = model.eval()(input_ids=ids).logits
     model.train()
-    for path in (engine_dir, ckpt_dir):
+    for path in (engine_dir, tmp_path / "ckpt" / "adapter"):
         base = AutoModelForCausalLM.from_pretrained(spec_a.model.path, dtype=torch.float32)
         loaded = PeftModel.from_pretrained(base, str(path)).eval()
         with torch.no_grad():
@@ -271,55 +267,54 @@ def three(make_spec):
 
 def test_a_batched_step_of_three_runs_is_each_runs_solo_step(three, make_spec):
     """train_steps of three runs (one forward and backward over all their rows) gives each
-    run, step after step, the adapter and the metrics of its own LoraPolicy's step alone
-    (fp32, CPU, dropout included: each run's masks come from its own stream with its own
-    batch's shapes), and a fourth run not in the step is untouched, bit for bit."""
-    trainer = MultiLoraTrainer(three["a"], three["a"].model.path)
-    for run, spec in three.items():
-        trainer.add_run(run, spec)
-    trainer.add_run("d", parse_spec(make_spec("seed=1")))
-    tok = trainer.policy.tokenizer
-    trainer.train_step("d", batch_for(tok, 0))
-    d_before = snapshot(trainer, "d")
+    run, step after step, the adapter, the metrics and the random stream of its own
+    policy's step alone (fp32, CPU, dropout included: each run's masks come from its own
+    stream with its own batch's shapes), and a fourth run not in the step is untouched,
+    bit for bit."""
+    policy, adapters = pool(*three.values(), parse_spec(make_spec("seed=1")))
+    ad = dict(zip([*three, "d"], adapters, strict=True))
+    tok = policy.tokenizer
+    policy.train_step(ad["d"], batch_for(tok, 0))
+    d_before = snapshot(ad["d"])
     shape = {"a": {}, "b": {"distinct": True}, "c": {"one_token": True}}
     batches = {
         run: [varied_batch(tok, v, k, **shape[run]) for v in range(2)]
         for k, run in enumerate(three)
     }
-    assert trainer.can_batch(list(three))
-    got = [trainer.train_steps({r: batches[r][v] for r in three}) for v in range(2)]
-    assert trainer.together == {3: 2}  # one forward and backward for the three, each step
-    assert_same(d_before, snapshot(trainer, "d"))
-    for run, spec in three.items():
+    assert policy.can_batch([ad[r] for r in three])
+    got = [policy.train_steps([(ad[r], batches[r][v]) for r in three]) for v in range(2)]
+    assert policy.together == {1: 1, 3: 2}  # one forward and backward for the three, each step
+    assert_same(d_before, snapshot(ad["d"]))
+    for k, (run, spec) in enumerate(three.items()):
         solo = LoraPolicy(spec, spec.model.path)
-        torch.manual_seed(spec.seed)  # a run alone: its global stream starts at its seed
         for v in range(2):
-            want = solo.train_step(batches[run][v])
-            assert got[v][run].keys() == want.keys(), run
-            assert got[v][run] == pytest.approx(want, rel=1e-5, abs=1e-6), (run, v)
-        alone, pooled = solo.adapter_tensors(), trainer.adapter_tensors(run)
+            want = solo.train_step(solo.adapter, batches[run][v])
+            assert got[v][k].keys() == want.keys(), run
+            assert got[v][k] == pytest.approx(want, rel=1e-5, abs=1e-6), (run, v)
+        alone, pooled = solo.adapter_tensors(), policy.adapter_tensors(ad[run])
         assert alone.keys() == pooled.keys()
-        for k in alone:
-            torch.testing.assert_close(pooled[k], alone[k], rtol=1e-5, atol=1e-7)
-        assert trainer.runs[run].adapter_version == trainer.runs[run].step == 2
-        # its dropout stream drew what the solo step drew from the global one, no more
-        assert torch.equal(trainer.runs[run].rng, torch.get_rng_state()), run
+        for key in alone:
+            torch.testing.assert_close(pooled[key], alone[key], rtol=1e-5, atol=1e-7)
+        assert ad[run].version == 2
+        # its dropout stream drew what the solo step drew, no more
+        assert torch.equal(ad[run].rng.cpu, solo.adapter.rng.cpu), run
 
 
-def test_a_batched_step_isolates_a_nan_and_falls_back_alone(trainer):
+def test_a_batched_step_isolates_a_nan_and_falls_back_alone(trainer, specs):
     """A NaN in one run's adapter stays in that run: the other's step is its step alone."""
-    tok = trainer.policy.tokenizer
-    ref = MultiLoraTrainer(trainer.base_spec, trainer.model_dir)
-    for run, r in trainer.runs.items():
-        ref.add_run(run, r.spec)
+    policy, ad = trainer
+    tok = policy.tokenizer
+    ref, (_, ref_b) = pool(*specs)
     with torch.no_grad():
-        trainer.runs["a"].params[0].fill_(float("nan"))
-    out = trainer.train_steps({"a": batch_for(tok, 0), "b": batch_for(tok, 0, flip=True)})
-    assert trainer.together == {2: 1}
-    want = ref.train_step("b", batch_for(tok, 0, flip=True))
-    assert out["b"] == pytest.approx(want, rel=1e-5, abs=1e-6)
-    assert not math.isfinite(out["a"]["loss/total"])
-    got, alone = trainer.adapter_tensors("b"), ref.adapter_tensors("b")
+        ad["a"].params[0].fill_(float("nan"))
+    out = policy.train_steps(
+        [(ad["a"], batch_for(tok, 0)), (ad["b"], batch_for(tok, 0, flip=True))]
+    )
+    assert policy.together == {2: 1}
+    want = ref.train_step(ref_b, batch_for(tok, 0, flip=True))
+    assert out[1] == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert not math.isfinite(out[0]["loss/total"])
+    got, alone = policy.adapter_tensors(ad["b"]), ref.adapter_tensors(ref_b)
     for k in alone:
         torch.testing.assert_close(got[k], alone[k], rtol=1e-5, atol=1e-7)
 
@@ -344,39 +339,38 @@ def test_the_stale_token_check_is_the_solo_runs(make_spec, together):
         "a": parse_spec(make_spec("seed=5", *async_, "lora.dropout=0.1")),
         "b": parse_spec(make_spec("seed=9", *async_, "lora.r=4", b_check)),
     }
-    trainer = MultiLoraTrainer(specs["a"], specs["a"].model.path)
-    solos = {}
-    for run, spec in specs.items():
-        trainer.add_run(run, spec)
-        solos[run] = LocalExecutor(LoraPolicy(spec, spec.model.path))
-    torch.manual_seed(specs["a"].seed)  # a's dropout stream, as a run alone seeds it (b has none)
-    tok = trainer.policy.tokenizer
+    policy, adapters = pool(*specs.values())
+    ad = dict(zip(specs, adapters, strict=True))
+    solos = {run: LocalExecutor(LoraPolicy(spec, spec.model.path)) for run, spec in specs.items()}
+    tok = policy.tokenizer
     runs = ["a", "b"] if together else ["a"]
+    limit = {r: specs[r].train.mult_prob_error_samples for r in runs}
 
     got, want = [], []
     for step in range(2):
         batches = {}
         for run in runs:
-            trainer.adapter_update(run, with_probe=False)  # each publish is kept for the check
-            asyncio.run(solos[run].adapter_update(with_probe=False))
+            LocalExecutor(policy, ad[run]).publish(False)  # each publish kept for the check
+            solos[run].publish(False)
             batch = batch_for(tok, step, flip=(step == 1) != (run == "b"))
             if step:
                 batch = mixed_versions(batch, step - 1)
-                assert trainer._stale_sums(trainer.runs[run], batch).tokens > 0  # it runs
+                assert policy.stale_sums(ad[run], batch, limit[run]).tokens > 0  # it runs
             batches[run] = batch
-        before = {r: trainer.adapter_tensors(r) for r in runs}
+        before = {r: policy.adapter_tensors(ad[r]) for r in runs}
         if together:
-            sums = trainer._stale_together(batches)
-            for r in runs:  # the check leaves every adapter as it was
-                after = trainer.adapter_tensors(r)
-                assert all(torch.equal(before[r][k], after[k]) for k in after)
-                alone = trainer._stale_sums(trainer.runs[r], batches[r])
-                assert sums[r].tokens == alone.tokens
-                assert sums[r].sums == pytest.approx(alone.sums, rel=1e-5, abs=1e-6)
-            out = trainer.train_steps(batches)
-            assert trainer.together[2] >= 1
+            steps = [(ad[r], batches[r]) for r in runs]
+            sums = policy._stale_sums(steps, True, [limit[r] for r in runs])
+            for k, r in enumerate(runs):  # the check leaves every adapter as it was
+                after = policy.adapter_tensors(ad[r])
+                assert all(torch.equal(before[r][key], after[key]) for key in after)
+                alone = policy.stale_sums(ad[r], batches[r], limit[r])
+                assert sums[k].tokens == alone.tokens
+                assert sums[k].sums == pytest.approx(alone.sums, rel=1e-5, abs=1e-6)
+            out = dict(zip(runs, policy.train_steps(steps), strict=True))
+            assert policy.together[2] >= 1
         else:
-            out = {"a": trainer.train_step("a", batches["a"])}
+            out = {"a": policy.train_step(ad["a"], batches["a"])}
         got.append(out)
         want.append({r: solos[r]._train_step(batches[r]) for r in runs})
     assert "token_mult_prob_error" in got[1]["a"] and "gen_kl_error" in got[1]["a"]
