@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from paddock.teams.models import Role
 
 from ..client.test_config_import import NEMO_RECIPE, VERL_SCRIPT
@@ -29,7 +31,8 @@ def test_a_recipe_and_a_script_import_through_the_api(world, client_as):
     assert verl["source"] == "verl" and verl["spec"]["algorithm"]["num_generations"] == 5
 
 
-def test_a_dataset_of_the_team_replaces_the_files_and_sizes_the_epochs(world, client_as, store):
+@pytest.mark.usefixtures("store")
+def test_a_dataset_of_the_team_replaces_the_files_and_sizes_the_epochs(world, client_as):
     client = client_as(world.users_a[Role.MEMBER])
     rows = VERL_ROWS * 10  # 50 rows
     dataset = upload(client, world.team_a, parquet_bytes(rows)).json()
