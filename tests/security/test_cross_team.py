@@ -168,8 +168,8 @@ def test_guessing_ids_finds_only_the_own_teams_objects(world, team_b, launched, 
 WS_ROUTES = [str(p.pattern) for p in websocket_urlpatterns]
 
 
-async def _ws_connect(path: str, origin: bytes | None = b"http://127.0.0.1:8000"):
-    ws = Ws(path, origin=origin)
+async def _ws_connect(path: str, token: str, origin: bytes | None = b"http://127.0.0.1:8000"):
+    ws = Ws(path, origin=origin, token=token)
     connected, code = await ws.connect()
     return ws, connected, code
 
@@ -187,7 +187,7 @@ async def test_no_websocket_route_opens_for_another_team(world, team_b):
         closes = []
         for target in (team_b.run if "run" in route else team_b.experiment, NOBODY):
             ids = {"run": target, "experiment": target}
-            communicator, connected, code = await _ws_connect(f"{_fill(route, ids)}?token={raw}")
+            communicator, connected, code = await _ws_connect(_fill(route, ids), raw)
             assert not connected, route
             closes.append(code)
             await communicator.close()
@@ -203,12 +203,12 @@ async def test_a_foreign_origin_is_refused(world, launched):
     raw = await database_sync_to_async(
         lambda: api_token_create(actor=world.actor(viewer), team=world.team_a, name="ws")[1]
     )()
-    path = f"/ws/runs/{launched[0]['runs'][0]['id']}/?token={raw}"
-    ok, connected, _ = await _ws_connect(path)
+    path = f"/ws/runs/{launched[0]['runs'][0]['id']}/"
+    ok, connected, _ = await _ws_connect(path, raw)
     assert connected  # the same token from the platform's own origin is let in
     await ok.close()
     # a browser's page of another site (no Origin is a program: test_ws_handshake.py)
     for origin in (b"https://evil.example", b"http://127.0.0.1.evil.example", b"null"):
-        communicator, connected, _ = await _ws_connect(path, origin=origin)
+        communicator, connected, _ = await _ws_connect(path, raw, origin=origin)
         assert not connected, origin
         await communicator.close()

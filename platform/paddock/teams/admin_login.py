@@ -1,4 +1,4 @@
-"""The admin's login form under the same limit as the session login (core/ratelimit.py):
+"""The admin's login form under the same limit as the session login (http/limits.py):
 a second door onto staff accounts must not be the one without a lock. Checked before the
 password is tried, counted per client address and per username, and the two doors share
 the counts (a guesser cannot split the attempts between them)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
-from paddock.core.client_address import request_client_address
-from paddock.core.ratelimit import login_blocked, login_failure_record
+from paddock.http.client_address import request_client_address
+from paddock.http.limits import login_blocked, login_failure_record
 
 
 def admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:

@@ -1,7 +1,7 @@
-"""The lean read path (api/lean.py) answers exactly as the full path does (Django's
+"""The fast reads (api/fast_reads.py) answer exactly as the full path does (Django's
 middleware chain and DRF): the same status, body and headers, over the same fixtures; and
-whatever it does not answer with 200 (a bad or dead token, another team's run, a bad
-parameter, a cursor, a host, an Accept it cannot meet) it leaves to the full path, which
+whatever they do not answer with 200 (a bad or dead token, another team's run, a bad
+parameter, a cursor, a host, an Accept they cannot meet) they leave to the full path, which
 answers as it always has."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from paddock.api import lean
-from paddock.asgi import LanedASGIHandler, django_asgi_app
+from paddock.api.fast_reads import fast_read
+from paddock.asgi import django_asgi_app
 from paddock.experiments.metrics import metric_points_store
 from paddock.experiments.models import Experiment, Run
+from paddock.http.lanes import LanedASGIHandler
 from paddock.teams.models import ApiToken, Membership, Role
 from paddock.teams.services import api_token_authenticate, api_token_create
 from tests.platform.conftest import launch
@@ -42,14 +43,14 @@ def _answer(response) -> tuple[int, bytes, list[tuple[str, str]]]:
 
 
 def _both(path, token, *headers, handler=django_asgi_app):
-    """(the lean path's answer or None, the full path's answer) to the same request, and
+    """(the fast path's answer or None, the full path's answer) to the same request, and
     the statements each ran."""
-    with CaptureQueriesContext(connection) as lean_queries:
-        mine = lean.lean_response(_request(path, token, *headers))
+    with CaptureQueriesContext(connection) as fast_queries:
+        mine = fast_read(_request(path, token, *headers))
     with CaptureQueriesContext(connection) as full_queries:
         full = handler.get_response(_request(path, token, *headers))
     mine = None if mine is None else _answer(mine)
-    return mine, _answer(full), len(lean_queries), len(full_queries)
+    return mine, _answer(full), len(fast_queries), len(full_queries)
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def reads(world, client_as, launched):
     """Team A's member with a token, an experiment of team A with tags and three runs with
     points (one with a non-finite value), and team B's run."""
     member = world.users_a[Role.MEMBER]
-    _, raw = api_token_create(actor=world.actor(member), team=world.team_a, name="lean")
+    _, raw = api_token_create(actor=world.actor(member), team=world.team_a, name="fast")
     api_token_authenticate(raw=raw)  # its first use stamps last_used_at (a statement more)
     session = client_as(member)
     assert launch(session, world.team_a, tags=["b-tag", "a-tag", "ünï"]).status_code == 201
@@ -72,10 +73,10 @@ def reads(world, client_as, launched):
 
 
 def _same(path, token, *headers) -> None:
-    mine, full, lean_statements, full_statements = _both(path, token, *headers)
+    mine, full, fast_statements, full_statements = _both(path, token, *headers)
     assert full[0] == 200, full
     assert mine == full
-    assert lean_statements == full_statements  # and no statement more
+    assert fast_statements == full_statements  # and no statement more
 
 
 @pytest.mark.django_db
@@ -147,12 +148,12 @@ def test_what_it_does_not_answer_is_left_to_the_full_path(world, reads):
         if headers and headers[0][0] == b"host":
             request = _request(path, token)
             request.META["HTTP_HOST"] = "evil.example"
-            assert lean.lean_response(request) is None
+            assert fast_read(request) is None
             continue
         mine, full, _, _ = _both(path, token, *headers)
         assert mine is None, (path, mine)
         assert full[0] == status, (path, full)
-    # a removed member's token: dead on the lean path as on the full one
+    # a removed member's token: dead on the fast path as on the full one
     Membership.objects.filter(user=member, team=world.team_a).delete()
     mine, full, _, _ = _both("/api/v1/me", raw)
     assert mine is None and full[0] == 401
@@ -160,16 +161,17 @@ def test_what_it_does_not_answer_is_left_to_the_full_path(world, reads):
 
 @pytest.mark.django_db
 def test_a_failed_token_is_counted_once(reads, settings):
-    """The limiter counts a bad token on the full path only: the lean path leaves it."""
-    from paddock.core import ratelimit
+    """A bad token that the fast path leaves to the full path is counted by the one
+    authentication they share (api/authentication.py: request_token), once."""
+    from paddock.http import limits
 
     settings.PADDOCK_RATE_LIMITS = {"auth": (2, 60)}
-    ratelimit.cache.clear()
+    limits.cache.clear()
     statuses = []
     for _ in range(3):
-        mine, full, _, _ = _both("/api/v1/runs", "pdk_bad")
-        assert mine is None
-        statuses.append(full[0])
+        request = _request("/api/v1/runs", "pdk_bad")
+        assert fast_read(request) is None
+        statuses.append(django_asgi_app.get_response(request).status_code)
     assert statuses == [401, 401, 429]
 
 
@@ -181,28 +183,15 @@ def test_https_headers_and_the_redirect_are_the_full_paths(reads):
         "SECURE_HSTS_SECONDS": 3600, "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
         "SECURE_PROXY_SSL_HEADER": ("HTTP_X_FORWARDED_PROTO", "https"),
     }  # fmt: skip
-    try:
-        with override_settings(**configured):
-            lean._middleware.cache_clear()  # the middleware read these settings when built
-            handler = LanedASGIHandler(lanes=1)
-            mine, full, _, _ = _both("/api/v1/me", raw, forwarded, handler=handler)
-            assert full[0] == 200 and ("Strict-Transport-Security", "max-age=3600; "
-                                       "includeSubDomains") in full[2]  # fmt: skip
-            assert mine == full
-        with override_settings(SECURE_SSL_REDIRECT=True, **configured):
-            lean._middleware.cache_clear()
-            handler = LanedASGIHandler(lanes=1)
-            mine, full, _, _ = _both("/api/v1/me", raw, handler=handler)  # plain http
-            assert mine is None and full[0] == 301
-            mine, full, _, _ = _both("/api/v1/me", raw, forwarded, handler=handler)
-            assert full[0] == 200 and mine == full
-    finally:
-        lean._middleware.cache_clear()
-
-
-@pytest.mark.django_db
-def test_it_stands_aside_under_settings_it_was_not_written_for(reads, settings):
-    raw, _, _ = reads
-    assert lean.lean_response(_request("/api/v1/me", raw)) is not None
-    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.gzip.GZipMiddleware"]
-    assert lean.lean_response(_request("/api/v1/me", raw)) is None
+    with override_settings(**configured):
+        handler = LanedASGIHandler(lanes=1)
+        mine, full, _, _ = _both("/api/v1/me", raw, forwarded, handler=handler)
+        assert full[0] == 200 and ("Strict-Transport-Security", "max-age=3600; "
+                                   "includeSubDomains") in full[2]  # fmt: skip
+        assert mine == full
+    with override_settings(SECURE_SSL_REDIRECT=True, **configured):
+        handler = LanedASGIHandler(lanes=1)
+        mine, full, _, _ = _both("/api/v1/me", raw, handler=handler)  # plain http
+        assert mine is None and full[0] == 301
+        mine, full, _, _ = _both("/api/v1/me", raw, forwarded, handler=handler)
+        assert full[0] == 200 and mine == full

@@ -1,4 +1,5 @@
-"""Rate limits on guessing: failed logins and failed token authentications.
+"""Rate limits: on guessing (failed logins and failed token authentications) and on the
+requests of one API token.
 
 Failures are counted per client address (and, for logins, per username too) in fixed
 windows in the Django cache, which is Redis in both modes, so every server process shares
@@ -11,13 +12,19 @@ cannot be locked out by a neighbour sending bad tokens from the same address.
 - Tokens (API, run, bootstrap): 256-bit secrets cannot be guessed, so the limit only makes
   a flood of bad tokens cheap to answer: past the limit a failure is answered 429 with
   `Retry-After` (`auth_failure_record` returns the seconds to wait).
+- Requests per API token (`token_request_record`): every request a token authenticates is
+  counted, at every door that takes API tokens; past PADDOCK_API_RATE_LIMIT a minute it is
+  answered 429 `rate_limited` with `Retry-After`. One Redis round trip a request (an INCR
+  and its expiry in one pipeline), not the cache's two or three.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from functools import cache as once
 
+import redis
 from django.conf import settings
 from django.core.cache import cache
 
@@ -72,3 +79,23 @@ def auth_failure_record(*, ip: str | None) -> int:
     limit (answer 429), else 0 (answer 401 as usual)."""
     allowed, window = _limit("auth")
     return _retry_after(window) if _add("auth", f"ip:{ip}") > allowed else 0
+
+
+@once
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)  # a connection pool for the process, thread-safe
+
+
+def token_request_record(*, token_id: int) -> int:
+    """Count one request of API token `token_id`; the seconds to wait when it is over
+    PADDOCK_API_RATE_LIMIT requests in this minute (answer 429), else 0. 0 turns it off."""
+    allowed = settings.PADDOCK_API_RATE_LIMIT
+    if not allowed:
+        return 0
+    window = 60
+    key = f"paddock:ratelimit:token:{token_id}:{int(time.time()) // window}"
+    pipe = _redis(settings.REDIS_URL).pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.expire(key, window + 1, nx=True)
+    count, _ = pipe.execute()
+    return _retry_after(window) if count > allowed else 0
