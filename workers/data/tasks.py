@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..path_guard import PathGuard
 from ..spec import DataSpec
 from . import sources
 from .prompts import Prompt, as_chat, prompt_ids
@@ -78,10 +79,11 @@ def read_examples(
     answer_key: str = "answer",
     field: str = "path",
     key_fields: tuple[str, str] = ("prompt_key", "answer_key"),
+    guard: PathGuard | None = None,
 ) -> list[Example]:
     """The examples of one source. `field` and `key_fields` are the settings that named it
-    and its columns, for the errors."""
-    local = sources.local_path(path, field)
+    and its columns, for the errors; `guard`, the run's roots (under the platform)."""
+    local = sources.local_path(path, field, guard)
     fmt = sources.detect_format(local, fmt, field)
     table = sources.read_table(local, fmt, split, field)
     where = local.name if fmt != "save_to_disk" else f"{local.name} ({split})"
@@ -95,12 +97,12 @@ def read_jsonl(path: str | Path) -> list[Example]:
     return read_examples(str(path), fmt="jsonl")
 
 
-def _file_examples(spec: DataSpec) -> tuple[list[Example], list[Example]]:
+def _file_examples(spec: DataSpec, guard: PathGuard | None) -> tuple[list[Example], list[Example]]:
     assert spec.path is not None  # the spec validator guarantees it
     fmt = "jsonl" if spec.task == "jsonl" else spec.format
     train = read_examples(
         spec.path, fmt=fmt, split=spec.split, prompt_key=spec.prompt_key,
-        answer_key=spec.answer_key,
+        answer_key=spec.answer_key, guard=guard,
     )  # fmt: skip
     if spec.eval_path or spec.eval_split:
         held = read_examples(
@@ -110,7 +112,7 @@ def _file_examples(spec: DataSpec) -> tuple[list[Example], list[Example]]:
             key_fields=(
                 "eval_prompt_key" if spec.eval_prompt_key else "prompt_key",
                 "eval_answer_key" if spec.eval_answer_key else "answer_key",
-            ),
+            ), guard=guard,
         )  # fmt: skip
     else:  # no eval data: hold out the last 10%
         cut = max(1, len(train) // 10)
@@ -148,11 +150,12 @@ def _within_limit(
     return kept, len(examples) - len(kept)
 
 
-def load_task(spec: DataSpec, tokenizer: Any = None) -> Task:
+def load_task(spec: DataSpec, tokenizer: Any = None, guard: PathGuard | None = None) -> Task:
     """The task of the data section: its source read, prompts put in chat form as the spec
     asks, and, with `tokenizer`, prompts over `max_prompt_tokens` dropped (or refused) and
-    message prompts checked against the tokenizer's chat template."""
-    task = _source_task(spec)
+    message prompts checked against the tokenizer's chat template. `guard`: the run's roots
+    (under the platform), which its files must lie in."""
+    task = _source_task(spec, guard)
     builtin = spec.task not in ("dataset", "jsonl")
 
     def prepared(ex: Example) -> Example:
@@ -183,7 +186,7 @@ def load_task(spec: DataSpec, tokenizer: Any = None) -> Task:
     )
 
 
-def _source_task(spec: DataSpec) -> Task:
+def _source_task(spec: DataSpec, guard: PathGuard | None = None) -> Task:
     if spec.task == "reasoning":
         from .reasoning import reasoning_task
 
@@ -193,5 +196,5 @@ def _source_task(spec: DataSpec) -> Task:
     elif spec.task == "reverse":
         train, held = reverse_examples()
     else:
-        train, held = _file_examples(spec)
+        train, held = _file_examples(spec, guard)
     return Task(spec.task, train, held)
