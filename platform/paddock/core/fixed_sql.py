@@ -199,3 +199,35 @@ class QueryTemplate:
                     row[i] = value
             out.append(dict(zip(names, row, strict=False)))
         return out
+
+
+class TemplatePage:
+    """A QueryTemplate's rows as a queryset that DRF's CursorPagination pages: `order_by`
+    with the ordering, `filter` with `<field>__lt` or `__gt` the cursor's position, then a
+    slice, which runs the template with the page's shape (`shape`, then the ordering, the
+    lookup and the slice) and `values` (then the position), so the paginator, its cursors
+    and its links are DRF's own."""
+
+    def __init__(self, template: QueryTemplate, shape: tuple, values: list[int]):
+        self.template, self.shape, self.values = template, shape, values
+        self.ordering: tuple[str, ...] = ()
+        self.position: tuple[str, int] | None = None
+
+    def _copy(self, **changed) -> TemplatePage:
+        page = TemplatePage(self.template, self.shape, self.values)
+        page.ordering, page.position = self.ordering, self.position
+        page.__dict__.update(changed)
+        return page
+
+    def order_by(self, *fields: str) -> TemplatePage:
+        return self._copy(ordering=fields)
+
+    def filter(self, **lookup: int) -> TemplatePage:
+        [(name, value)] = lookup.items()
+        return self._copy(position=(name, int(value)))
+
+    def __getitem__(self, window: slice) -> list[dict]:
+        lookup = self.position[0] if self.position else None
+        values = [*self.values, self.position[1]] if self.position else self.values
+        shape = (self.shape, self.ordering, lookup, window.start, window.stop)
+        return self.template.rows(values, shape=shape)
