@@ -17,6 +17,19 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
+# True: every read and write takes its portable path, as on SQLite. The suite sets it (the
+# `portable` fixture of tests/platform/conftest.py) to run those paths on PostgreSQL too.
+PORTABLE = False
+
+
+def postgresql() -> bool:
+    """Whether the connection takes PostgreSQL's own statements (COPY, arrays, recursive
+    index walks, prepared statements, an isolation level); else the portable ORM path,
+    which SQLite (`paddock up` alone) runs. The one place a read asks the vendor: each
+    function that differs holds both paths, and answers alike on both
+    (tests/platform/experiments/test_sql_paths.py)."""
+    return connection.vendor == "postgresql" and not PORTABLE
+
 
 @cache
 def _prepared_cursor_class():
@@ -43,7 +56,7 @@ def statement_cursor():
     Django does not support server-side binding for every query it builds, and these are
     the few that run on every request."""
     wrapper = connections[DEFAULT_DB_ALIAS]  # this thread's (the proxy looks it up each time)
-    if wrapper.vendor != "postgresql" or not getattr(settings, "PADDOCK_PREPARED_STATEMENTS", True):
+    if not postgresql() or not getattr(settings, "PADDOCK_PREPARED_STATEMENTS", True):
         return wrapper.cursor()
     from django.db.backends.postgresql.psycopg_any import register_tzloader
     from psycopg.pq import Format
