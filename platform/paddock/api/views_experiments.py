@@ -35,11 +35,12 @@ def _launch_response(result: LaunchResult, actor) -> Response:
         report = {"valid": result.valid, "errors": result.errors, "runs": runs}
         return Response(s.ValidationReportSerializer(report).data)
     experiment = selectors.experiment_get(actor=actor, experiment_id=result.experiment.pk)
+    ids = [run.pk for run in result.runs]
+    rows = selectors.run_list(actor=actor).filter(pk__in=ids).values(*s.RUN_COLUMNS)
+    by_id = {row["id"]: row for row in rows}
+    runs = s.run_rows([by_id[i] for i in ids], {})  # the run list's rows; no metric yet
     return Response(
-        {
-            "experiment": s.ExperimentSerializer(experiment).data,
-            "runs": s.RunSerializer(result.runs, many=True).data,
-        },
+        {"experiment": s.ExperimentSerializer(experiment).data, "runs": runs},
         status=status.HTTP_201_CREATED,
     )
 
