@@ -47,6 +47,16 @@ LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 # last batch waited for each.
 PoolMetric = Literal["pool/share", "pool/wait_s", "pool/gen_share", "pool/gen_wait_s"]
 POOL_METRICS: tuple[PoolMetric, ...] = get_args(PoolMetric)
+# The metrics of a run with an environment (docs/environments.md#metrics), per step: model
+# turns per episode, tool calls and those answered with an error (malformed, unknown, the
+# tool raised), seconds spent waiting on the environment summed over episodes and their
+# share of the episodes' lifetimes, the share of episodes cut by a budget, and the episodes
+# an environment failed (raised, hung, replayed differently).
+EpisodeMetric = Literal[
+    "episode/turns_mean", "episode/tool_calls", "episode/tool_errors", "episode/env_s",
+    "episode/env_share", "episode/truncated_frac", "episode/failed",
+]  # fmt: skip
+EPISODE_METRICS: tuple[EpisodeMetric, ...] = get_args(EpisodeMetric)
 # The pool job's memory, reported with each member's steps (the pool page shows them): the
 # process's resident memory and, with CUDA, what torch holds on its GPUs, in GB.
 MemoryMetric = Literal["memory/cpu_gb", "memory/gpu_gb"]

@@ -506,7 +506,7 @@ class MultiLoraTrainer:
             resp_in, resp_mask, blocks = [], [], []
             for (_, name, gen, mb, _, _), t in zip(items, lengths, strict=True):
                 resp_in.append(F.pad(mb.resp_tokens[:, : t - 1], (0, t_max - t), value=pad))
-                resp_mask.append(F.pad(mb.mask[:, : t - 1], (0, t_max - t)))
+                resp_mask.append(F.pad(mb.resp_attn[:, : t - 1], (0, t_max - t)))
                 blocks.append((name, len(mb), 0, t - 1, gen))  # t == 1: no columns, no LoRA
             resp_mask = torch.cat(resp_mask).to(p_mask.dtype)
             positions = p_mask.sum(-1)[own_t].unsqueeze(1) + torch.arange(t_max - 1, device=device)

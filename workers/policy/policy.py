@@ -258,7 +258,7 @@ class LoraPolicy:
         cache = out.past_key_values
         cache.reorder_cache(own)  # [U, …] → [B, …], differentiable (index_select)
         resp_in = batch.resp_tokens[:, : t - 1]  # token j predicts token j + 1
-        resp_mask = batch.mask[:, : t - 1].to(p_mask.dtype)
+        resp_mask = batch.resp_attn[:, : t - 1].to(p_mask.dtype)
         positions = p_mask.sum(-1)[own].unsqueeze(1) + torch.arange(t - 1, device=device)
         rest = body(
             input_ids=resp_in,

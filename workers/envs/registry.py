@@ -1,0 +1,89 @@
+"""Environments by name: the built-in ones and those installed on the cluster.
+
+A package makes an environment available by declaring an entry point in the group
+`paddock.environments`, its name the one specs use:
+
+    [project.entry-points."paddock.environments"]
+    wordle = "my_envs.wordle:WordleEnv"
+
+The object named is a factory (a class or a function) called with the spec's `env.args` as
+keyword arguments. What it returns is adapted by its type: a Paddock `Environment` as it is,
+a Gymnasium `Env` through gym.py, a `verifiers` taskset through verifiers_env.py. A spec
+names an environment, never a module: only what an installed package declared (what the
+cluster advertises, `installed_environments()`) can be chosen.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..spec import EnvSpec
+from .base import Environment
+
+GROUP = "paddock.environments"
+NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def _calculator(**_: Any) -> Environment:
+    from .calculator import Calculator
+
+    return Calculator()
+
+
+# name → factory; `http` is built from env.server (http_env.py)
+BUILTIN: dict[str, Callable[..., Any]] = {"calculator": _calculator}
+SERVER = "http"
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    found = {}
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        if NAME.fullmatch(ep.name) and ep.name not in BUILTIN and ep.name != SERVER:
+            found.setdefault(ep.name, ep)
+    return found
+
+
+def installed_environments() -> list[str]:
+    """Every name a spec may give as `env.name` here: what a cluster advertises."""
+    return sorted({*BUILTIN, SERVER, *_entry_points()})
+
+
+def adapt(obj: Any, name: str, spec: EnvSpec) -> Environment:
+    """A factory's product as a Paddock environment, by its type."""
+    if isinstance(obj, Environment):
+        return obj
+    from .gym import GymEnvironment, is_gym_env
+
+    if is_gym_env(obj):
+        return GymEnvironment(obj, name)
+    from .verifiers_env import VerifiersEnvironment, is_verifiers_taskset
+
+    if is_verifiers_taskset(obj):
+        return VerifiersEnvironment(obj, name)
+    raise TypeError(
+        f"environment {name!r} made a {type(obj).__name__}, which is neither a Paddock "
+        "Environment, a Gymnasium Env nor a verifiers Taskset"
+    )
+
+
+def make_environment(spec: EnvSpec) -> Environment:
+    """The environment `env.name` names, with its `env.args`."""
+    if spec.name == SERVER:
+        from .http_env import HttpEnvironment
+
+        assert spec.server is not None  # the spec's validator requires it
+        return HttpEnvironment(spec.server)
+    if spec.name in BUILTIN:
+        return adapt(BUILTIN[spec.name](**spec.args), spec.name, spec)
+    eps = _entry_points()
+    if spec.name not in eps:
+        raise ValueError(
+            f"env.name: no environment {spec.name!r} is installed here (installed: "
+            f"{', '.join(installed_environments())}); a package declares one with an entry "
+            f"point in the group {GROUP!r}"
+        )
+    factory = eps[spec.name].load()
+    return adapt(factory(**spec.args), spec.name, spec)
