@@ -68,10 +68,11 @@ class _Section(BaseModel):
 class TinyModelSpec(_Section):
     """Recipe of the built-in tiny Qwen2 model (used when `model.path` is unset)."""
 
-    task: Literal["arithmetic", "reverse", "reasoning"] = Field(
+    task: Literal["arithmetic", "reverse", "reasoning", "calculator"] = Field(
         "arithmetic",
         description="built-in task used for the supervised warm-up; reasoning builds a chat "
-        "model (byte-level BPE tokenizer, Qwen-style chat template, two EOS ids)",
+        "model (byte-level BPE tokenizer, Qwen-style chat template, two EOS ids); calculator "
+        "the same model warmed up on calculator episodes (tool calls, a template with tools)",
     )
     hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)

@@ -1,13 +1,13 @@
 """The built-in tool-use environment: long sums with a calculator tool.
 
-    user:      Add 482+397+129.
-    assistant: <tool_call>{"name": "add", "arguments": {"a": 482, "b": 397}}</tool_call>
-    tool:      879
-    assistant: <tool_call>{"name": "add", "arguments": {"a": 879, "b": 129}}</tool_call>
-    tool:      1008
-    assistant: \\boxed{1008}
+    user:      Add 48+39+12.
+    assistant: <tool_call>{"name": "add", "arguments": {"a": 48, "b": 39}}</tool_call>
+    tool:      87
+    assistant: <tool_call>{"name": "add", "arguments": {"a": 87, "b": 12}}</tool_call>
+    tool:      99
+    assistant: \\boxed{99}
 
-Two to four terms of two or three digits: too long for the local chat model to add in its
+Two to four terms of two digits: too long for the local chat model to add in its
 head, easy with the tool. The episode ends at the first reply without a tool call; the
 reward is the spec's (boxed_match on that reply). The local chat model's warm-up
 (`model.tiny.task: calculator`) learns the format from `worked_episode`, with a share of
@@ -98,7 +98,7 @@ def long_sum_examples(n: int = 20000, n_eval: int = 1000) -> tuple[list[Example]
     held: list[Example] = []
     while len(train) < n or len(held) < n_eval:
         k = rng.randint(MIN_TERMS, MAX_TERMS)
-        terms = tuple(rng.randint(10, 999) for _ in range(k))
+        terms = tuple(rng.randint(10, 99) for _ in range(k))
         split, cap = (held, n_eval) if held_out(terms) else (train, n)
         if len(split) < cap:
             split.append(

@@ -51,14 +51,15 @@ def installed_environments() -> list[str]:
     return sorted({*BUILTIN, SERVER, *_entry_points()})
 
 
-def adapt(obj: Any, name: str, spec: EnvSpec) -> Environment:
-    """A factory's product as a Paddock environment, by its type."""
+def adapt(factory: Callable[..., Any], name: str, spec: EnvSpec) -> Environment:
+    """What `factory(**env.args)` makes, as a Paddock environment, by its type."""
+    obj = factory(**spec.args)
     if isinstance(obj, Environment):
         return obj
     from .gym import GymEnvironment, is_gym_env
 
-    if is_gym_env(obj):
-        return GymEnvironment(obj, name)
+    if is_gym_env(obj):  # one instance an episode: the factory makes the others
+        return GymEnvironment(obj, name, lambda: factory(**spec.args))
     from .verifiers_env import VerifiersEnvironment, is_verifiers_taskset
 
     if is_verifiers_taskset(obj):
@@ -69,15 +70,17 @@ def adapt(obj: Any, name: str, spec: EnvSpec) -> Environment:
     )
 
 
-def make_environment(spec: EnvSpec) -> Environment:
+async def make_environment(spec: EnvSpec) -> Environment:
     """The environment `env.name` names, with its `env.args`."""
     if spec.name == SERVER:
         from .http_env import HttpEnvironment
 
         assert spec.server is not None  # the spec's validator requires it
-        return HttpEnvironment(spec.server)
+        env = HttpEnvironment(spec.server)
+        await env.load_tools()  # the first prompt is rendered with them
+        return env
     if spec.name in BUILTIN:
-        return adapt(BUILTIN[spec.name](**spec.args), spec.name, spec)
+        return adapt(BUILTIN[spec.name], spec.name, spec)
     eps = _entry_points()
     if spec.name not in eps:
         raise ValueError(
@@ -85,5 +88,4 @@ def make_environment(spec: EnvSpec) -> Environment:
             f"{', '.join(installed_environments())}); a package declares one with an entry "
             f"point in the group {GROUP!r}"
         )
-    factory = eps[spec.name].load()
-    return adapt(factory(**spec.args), spec.name, spec)
+    return adapt(eps[spec.name].load(), spec.name, spec)

@@ -74,7 +74,7 @@ def buffer_capacity(spec: RunSpec) -> int:
     return (lookahead + 2) * spec.train.prompts_per_step
 
 
-def episode_setup(
+async def episode_setup(
     spec: RunSpec, tokenizer, model_dir: Path, template_kwargs: dict
 ) -> tuple[Environment | None, ChatRenderer, EpisodeLimits, str]:
     """The run's environment (None: one turn a sample), the renderer of its episodes (the
@@ -87,7 +87,7 @@ def episode_setup(
             f"env: {spec.env.name} plays multi-turn episodes, which need the model's chat "
             "template; the tokenizer has none (a base model)"
         )
-    env = make_environment(spec.env)
+    env = await make_environment(spec.env)
     e, r = spec.env, spec.rollout
     limits = EpisodeLimits(
         e.max_turns, e.max_episode_tokens or e.max_turns * r.max_new_tokens, e.step_timeout_s
@@ -145,7 +145,7 @@ async def _run_training(
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
     tokenizer = load_tokenizer(model_dir)
-    env, renderer, limits, tool_format = episode_setup(
+    env, renderer, limits, tool_format = await episode_setup(
         spec, tokenizer, model_dir, spec.data.chat_template_kwargs
     )
     own = None

@@ -5,8 +5,8 @@ Contract (docs/train-your-own-model.md#rewards): the job POSTs
 items a request, and reads `{"rewards": [float, one per item], "details": [object | null]?}`.
 A connection error, a timeout (`timeout_s` for one attempt), a 429 or a 5xx is retried up to
 `max_retries` times with exponential backoff; then, or at once on any other status or on a
-malformed reply, the step fails with an error naming the URL and the reason. A reward is
-never made up.
+malformed reply, the step fails with an error naming the URL and the reason (the client is
+workers/http_json.py, shared with environment servers). A reward is never made up.
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 from typing import Any
 
 import aiohttp
 
+from ..http_json import post_json, secret_headers
 from ..spec import ServiceTerm
 from .base import RewardError, Role, ScoreItem, TermScore, run_all
 
-BACKOFF_S = 0.5  # first retry after 0.5 s, then 1, 2, 4 ... capped at BACKOFF_MAX_S
-BACKOFF_MAX_S = 8.0
 _DETAILS_MAX = 2000  # characters of one item's details kept for the inspector
 
 
@@ -31,38 +29,11 @@ class RewardServiceError(RewardError):
     pass
 
 
-class _Retryable(Exception):
-    pass
-
-
 def service_headers(term: ServiceTerm, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Request headers from the environment variable that `headers_secret` names: a JSON
-    object of headers, or a token sent as `Authorization: Bearer <token>`."""
-    if term.headers_secret is None:
-        return {}
-    env = os.environ if environ is None else environ
-    value = env.get(term.headers_secret)
-    if value is None or not value.strip():
-        raise RewardServiceError(
-            f"reward service {term.url}: headers_secret names the environment variable "
-            f"{term.headers_secret}, which is not set on this worker"
-        )
-    value = value.strip()
-    if not value.startswith("{"):
-        return {"Authorization": f"Bearer {value}"}
-    try:
-        headers = json.loads(value)
-    except ValueError:
-        headers = None
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        # never echo the value: it is a secret
-        raise RewardServiceError(
-            f"reward service {term.url}: {term.headers_secret} holds neither a JSON object of "
-            "string headers nor a token"
-        )
-    return headers
+    """Request headers from the environment variable that `headers_secret` names."""
+    return secret_headers(
+        f"reward service {term.url}", term.headers_secret, RewardServiceError, environ
+    )
 
 
 def _json_safe(value: Any) -> Any:
@@ -131,51 +102,26 @@ class ServiceScorer:
 
     async def _batch(self, session: aiohttp.ClientSession, batch: list[ScoreItem]):
         term = self.term
-        body = json.dumps(
-            {
-                "items": [
-                    {
-                        "prompt": it.prompt,
-                        "completion": it.completion,
-                        "answer": it.answer,
-                        "metadata": it.metadata,
-                    }
-                    for it in batch
-                ]
-            },
-            default=str,
-        ).encode()
-        last = ""
-        for attempt in range(term.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(BACKOFF_S * 2 ** (attempt - 1), BACKOFF_MAX_S))
-            self.requests += 1
-            try:
-                return await self._post(session, body, len(batch))
-            except _Retryable as exc:
-                last = str(exc)
-        raise RewardServiceError(
-            f"reward service {term.url} failed after {term.max_retries + 1} attempt(s): {last}"
-        )
+        body = {
+            "items": [
+                {
+                    "prompt": it.prompt,
+                    "completion": it.completion,
+                    "answer": it.answer,
+                    "metadata": it.metadata,
+                }
+                for it in batch
+            ]
+        }
+        payload = await post_json(
+            session, term.url, body, what=f"reward service {term.url}",
+            timeout_s=term.timeout_s, max_retries=term.max_retries, error=RewardServiceError,
+            on_attempt=self._attempt,
+        )  # fmt: skip
+        return parse_reply(term.url, payload, len(batch))
 
-    async def _post(self, session: aiohttp.ClientSession, body: bytes, n: int):
-        term = self.term
-        timeout = aiohttp.ClientTimeout(total=term.timeout_s)
-        try:
-            async with session.post(term.url, data=body, timeout=timeout) as resp:
-                payload = await resp.read()
-                status, reason = resp.status, resp.reason or ""
-        except TimeoutError:
-            raise _Retryable(f"no reply within timeout_s={term.timeout_s:g} s") from None
-        except aiohttp.ClientError as exc:  # refused, reset, DNS, a broken reply
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status} {reason}: {payload[:200]!r}")
-        if status != 200:
-            raise RewardServiceError(
-                f"reward service {term.url}: HTTP {status} {reason}: {payload[:200]!r}"
-            )
-        return parse_reply(term.url, payload, n)
+    def _attempt(self) -> None:
+        self.requests += 1
 
     async def close(self) -> None:
         pass

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from workers import http_json
 from workers.rewards import RewardServiceError, ScoreItem, make_scorer
 from workers.rewards import service as service_mod
 from workers.spec import RewardSpec, spec_errors
@@ -56,7 +57,7 @@ def server(request):
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch):
-    monkeypatch.setattr(service_mod, "BACKOFF_S", 0.05)
+    monkeypatch.setattr(http_json, "BACKOFF_S", 0.05)
 
 
 def scorer(url: str, **kw):
