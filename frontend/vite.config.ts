@@ -47,7 +47,7 @@ export default defineConfig(({ command }) => ({
     },
   },
   test: {
-    include: ["src/**/*.test.ts"],
+    include: ["src/**/*.test.ts", "src/**/*.test.tsx"],
     environment: "node",
   },
 }));

@@ -103,7 +103,7 @@ def spec_validate(file: Annotated[Path, typer.Argument(help="a spec file")]) -> 
     print(f"{file}: valid")
 
 
-class Source(StrEnum):  # workers.spec_import.SOURCES (not imported here: lazily, per verb)
+class Source(StrEnum):  # spec_import.SOURCES (not imported here: lazily, per verb)
     verl = "verl"
     nemo_rl = "nemo-rl"
 
@@ -119,8 +119,8 @@ def spec_import(
     map go to stderr."""
     import yaml
 
+    from paddock_client.spec_import import import_spec  # pydantic only, like workers.spec
     from workers.spec import SpecError
-    from workers.spec_import import import_spec  # pydantic only, like workers.spec
 
     try:
         spec, unmapped = import_spec(source.value, yaml.safe_load(file.read_text()) or {})

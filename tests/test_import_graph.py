@@ -1,7 +1,7 @@
-"""The seam, as imports: the control plane takes from `workers` only its four light modules
-(spec, events, names and the pool key), and the data plane never imports Django, the control
-plane or the client package. Read from the source (every import, at any depth of a function), so an
-import inside a function is caught as well as one at the top."""
+"""The seam, as imports: the control plane takes from `workers` only its light seam modules
+(SEAM below), and the data plane never imports Django, the control plane or the client
+package. Read from the source (every import, at any depth of a function), so an import inside
+a function is caught as well as one at the top."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SEAM = {"workers.spec", "workers.events", "workers.names", "workers.pool.key"}
+# The modules of `workers` the control plane may import, each with why: every one is light
+# (pydantic at most: the probe below) and holds what both halves must read alike.
+SEAM = {
+    "workers.spec": "the run spec: launch validation, the launcher's JSON Schema, stored specs",
+    "workers.events": "the ingest contract: the events a job reports and the reply",
+    "workers.names": "the names both halves use (backends, run states, …)",
+    "workers.pool.key": "the pool key, which dispatch packs pooled runs by",
+    "workers.job_replies": "the job doors' answers: run and pool bootstrap, pool members",
+}
 # what the data plane must never import: Django and what runs on it, the control plane's
 # package, and the API client / CLI package (which imports neither half)
 FORBIDDEN_IN_WORKERS = {"django", "rest_framework", "channels", "celery", "paddock",
@@ -63,7 +71,7 @@ def test_workers_never_import_django_the_platform_or_the_client():
 def test_the_seam_modules_load_without_torch_or_an_engine():
     """What the control plane imports pulls nothing heavy in, transitively."""
     probe = (
-        "import sys, workers.spec, workers.events, workers.names, workers.pool.key\n"
+        f"import sys, {', '.join(SEAM)}\n"
         "heavy = {'torch', 'transformers', 'peft', 'ray', 'vllm', 'tensorrt_llm', 'django'}\n"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))"
     )

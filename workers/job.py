@@ -22,10 +22,12 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
+from pydantic import BaseModel, ValidationError
 
+from .job_replies import RunBootstrap
 from .loop.control import StaticControl
 from .report import Reporter, ReporterConfig
 
@@ -44,33 +46,43 @@ class Assignment:
     resume_from: str | None
 
 
-def post_bootstrap(url: str, what: str, dispatch: int, secret: str) -> dict[str, Any]:
+Reply = TypeVar("Reply", bound=BaseModel)
+
+
+def post_bootstrap(url: str, what: str, dispatch: int, secret: str, answer: type[Reply]) -> Reply:
     """`POST {url}/api/v1/{what}/bootstrap` (`what`: `runs/<id>`, `pools/<id>`) with the
-    one-time token; its JSON answer, or SystemExit naming the refusal."""
+    one-time token; its answer read with `answer` (workers/job_replies.py), or SystemExit
+    naming the refusal, or the fields of an answer this job cannot read."""
     reply = requests.post(
         f"{url.rstrip('/')}/api/v1/{what}/bootstrap",
         json={"dispatch": dispatch},
         headers={"Authorization": f"Bearer {secret}"},
         timeout=30,
     )
+    kind, ident = what.split("/")
     if reply.status_code != 200:
-        kind, ident = what.split("/")
         raise SystemExit(
             f"workers.job: the platform at {url} refused the bootstrap of {kind[:-1]} {ident} "
             f"dispatch {dispatch}: HTTP {reply.status_code} {reply.text[:300]}"
         )
-    return reply.json()
+    try:
+        return answer.model_validate_json(reply.content)
+    except ValidationError as exc:  # a platform of another release: say which fields
+        raise SystemExit(
+            f"workers.job: the bootstrap answer of {kind[:-1]} {ident} dispatch {dispatch} "
+            f"from {url} is not the {answer.__name__} this job reads: {exc}"
+        ) from None
 
 
 def bootstrap(url: str, run_id: int, dispatch: int, secret: str) -> Assignment:
-    body = post_bootstrap(url, f"runs/{run_id}", dispatch, secret)
+    body = post_bootstrap(url, f"runs/{run_id}", dispatch, secret, RunBootstrap)
     return Assignment(
         run_id=run_id,
         dispatch=dispatch,
-        token=body["token"],
-        spec=body["spec"],
-        out_dir=Path(_local_path(body["artifacts_uri"])),
-        resume_from=_local_path(body["resume_from"]) if body.get("resume_from") else None,
+        token=body.token,
+        spec=body.spec,
+        out_dir=Path(_local_path(body.artifacts_uri)),
+        resume_from=_local_path(body.resume_from) if body.resume_from else None,
     )
 
 

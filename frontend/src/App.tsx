@@ -1,41 +1,44 @@
-import { Suspense, type ReactNode } from "react";
-import { BrowserRouter, Navigate, Route, Routes, useLocation } from "react-router";
+import { QueryClientProvider } from "@tanstack/react-query";
+import { Suspense, type ComponentType, type ReactNode } from "react";
+import { BrowserRouter, matchPath, Navigate, Route, Routes, useLocation } from "react-router";
+import { queryClient } from "./api/queryClient";
 import { SessionProvider, useSession } from "./session/SessionContext";
 import { LoginPage } from "./session/LoginPage";
 import { Layout } from "./ui/Layout";
 import { preloadable } from "./lib/preloadable";
 import { ErrorBox, Loading } from "./ui/States";
 import { RunsPage } from "./experiments/RunsPage";
-import { prefetchCompareHistory } from "./compare/compareHistory";
+import { prefetchCompare } from "./compare/compareHistory";
 
 // The run list is the landing page and ships in the main chunk; the others load on demand.
-const pages = {
-  run: preloadable(() => import("./runs/RunPage")),
-  launch: preloadable(() => import("./launcher/LauncherPage")),
-  compare: preloadable(() => import("./compare/ComparePage")),
-  team: preloadable(() => import("./teams/TeamAdminPage")),
-  pool: preloadable(() => import("./pools/PoolPage")),
-};
-const RunPage = pages.run.Component;
-const LauncherPage = pages.launch.Component;
-const ComparePage = pages.compare.Component;
-const TeamAdminPage = pages.team.Component;
-const PoolPage = pages.pool.Component;
+const run = preloadable(() => import("./runs/RunPage"));
+const launch = preloadable(() => import("./launcher/LauncherPage"));
+const compare = preloadable(() => import("./compare/ComparePage"));
+const team = preloadable(() => import("./teams/TeamAdminPage"));
+const pool = preloadable(() => import("./pools/PoolPage"));
 
-/** The page a URL opens (null: the main chunk's run list or the login page). */
-function pageOf(path: string): keyof typeof pages | null {
-  if (/^\/runs\/\d+/.test(path)) return "run";
-  if (/^\/launch/.test(path)) return "launch";
-  if (/^\/(experiments\/\d+\/)?compare/.test(path)) return "compare";
-  if (/^\/team/.test(path)) return "team";
-  if (/^\/pools/.test(path)) return "pool";
-  return null;
-}
+/** The pages behind the session, by path: the routes, and what to start at boot for the
+ * URL the app was opened on (the page's code, and for a compare page its first reads). */
+const PAGES: { path: string; page: ReturnType<typeof preloadable<object>> | null;
+  prefetch?: (params: Record<string, string | undefined>) => void }[] = [
+  { path: "/", page: null },
+  { path: "/runs/:runId", page: run },
+  { path: "/launch", page: launch },
+  { path: "/experiments/:experimentId/compare", page: compare,
+    prefetch: (p) => prefetchCompare(queryClient, Number(p.experimentId)) },
+  { path: "/compare", page: compare },
+  { path: "/team", page: team },
+  { path: "/pools", page: pool },
+  { path: "/pools/:poolId", page: pool },
+];
 
 // the page of the URL the app was opened on loads beside the session check, not after it
-const firstPage = pageOf(window.location.pathname);
-if (firstPage) void pages[firstPage].preload();
-prefetchCompareHistory(window.location.pathname);
+for (const { path, page, prefetch } of PAGES) {
+  const match = matchPath(path, window.location.pathname);
+  if (!match) continue;
+  void page?.preload();
+  prefetch?.(match.params);
+}
 
 function RequireSession({ children }: { children: ReactNode }) {
   const { session, loading, error, refresh } = useSession();
@@ -48,25 +51,24 @@ function RequireSession({ children }: { children: ReactNode }) {
 
 export function App() {
   return (
-    <SessionProvider>
-      <BrowserRouter>
-        <Suspense fallback={<Loading />}>
-          <Routes>
-            <Route path="/login" element={<LoginPage />} />
-            <Route element={<RequireSession><Layout /></RequireSession>}>
-              <Route index element={<RunsPage />} />
-              <Route path="runs/:runId" element={<RunPage />} />
-              <Route path="launch" element={<LauncherPage />} />
-              <Route path="experiments/:experimentId/compare" element={<ComparePage />} />
-              <Route path="compare" element={<ComparePage />} />
-              <Route path="team" element={<TeamAdminPage />} />
-              <Route path="pools" element={<PoolPage />} />
-              <Route path="pools/:poolId" element={<PoolPage />} />
-              <Route path="*" element={<ErrorBox error={new Error("No such page.")} />} />
-            </Route>
-          </Routes>
-        </Suspense>
-      </BrowserRouter>
-    </SessionProvider>
+    <QueryClientProvider client={queryClient}>
+      <SessionProvider>
+        <BrowserRouter>
+          <Suspense fallback={<Loading />}>
+            <Routes>
+              <Route path="/login" element={<LoginPage />} />
+              <Route element={<RequireSession><Layout /></RequireSession>}>
+                {PAGES.map(({ path, page }) => {
+                  const Page: ComponentType = page ? page.Component : RunsPage;
+                  return path === "/" ? <Route key={path} index element={<Page />} />
+                    : <Route key={path} path={path.slice(1)} element={<Page />} />;
+                })}
+                <Route path="*" element={<ErrorBox error={new Error("No such page.")} />} />
+              </Route>
+            </Routes>
+          </Suspense>
+        </BrowserRouter>
+      </SessionProvider>
+    </QueryClientProvider>
   );
 }

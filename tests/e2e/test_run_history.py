@@ -107,3 +107,15 @@ def test_the_run_page_reads_older_logs_samples_and_zoomed_windows(
     window = zoomed.value.json()["runs"][0]["series"][0]
     assert window["count"] == len(window["step"]) > 100
     expect(reward).not_to_have_attribute("data-points", str(before))
+
+    # opened at its URL, the compare view's first reads go out at boot (beside the session
+    # check) into the keys its hooks read: each is asked for once
+    experiment = orm(lambda: Run.objects.get(pk=run_id).experiment_id)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/" in r.url else None)
+    page.goto(f"{base}/experiments/{experiment}/compare")
+    expect(page.locator(".compare-page")).to_have_attribute("data-stage", "full")
+    first = "keys=reward%2Fmean&max_points=500&x=time&sample=stride"
+    assert sum("/metrics?" in u and first in u for u in asked) == 1, asked
+    assert sum(u.endswith(f"/experiments/{experiment}") for u in asked) == 1, asked
+    assert sum(f"runs?experiment={experiment}&" in u for u in asked) == 1, asked

@@ -95,6 +95,9 @@ def test_the_light_install_has_the_cli_and_neither_torch_nor_django(light_bin, t
     spec.write_text("train:\n  steps: 0\n")
     invalid = run_light(light_bin, tmp_path, "spec", "validate", spec, check=False)
     assert invalid.returncode == 1 and "train.steps" in invalid.stderr
+    verl = REPO / "tests" / "platform" / "client" / "fixtures" / "verl_grpo_lora.yaml"
+    imported = run_light(light_bin, tmp_path, "spec", "import", "--from", "verl", verl)
+    assert "lora:" in imported.stdout and "not mapped" in imported.stderr
 
 
 @contextmanager

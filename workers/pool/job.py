@@ -35,6 +35,7 @@ from typing import Any
 import requests
 
 from ..job import bootstrap, post_bootstrap
+from ..job_replies import ListedMember, PoolBootstrap, PoolMembers
 from ..loop.control import FileControl, StaticControl
 from ..report import Reporter, ReporterConfig
 from ..spec import load_spec
@@ -55,8 +56,8 @@ class PoolAssignment:
 
 
 def bootstrap_pool(url: str, pool_id: int, dispatch: int, secret: str) -> PoolAssignment:
-    body = post_bootstrap(url, f"pools/{pool_id}", dispatch, secret)
-    return PoolAssignment(pool_id, dispatch, body["token"], int(body["capacity"]), body["key"])
+    body = post_bootstrap(url, f"pools/{pool_id}", dispatch, secret, PoolBootstrap)
+    return PoolAssignment(pool_id, dispatch, body.token, body.capacity, body.key)
 
 
 class PoolJob:
@@ -71,14 +72,16 @@ class PoolJob:
         self.closed: set[str] = set()
         self.refused: set[str] = set()
 
-    def _members(self) -> tuple[int, dict[str, Any]]:
+    def _members(self) -> tuple[int, PoolMembers | None]:
         reply = requests.get(
             f"{self.url}/api/v1/pools/{self.pool.pool_id}/members",
             params={"dispatch": self.pool.dispatch},
             headers={"Authorization": f"Bearer {self.pool.token}"},
             timeout=30,
         )
-        return reply.status_code, (reply.json() if reply.status_code == 200 else {})
+        if reply.status_code != 200:
+            return reply.status_code, None
+        return 200, PoolMembers.model_validate_json(reply.content)
 
     async def run(self) -> int:
         try:
@@ -92,23 +95,23 @@ class PoolJob:
                 if code in (401, 409):
                     log.warning("members call refused (HTTP %s): this pool dispatch ends", code)
                     return 0
-                if code != 200:
+                if body is None:
                     log.warning("members call answered HTTP %s; asking again", code)
                     await asyncio.sleep(POLL_S)
                     continue
-                listed = {str(m["run_id"]): m for m in body.get("members", [])}
+                listed = {str(m.run_id): m for m in body.members}
                 for run_id, m in listed.items():
                     new = run_id not in self.reporters and run_id not in self.refused
-                    if m.get("bootstrap_token") and new:
-                        await self._join(run_id, m)
-                    elif run_id in self.driver.members and m.get("weight"):
-                        self.driver.set_weight(run_id, float(m["weight"]))
+                    if m.bootstrap_token and new:
+                        await self._join(run_id, m, m.bootstrap_token)
+                    elif run_id in self.driver.members:
+                        self.driver.set_weight(run_id, m.weight)
                 for run_id in [r for r in self.reporters if r not in listed]:
                     await self._leave(run_id)
                 for run_id, member in self.driver.members.items():
                     if member.task is not None and member.task.done():
                         await self._close_reporter(run_id)  # its final status went out
-                if body.get("stop") and not listed:
+                if body.stop and not listed:
                     return 0
                 await asyncio.sleep(POLL_S)
         finally:
@@ -116,12 +119,10 @@ class PoolJob:
                 await self._leave(run_id)
             await self.driver.close()
 
-    async def _join(self, run_id: str, m: dict[str, Any]) -> None:
-        dispatch = int(m["dispatch"])
+    async def _join(self, run_id: str, m: ListedMember, bootstrap_token: str) -> None:
+        dispatch = m.dispatch
         try:
-            a = await asyncio.to_thread(
-                bootstrap, self.url, int(run_id), dispatch, m["bootstrap_token"]
-            )
+            a = await asyncio.to_thread(bootstrap, self.url, m.run_id, dispatch, bootstrap_token)
         except SystemExit as exc:  # refused: the run is another job's now, or its token spent
             log.warning("member %s: %s", run_id, exc)
             self.refused.add(run_id)  # not asked again while it stays listed
@@ -146,7 +147,7 @@ class PoolJob:
                 control,
                 on_event=reporter.emit,
                 resume_from=a.resume_from,
-                weight=float(m["weight"]) if m.get("weight") else None,
+                weight=m.weight,
             )
         except Exception as exc:  # a misfit (PoolAdmissionError), a bad spec, a failed start
             log.warning("member %s cannot join: %s: %s", run_id, type(exc).__name__, exc)

@@ -1,61 +1,79 @@
-import { useEffect, useState } from "react";
-import { ApiError, listOf, request, type ListBody } from "./client";
-import { invalidate, useQuery } from "./useQuery";
-import type { CloneRequest, ConfigVersion, Experiment, LaunchRequest, LaunchResponse } from "./types";
-
-// /api/v1/experiments, the launch (POST /experiments), clone, and config versions.
+// /api/v1/experiments, the launch (POST /experiments), clone, config versions and their diff.
+import { queryOptions, useQueries, useQuery } from "@tanstack/react-query";
+import { listOf, request, type ListBody } from "./client";
+import { allAnswers, queryClient } from "./queryClient";
+import { queryKeys } from "./queryKeys";
+import type { CloneRequest, ConfigDiff, ConfigVersion, Experiment, LaunchRequest, LaunchResponse } from "./types";
 
 export function useExperiments(teamId: number | null) {
-  return useQuery<Experiment[], ListBody<Experiment>>(
-    teamId ? "/api/v1/experiments" : null, { team: teamId, limit: 200 }, listOf);
+  return useQuery({
+    queryKey: queryKeys.experiments.list(teamId ?? 0),
+    queryFn: async ({ signal }) => listOf(await request<ListBody<Experiment>>("/api/v1/experiments",
+      { query: { team: teamId, limit: 200 }, signal })),
+    enabled: !!teamId,
+  });
+}
+
+export function experimentQuery(id: number) {
+  return queryOptions({
+    queryKey: queryKeys.experiments.detail(id),
+    queryFn: ({ signal }) => request<Experiment>(`/api/v1/experiments/${id}`, { signal }),
+  });
 }
 
 export function useExperiment(id: number | null) {
-  return useQuery<Experiment>(id ? `/api/v1/experiments/${id}` : null);
+  return useQuery({ ...experimentQuery(id ?? 0), enabled: !!id });
 }
 
-function launched(body: { validate_only?: boolean }) {
-  if (!body.validate_only) {
-    invalidate("/api/v1/runs");
-    invalidate("/api/v1/experiments");
+/** POST /experiments or /experiments/{id}/clone; with validate_only nothing is created. */
+export type LaunchBody = { kind: "launch"; body: LaunchRequest }
+  | { kind: "clone"; experiment: number; body: CloneRequest };
+
+export async function launch(what: LaunchBody, signal?: AbortSignal): Promise<LaunchResponse> {
+  const response = what.kind === "launch"
+    ? await request<LaunchResponse>("/api/v1/experiments", { method: "POST", body: what.body, signal })
+    : await request<LaunchResponse>(`/api/v1/experiments/${what.experiment}/clone`,
+      { method: "POST", body: what.body, signal });
+  if (!what.body.validate_only) {
+    void queryClient.invalidateQueries({ queryKey: queryKeys.runs.lists });
+    void queryClient.invalidateQueries({ queryKey: queryKeys.experiments.all });
   }
-}
-
-export async function launchExperiment(body: LaunchRequest): Promise<LaunchResponse> {
-  const response = await request<LaunchResponse>("/api/v1/experiments", { method: "POST", body });
-  launched(body);
   return response;
 }
 
-export async function cloneExperiment(experimentId: number, body: CloneRequest): Promise<LaunchResponse> {
-  const response = await request<LaunchResponse>(`/api/v1/experiments/${experimentId}/clone`, {
-    method: "POST", body });
-  launched(body);
-  return response;
+/** The server's check of a launch as you edit (validate_only: creates nothing); a new
+ * body is a new query, so only the newest answer is shown, the last one meanwhile. */
+export function useLaunchCheck(what: LaunchBody | null) {
+  const check = what && { ...what, body: { ...what.body, validate_only: true } } as LaunchBody;
+  return useQuery({
+    queryKey: queryKeys.launchCheck(check),
+    queryFn: ({ signal }) => launch(check!, signal),
+    enabled: !!check,
+    placeholderData: (previous) => previous,
+    staleTime: Infinity,
+  });
 }
 
 export function useConfig(id: number | null | undefined) {
-  return useQuery<ConfigVersion>(id ? `/api/v1/configs/${id}` : null);
+  return useQuery({
+    queryKey: queryKeys.configs.detail(id ?? 0),
+    queryFn: ({ signal }) => request<ConfigVersion>(`/api/v1/configs/${id}`, { signal }),
+    enabled: !!id,
+  });
 }
 
-/** Several config versions at once (the compare view's diff). */
-export function useConfigs(ids: readonly number[]) {
-  return useMany<ConfigVersion>(ids.map((id) => `/api/v1/configs/${id}`));
-}
-
-/** Several GETs at once, one answer (all or the first error). */
-export function useMany<T>(paths: readonly string[]) {
-  const key = paths.join("|");
-  const [state, setState] = useState<{ key: string; data?: T[]; error: ApiError | null }>(
-    { key: "", error: null });
-  useEffect(() => {
-    if (!key) return;
-    const controller = new AbortController();
-    Promise.all(key.split("|").map((path) => request<T>(path, { signal: controller.signal })))
-      .then((data) => setState({ key, data, error: null }),
-        (err) => { if (!controller.signal.aborted) setState({ key, error: err instanceof ApiError ? err : new ApiError(0, "client", String(err)) }); });
-    return () => controller.abort();
-  }, [key]);
-  if (!key) return { key, data: [] as T[], error: null };
-  return state.key === key ? state : { key, data: undefined, error: null };
+/** GET /configs/diff of `base` against each of `others` (the keys that differ, by the
+ * server's rule); `data` once every one answered. */
+export function useConfigDiffs(base: number | null, others: readonly number[]) {
+  return useQueries({
+    queries: others.map((other) => ({
+      queryKey: queryKeys.configs.diff(base ?? 0, other),
+      queryFn: ({ signal }: { signal: AbortSignal }) => request<ConfigDiff>("/api/v1/configs/diff",
+        { query: { a: base, b: other }, signal }),
+      enabled: base !== null,
+      // two config versions never change
+      staleTime: Infinity,
+    })),
+    combine: allAnswers,
+  });
 }

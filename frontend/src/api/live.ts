@@ -1,7 +1,10 @@
 // The websocket of docs/live-protocol.md as a hook: no polling, reconnects with its cursors
 // so nothing is missed, and re-renders at most once per animation frame however fast
-// metrics arrive.
+// metrics arrive. What it says of a run's row (state, step, latest values) goes into the
+// query cache (liveCache.ts); its series, logs and samples stay in its store (liveStore.ts).
+import { useQueryClient } from "@tanstack/react-query";
 import { useCallback, useEffect, useRef, useState } from "react";
+import { invalidateFor, keepRunRows, writeRunRows } from "./liveCache";
 import { afterParam, applyMessage, type RunLive } from "./liveStore";
 import type { LiveMessage, RunAction } from "./types";
 
@@ -24,6 +27,7 @@ function socketUrl(path: string, after: string | null): string {
 }
 
 function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
+  const client = useQueryClient();
   const runsRef = useRef(new Map<number, RunLive>());
   const socketsRef = useRef(new Map<string, WebSocket>());
   const ownerRef = useRef(new Map<number, string>()); // run id → the socket path reporting it
@@ -42,9 +46,16 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
     let frame: number | undefined;
     const timers = new Set<number>();
     const open = new Set<string>();
+    const touched = new Set<number>(); // runs reported since the last frame
+    const stopKeeping = keepRunRows(client, runsRef.current);
     const schedule = () => {
       if (frame === undefined) {
-        frame = requestAnimationFrame(() => { frame = undefined; setVersion((v) => v + 1); });
+        frame = requestAnimationFrame(() => {
+          frame = undefined;
+          writeRunRows(client, runsRef.current, touched);
+          touched.clear();
+          setVersion((v) => v + 1);
+        });
       }
     };
 
@@ -63,7 +74,8 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
         const msg = JSON.parse(event.data as string) as LiveMessage;
         if (msg.type === "error") setError({ code: msg.code, message: msg.message });
         const runId = applyMessage(runsRef.current, msg);
-        if (runId !== null) { seen.add(runId); ownerRef.current.set(runId, path); schedule(); }
+        invalidateFor(client, msg);
+        if (runId !== null) { seen.add(runId); touched.add(runId); ownerRef.current.set(runId, path); schedule(); }
       };
       ws.onclose = (event) => {
         open.delete(path);
@@ -83,13 +95,14 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
     list.forEach((path) => connect(path, 0, new Set()));
     return () => {
       closedByUs = true;
+      stopKeeping();
       timers.forEach((t) => clearTimeout(t));
       if (frame !== undefined) cancelAnimationFrame(frame);
       sockets.forEach((ws) => ws.close());
       sockets.clear();
       setStatus("closed");
     };
-  }, [key, single]);
+  }, [key, single, client]);
 
   const send = useCallback((action: RunAction, runId?: number) => {
     const path = runId !== undefined && !single ? ownerRef.current.get(runId)

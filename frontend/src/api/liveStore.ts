@@ -20,8 +20,6 @@ export interface RunLive {
   /** the snapshot held as many lines as it carries at most: older ones may be stored */
   olderLogs: boolean;
   samples: { step: number; items: Sample[] }[];
-  /** checkpoints reported since the stream opened (a cue to refetch the list) */
-  checkpoints: number;
   cursor: Cursor | null;
 }
 
@@ -32,7 +30,7 @@ const MAX_SAMPLE_STEPS = 50;
 
 export function emptyRunLive(): RunLive {
   return { run: null, detail: "", latest: {}, series: new Map(), logs: [], olderLogs: false, samples: [],
-    checkpoints: 0, cursor: null };
+    cursor: null };
 }
 
 function series(live: RunLive, key: string): Series {
@@ -103,8 +101,7 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       break;
     }
     case "checkpoint": {
-      live.checkpoints += 1;
-      break;
+      break; // the list is read again (liveCache.ts invalidateFor): only the cursor moves
     }
     case "samples": {
       live.samples = mergeSampleSets(live.samples, [{ step: msg.step, items: msg.items }]);

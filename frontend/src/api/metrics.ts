@@ -1,169 +1,130 @@
 // The metrics endpoints, typed by the OpenAPI schema: GET /runs/{id}/metrics (one run) and
-// GET /metrics (several runs, or every run of an experiment). Plain typed reads, the
-// shapes the pages use (series by key, by run), and one hook per endpoint.
-import { useEffect, useState } from "react";
-import { ApiError, request } from "./client";
+// GET /metrics (several runs, or every run of an experiment), as queries keyed by what they
+// read (queryKeys.metrics), answering series by key (by run for GET /metrics).
+import { keepPreviousData, queryOptions, useQueries, useQuery } from "@tanstack/react-query";
+import { useMemo } from "react";
+import { request, type ApiError } from "./client";
+import { answers } from "./queryClient";
 import type { Series } from "../charts/series";
-import type { MetricsSample, MultiMetricsBody, MultiMetricsQuery, RunMetricsBody, RunMetricsQuery } from "./types";
+import { emptySeries, spliceWindow } from "../charts/series";
+import { queryKeys, type CompareSource, type MetricsRead } from "./queryKeys";
+import type { MetricSeriesBody, MultiMetricsBody, RunMetricsBody } from "./types";
 
 export type { MetricsSample } from "./types";
+export type { CompareSource, MetricsRead } from "./queryKeys";
 
-/** A query with its metric keys as a list (the API takes them comma-separated). */
-type WithKeys<Q> = Omit<Q, "keys"> & { keys?: readonly string[] };
+/** Series by key, by run (a GET /metrics answer). */
+export type History = Map<number, Map<string, Series>>;
 
-function withKeyList<Q extends { keys?: readonly string[] }>(query: Q) {
-  return { ...query, keys: query.keys ? [...query.keys] : undefined };
+/** The query string of a read (the API takes the keys comma-separated). */
+function readQuery(read: MetricsRead) {
+  return { keys: read.keys ? [...read.keys] : undefined, max_points: read.maxPoints, x: read.x ?? "time",
+    sample: read.sample, x_min: read.xMin, x_max: read.xMax };
 }
 
-/** GET /runs/{id}/metrics; without keys, every key the run has stored. */
-export function getRunMetrics(id: number, query: WithKeys<RunMetricsQuery>, signal?: AbortSignal): Promise<RunMetricsBody> {
-  return request<RunMetricsBody>(`/api/v1/runs/${id}/metrics`, { query: withKeyList(query), signal });
-}
-
-/** GET /metrics: the same keys for the runs named, or every run of an experiment. */
-export function getMultiMetrics(query: WithKeys<MultiMetricsQuery>, signal?: AbortSignal): Promise<MultiMetricsBody> {
-  return request<MultiMetricsBody>("/api/v1/metrics", { query: withKeyList(query), signal });
+/** One series of an answer: null values dropped. Asked with x=time, x is the wall time
+ * of every kept point (sorted by step: downsampled by time, a bucket may hold a later step
+ * first); asked with x=step there is no time, NaN here (`spliceStepWindows` fills it in). */
+function seriesOf(s: MetricSeriesBody, x: "time" | "step"): Series {
+  const keep = s.y.map((y, i) => (y === null ? -1 : i)).filter((i) => i >= 0);
+  const order = x === "time" ? keep.sort((a, b) => s.step[a] - s.step[b]) : keep;
+  return { step: order.map((i) => s.step[i]), value: order.map((i) => s.y[i] as number),
+    time: order.map((i) => (x === "time" ? s.x[i] : NaN)) };
 }
 
 /** Series from a metrics answer asked with x=time: x is the wall time and `step` the step of
  * every kept point, which is all the UI needs to draw any axis itself. */
-export function seriesFromBody(body: RunMetricsBody): Map<string, Series> {
-  const out = new Map<string, Series>();
-  for (const s of body.series) {
-    const value: number[] = [];
-    const step: number[] = [];
-    const time: number[] = [];
-    s.y.forEach((y, i) => {
-      if (y === null) return;
-      value.push(y); step.push(s.step[i]); time.push(s.x[i]);
-    });
-    // downsampled by time, so sort by step (equal for a monotonic clock; safe otherwise)
-    const order = step.map((_, i) => i).sort((a, b) => step[a] - step[b]);
-    out.set(s.key, { step: order.map((i) => step[i]), value: order.map((i) => value[i]),
-      time: order.map((i) => time[i]) });
-  }
+export function seriesFromBody(body: { series: MetricSeriesBody[] }, x: "time" | "step" = "time"): Map<string, Series> {
+  return new Map(body.series.map((s) => [s.key, seriesOf(s, x)]));
+}
+
+/** GET /runs/{id}/metrics; without `keys`, every key the run has stored. */
+export function runMetricsQuery(runId: number, read: MetricsRead) {
+  return queryOptions({
+    queryKey: queryKeys.metrics.run(runId, read),
+    queryFn: async ({ signal }) => seriesFromBody(await request<RunMetricsBody>(
+      `/api/v1/runs/${runId}/metrics`, { query: readQuery(read), signal }), read.x),
+  });
+}
+
+/** GET /metrics: the same keys for every run of an experiment or the runs named (at most
+ * 20 a request: a longer list is split, one answer). */
+export async function fetchCompareMetrics(source: CompareSource, read: MetricsRead, signal?: AbortSignal): Promise<History> {
+  const sources = "experiment" in source ? [{ experiment: source.experiment }]
+    : chunks(source.runs, 20).map((ids) => ({ runs: ids.join(",") }));
+  const bodies = await Promise.all(sources.map((q) => request<MultiMetricsBody>("/api/v1/metrics",
+    { query: { ...q, ...readQuery(read) }, signal })));
+  const out: History = new Map();
+  for (const body of bodies) for (const run of body.runs) out.set(run.run, seriesFromBody(run, read.x));
   return out;
 }
 
-/** History of some metrics (all of them without `keys`), downsampled by the server to
- * about `maxPoints` per key: min/max per bucket, so spikes survive, or (`stride`) evenly
- * spaced steps, a fast first look. */
-export async function fetchRunMetrics(id: number, keys: readonly string[] | undefined, maxPoints = 2000,
-  signal?: AbortSignal, sample: MetricsSample = "minmax"): Promise<Map<string, Series>> {
-  return seriesFromBody(await getRunMetrics(id, { keys, max_points: maxPoints, x: "time", sample }, signal));
+export function compareMetricsQuery(source: CompareSource, read: MetricsRead) {
+  return queryOptions({
+    queryKey: queryKeys.metrics.compare(source, read),
+    queryFn: ({ signal }) => fetchCompareMetrics(source, read, signal),
+  });
 }
 
-/** A window of some metrics of one run at full resolution (a chart zoomed in): `from` and
- * `to` are Unix seconds, as `seriesFromBody` needs x=time. */
-export async function fetchRunWindow(id: number, keys: readonly string[], from: number, to: number,
-  maxPoints = 1000, signal?: AbortSignal): Promise<Map<string, Series>> {
-  return seriesFromBody(await getRunMetrics(id,
-    { keys, max_points: maxPoints, x: "time", x_min: from, x_max: to }, signal));
-}
-
-/** What a comparison reads: every run of an experiment (one request, no need to list the
- * runs first), or runs named one by one. */
-export type CompareSource = { experiment: number } | { runs: readonly number[] };
-
-function sourceQuery(source: CompareSource) {
-  return "experiment" in source ? { experiment: source.experiment } : { runs: source.runs.join(",") };
-}
-
-/** The same keys for the runs of a comparison, in one request. `stride` is the fast,
- * coarse read of a first frame (evenly spaced steps found by index probes); `minmax` keeps
- * every spike but reads every stored point. */
-export async function fetchCompareMetrics(source: CompareSource, keys: readonly string[],
-  options: { maxPoints?: number; sample?: MetricsSample; signal?: AbortSignal } = {},
-): Promise<Map<number, Map<string, Series>>> {
-  const body = await getMultiMetrics({ ...sourceQuery(source), keys, max_points: options.maxPoints ?? 1000,
-    x: "time", sample: options.sample ?? "minmax" }, options.signal);
-  const out = new Map<number, Map<string, Series>>();
-  for (const run of body.runs) out.set(run.run, seriesFromBody(run));
+function chunks<T>(list: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < list.length; i += size) out.push(list.slice(i, i + size));
   return out;
 }
 
-/** A window of steps [from, to] of some metrics of every run of a comparison, min/max per
- * bucket (a zoom on the step axis). Asked with x=step, so each series' `time` is NaN here:
- * `spliceStepWindows` fills it from the history it lands in. */
-export async function fetchCompareStepWindow(source: CompareSource, keys: readonly string[],
-  from: number, to: number, signal?: AbortSignal): Promise<Map<number, Map<string, Series>>> {
-  const body = await getMultiMetrics({ ...sourceQuery(source), keys, max_points: 1000, x: "step",
-    x_min: from, x_max: to }, signal);
-  const out = new Map<number, Map<string, Series>>();
-  for (const run of body.runs) {
-    const byKey = new Map<string, Series>();
-    for (const s of run.series) {
-      const keep = s.y.map((y, i) => (y === null ? -1 : i)).filter((i) => i >= 0);
-      byKey.set(s.key, { step: keep.map((i) => s.step[i]), value: keep.map((i) => s.y[i] as number),
-        time: keep.map(() => NaN) });
-    }
-    out.set(run.run, byKey);
-  }
-  return out;
-}
+// the run page reads every stored key, as the compare view does: a stride read first (its
+// cost does not grow with the run's length), then the min/max read that keeps every spike
+const RUN_OVERVIEW: MetricsRead = { maxPoints: 1000, sample: "stride" };
+const RUN_FULL: MetricsRead = { maxPoints: 2000, sample: "minmax" };
 
-/** The same keys for several runs (at most 20 per request: larger sets are split). */
-export async function fetchMultiMetrics(runIds: readonly number[], keys: readonly string[],
-  maxPoints = 2000, signal?: AbortSignal, sample: MetricsSample = "minmax",
-): Promise<Map<number, Map<string, Series>>> {
-  const out = new Map<number, Map<string, Series>>();
-  const chunks: number[][] = [];
-  for (let i = 0; i < runIds.length; i += 20) chunks.push(runIds.slice(i, i + 20));
-  const bodies = await Promise.all(chunks.map((ids) => getMultiMetrics(
-    { runs: ids.join(","), keys, max_points: maxPoints, x: "time", sample }, signal)));
-  for (const body of bodies) for (const run of body.runs) out.set(run.run, seriesFromBody(run));
-  return out;
-}
+const NO_SERIES = new Map<string, Series>();
 
-function asApiError(err: unknown): ApiError {
-  return err instanceof ApiError ? err : new ApiError(0, "client", (err as Error)?.message ?? String(err));
-}
-
-export interface RunMetricsState {
+export interface RunMetrics {
   /** every stored key's series; null until the first read answers */
   history: Map<string, Series> | null;
   error: ApiError | null;
 }
 
-/** GET /runs/{id}/metrics for the run page: every stored key, read as the compare view
- * does, a stride read first (its cost does not grow with the run's length), then the
- * min/max read that keeps every spike replaces it. */
-export function useRunMetrics(runId: number | null): RunMetricsState {
-  const [state, setState] = useState<RunMetricsState & { runId: number | null }>(
-    { runId: null, history: null, error: null });
-  useEffect(() => {
-    if (runId === null) return;
-    const controller = new AbortController();
-    setState({ runId, history: null, error: null });
-    (async () => {
-      const coarse = await fetchRunMetrics(runId, undefined, 1000, controller.signal, "stride");
-      if (!controller.signal.aborted) setState({ runId, history: coarse, error: null });
-      const full = await fetchRunMetrics(runId, undefined, 2000, controller.signal);
-      if (!controller.signal.aborted) setState({ runId, history: full, error: null });
-    })().catch((err: unknown) => {
-      if (controller.signal.aborted) return;
-      setState((s) => ({ runId, history: s.runId === runId && s.history ? s.history : new Map(), error: asApiError(err) }));
-    });
-    return () => controller.abort();
-  }, [runId]);
-  return state.runId === runId ? state : { history: null, error: null };
+/** GET /runs/{id}/metrics for the run page: the overview, then the full read in its place
+ * (asked once the overview answered: the server answers in order anyway). */
+export function useRunMetrics(runId: number): RunMetrics {
+  const overview = useQuery(runMetricsQuery(runId, RUN_OVERVIEW));
+  const full = useQuery({ ...runMetricsQuery(runId, RUN_FULL), enabled: overview.isSuccess });
+  const error = full.error ?? overview.error;
+  return { history: full.data ?? overview.data ?? (error ? NO_SERIES : null), error };
 }
 
-/** GET /metrics for a list of runs (the runs table's sparklines): the same keys, one
- * request per 20 runs, read again when the set of runs or keys changes. Failures leave the
- * last answer (these are decorations). */
-export function useMultiMetrics(runIds: readonly number[], keys: readonly string[],
-  options: { maxPoints?: number; sample?: MetricsSample } = {}): Map<number, Map<string, Series>> {
-  const [data, setData] = useState(new Map<number, Map<string, Series>>());
-  const ids = runIds.join(",");
-  const keyList = keys.join(",");
-  const { maxPoints = 2000, sample = "minmax" } = options;
-  useEffect(() => {
-    if (!ids || !keyList) return;
-    const controller = new AbortController();
-    fetchMultiMetrics(ids.split(",").map(Number), keyList.split(","), maxPoints, controller.signal, sample)
-      .then((byRun) => setData(byRun), () => { /* keep what is drawn */ });
-    return () => controller.abort();
-  }, [ids, keyList, maxPoints, sample]);
-  return data;
+/** A drag-zoom: `keys` of a run between two wall times (Unix seconds). */
+export interface RunWindow { keys: readonly string[]; from: number; to: number }
+
+/** Each zoomed window of the run at full resolution (1,000 points), spliced into
+ * `history` in place of its coarser points (a window being read: the history as it is). */
+export function useRunWindows(runId: number, history: Map<string, Series> | null,
+  windows: readonly RunWindow[]): Map<string, Series> | null {
+  const fine = useQueries({
+    queries: windows.map((w) => ({
+      ...runMetricsQuery(runId, { keys: w.keys, maxPoints: 1000, xMin: w.from, xMax: w.to }),
+      // a zoom is an extra: a failure leaves the coarse line
+      staleTime: Infinity,
+    })),
+    combine: answers,
+  });
+  return useMemo(() => {
+    if (!history || !fine.some(Boolean)) return history;
+    const out = new Map(history);
+    for (const window of fine) {
+      window?.forEach((series, key) => out.set(key, spliceWindow(out.get(key) ?? emptySeries(), series)));
+    }
+    return out;
+  }, [history, fine]);
 }
+
+/** GET /metrics for the runs table's sparklines: the same keys for a list of runs, read
+ * again when the list or the keys change; the last answer stays drawn meanwhile. */
+export function useMultiMetrics(runIds: readonly number[], read: MetricsRead): History {
+  const result = useQuery({ ...compareMetricsQuery({ runs: runIds }, read), enabled: runIds.length > 0,
+    placeholderData: keepPreviousData });
+  return result.data ?? EMPTY;
+}
+
+const EMPTY: History = new Map();

@@ -1,68 +1,69 @@
-import { useCallback, useState } from "react";
-import { ApiError, listOf, request, type ListBody } from "./client";
-import { invalidate, useQuery } from "./useQuery";
+// /api/v1/runs/… (the metrics endpoints: metrics.ts): a typed query per endpoint.
+import { infiniteQueryOptions, queryOptions, useInfiniteQuery, useQuery, type InfiniteData } from "@tanstack/react-query";
+import { request } from "./client";
+import { queryClient } from "./queryClient";
+import { queryKeys, type RunListQuery } from "./queryKeys";
 import type {
   Checkpoint, Run, RunAction, RunDetail, RunEventPage, RunFilters, SampleSetPage,
 } from "./types";
 
-// /api/v1/runs/… (the metrics endpoints: metrics.ts).
+/** A page of the run list (cursor pagination): what the cache holds for every list. */
+export interface RunPage { results: Run[]; next?: string | null }
 
-export function useRuns(teamId: number | null, filters: RunFilters = {}) {
-  return useQuery<Run[], ListBody<Run>>(
-    teamId ? "/api/v1/runs" : null, runQuery(teamId, filters), listOf);
-}
-
-function runQuery(teamId: number | null, filters: RunFilters) {
-  return { team: teamId, state: filters.state, backend: filters.backend, tag: filters.tag,
-    creator: filters.creator, experiment: filters.experiment, limit: 100 };
+function runListQuery(query: RunListQuery) {
+  return queryOptions({
+    queryKey: queryKeys.runs.list(query),
+    queryFn: ({ signal }) => request<RunPage>("/api/v1/runs", { query: { ...query }, signal }),
+  });
 }
 
 /** Every run of one experiment (at most 100), whatever team is chosen: the API keeps to
- * the caller's teams, and the URL is known from the page's path alone (so it can be
- * prefetched at boot, see `experimentRunsQuery`). */
+ * the caller's teams, and the key is known from the page's path alone (prefetched at boot). */
+export function experimentRunsQuery(experimentId: number) {
+  return runListQuery({ experiment: experimentId, limit: 100 });
+}
+
+// (module-level selects: an inline one would run, and make a new array, on every render)
+const rowsOf = (page: RunPage) => page.results;
+const rowsOfPages = (data: InfiniteData<RunPage>) => data.pages.flatMap((p) => p.results);
+
 export function useExperimentRuns(experimentId: number | null) {
-  const [path, query] = experimentRunsQuery(experimentId ?? 0);
-  return useQuery<Run[], ListBody<Run>>(experimentId ? path : null, query, listOf);
+  return useQuery({ ...experimentRunsQuery(experimentId ?? 0), enabled: !!experimentId, select: rowsOf });
 }
 
-export function experimentRunsQuery(experimentId: number): [string, { experiment: number; limit: number }] {
-  return ["/api/v1/runs", { experiment: experimentId, limit: 100 }];
-}
-
-/** The runs table's pages: newest first, `more()` appends the next page. */
+/** The runs table's pages: newest first, `fetchNextPage()` appends the next one. */
 export function useRunPages(teamId: number | null, filters: RunFilters = {}) {
-  const first = useQuery<{ runs: Run[]; next: string | null }, { results: Run[]; next?: string | null }>(
-    teamId ? "/api/v1/runs" : null, runQuery(teamId, filters),
-    (body) => ({ runs: body.results, next: body.next ?? null }));
-  const [pages, setPages] = useState<{ key: unknown; runs: Run[]; next: string | null }>({ key: null, runs: [], next: null });
-  const [loadingMore, setLoadingMore] = useState(false);
-  const [moreError, setMoreError] = useState<ApiError | null>(null);
-  const fresh = pages.key === first.data;
-  const next = fresh ? pages.next : first.data?.next ?? null;
-  const more = useCallback(async () => {
-    if (!next) return;
-    setLoadingMore(true);
-    setMoreError(null);
-    try {
-      const body = await request<{ results: Run[]; next?: string | null }>(next);
-      setPages((p) => ({ key: first.data, runs: [...(p.key === first.data ? p.runs : []), ...body.results],
-        next: body.next ?? null }));
-    } catch (err) {
-      setMoreError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
-    } finally {
-      setLoadingMore(false);
-    }
-  }, [next, first.data]);
-  const data = first.data ? [...first.data.runs, ...(fresh ? pages.runs : [])] : undefined;
-  return { ...first, data, hasMore: !!next, more, loadingMore, moreError };
+  const query: RunListQuery = { team: teamId, state: filters.state, backend: filters.backend, tag: filters.tag,
+    creator: filters.creator, experiment: filters.experiment, limit: 100 };
+  return useInfiniteQuery(infiniteQueryOptions({
+    queryKey: queryKeys.runs.list(query),
+    // the first page is the list's URL, the others its `next` links
+    queryFn: ({ pageParam, signal }) => pageParam === null
+      ? request<RunPage>("/api/v1/runs", { query: { ...query }, signal })
+      : request<RunPage>(pageParam, { signal }),
+    initialPageParam: null as string | null,
+    getNextPageParam: (last) => last.next ?? undefined,
+    enabled: !!teamId,
+    select: rowsOfPages,
+  }));
+}
+
+export function runQuery(id: number) {
+  return queryOptions({
+    queryKey: queryKeys.runs.detail(id),
+    queryFn: ({ signal }) => request<RunDetail>(`/api/v1/runs/${id}`, { signal }),
+  });
 }
 
 export function useRun(id: number | null) {
-  return useQuery<RunDetail>(id ? `/api/v1/runs/${id}` : null);
+  return useQuery({ ...runQuery(id ?? 0), enabled: !!id });
 }
 
-export function useCheckpoints(id: number | null) {
-  return useQuery<Checkpoint[]>(id ? `/api/v1/runs/${id}/checkpoints` : null);
+export function useCheckpoints(id: number) {
+  return useQuery({
+    queryKey: queryKeys.runs.checkpoints(id),
+    queryFn: ({ signal }) => request<Checkpoint[]>(`/api/v1/runs/${id}/checkpoints`, { signal }),
+  });
 }
 
 export function checkpointDownloadUrl(runId: number, cp: Checkpoint): string {
@@ -73,17 +74,37 @@ export function checkpointDownloadUrl(runId: number, cp: Checkpoint): string {
  * fallback while the socket is down). */
 export async function controlRun(id: number, action: RunAction): Promise<Run> {
   const run = await request<Run>(`/api/v1/runs/${id}/${action}`, { method: "POST" });
-  invalidate("/api/v1/runs");
+  void queryClient.invalidateQueries({ queryKey: queryKeys.runs.detail(id) });
+  void queryClient.invalidateQueries({ queryKey: queryKeys.runs.lists });
   return run;
 }
 
-/** The log and status events before the event `before`, newest first (scrolling a log
- * tail back); `next_before` continues, null when there are no older ones. */
-export function fetchOlderEvents(runId: number, before: number, limit = 200): Promise<RunEventPage> {
-  return request<RunEventPage>(`/api/v1/runs/${runId}/events`, { query: { before, limit } });
+/** The log and status lines before those the stream holds, older pages on demand: nothing
+ * is read until `fetchNextPage()`; the first page ends before `oldestHeld` (an event id). */
+export function useRunEvents(runId: number, oldestHeld: number | null) {
+  return useInfiniteQuery({
+    queryKey: queryKeys.runs.events(runId),
+    queryFn: ({ pageParam, signal }) => request<RunEventPage>(`/api/v1/runs/${runId}/events`,
+      { query: { before: pageParam, limit: 200 }, signal }),
+    initialPageParam: oldestHeld ?? 0,
+    getNextPageParam: (last) => last.next_before ?? undefined,
+    // asked for by a click, and older lines do not change: never read again by itself
+    enabled: false,
+    staleTime: Infinity,
+  });
 }
 
-/** The sample sets of a run, newest step first (`beforeStep`: those before that step). */
-export function fetchSampleSets(runId: number, beforeStep?: number, limit = 20): Promise<SampleSetPage> {
-  return request<SampleSetPage>(`/api/v1/runs/${runId}/samples`, { query: { before_step: beforeStep, limit } });
+/** The sample sets of a run, newest step first, older pages on demand; read once
+ * `enabled` (the samples tab opens). */
+export function useRunSamples(runId: number, enabled: boolean) {
+  return useInfiniteQuery({
+    queryKey: queryKeys.runs.samples(runId),
+    queryFn: ({ pageParam, signal }) => request<SampleSetPage>(`/api/v1/runs/${runId}/samples`,
+      { query: { before_step: pageParam, limit: 20 }, signal }),
+    initialPageParam: undefined as number | undefined,
+    getNextPageParam: (last) => last.next_before_step ?? undefined,
+    enabled,
+    // the stream brings the new sets: the stored pages are read once
+    staleTime: Infinity,
+  });
 }

@@ -1,8 +1,14 @@
-import { useQuery } from "./useQuery";
+import { useQuery } from "@tanstack/react-query";
+import { request } from "./client";
+import { queryKeys } from "./queryKeys";
 import type { JsonSchema } from "../launcher/schema";
 
 // The RunSpec JSON Schema (workers/spec.py), which drives the launcher form.
 
 export function useRunSpecSchema() {
-  return useQuery<JsonSchema>("/api/v1/spec/schema");
+  return useQuery({
+    queryKey: queryKeys.specSchema,
+    queryFn: ({ signal }) => request<JsonSchema>("/api/v1/spec/schema", { signal }),
+    staleTime: Infinity,
+  });
 }

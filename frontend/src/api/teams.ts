@@ -1,52 +1,72 @@
+import { useQuery } from "@tanstack/react-query";
 import { listOf, request, type ListBody } from "./client";
-import { invalidate, useQuery } from "./useQuery";
+import { queryClient } from "./queryClient";
+import { queryKeys } from "./queryKeys";
 import type { ApiTokenRow, AuditEvent, CreatedToken, Member, Quota, Role } from "./types";
 
 // /api/v1/teams/{id}/…: members, tokens, quota, audit log.
 
 const teamPath = (teamId: number) => `/api/v1/teams/${teamId}`;
 
-export function useMembers(teamId: number | null) {
-  return useQuery<Member[]>(teamId ? `${teamPath(teamId)}/members` : null);
+export function useMembers(teamId: number) {
+  return useQuery({
+    queryKey: queryKeys.teams.members(teamId),
+    queryFn: ({ signal }) => request<Member[]>(`${teamPath(teamId)}/members`, { signal }),
+  });
 }
+
+const membersChanged = (teamId: number) =>
+  queryClient.invalidateQueries({ queryKey: queryKeys.teams.members(teamId) });
 
 export async function addMember(teamId: number, username: string, role: Role): Promise<Member> {
   const member = await request<Member>(`${teamPath(teamId)}/members`, { method: "POST", body: { username, role } });
-  invalidate(`${teamPath(teamId)}/members`);
+  void membersChanged(teamId);
   return member;
 }
 
 export async function setMemberRole(teamId: number, userId: number, role: Role): Promise<Member> {
   const member = await request<Member>(`${teamPath(teamId)}/members/${userId}`, { method: "PATCH", body: { role } });
-  invalidate(`${teamPath(teamId)}/members`);
+  void membersChanged(teamId);
   return member;
 }
 
 export async function removeMember(teamId: number, userId: number): Promise<void> {
   await request(`${teamPath(teamId)}/members/${userId}`, { method: "DELETE" });
-  invalidate(`${teamPath(teamId)}/members`);
+  void membersChanged(teamId);
 }
 
-export function useTokens(teamId: number | null) {
-  return useQuery<ApiTokenRow[]>(teamId ? `${teamPath(teamId)}/tokens` : null);
+export function useTokens(teamId: number) {
+  return useQuery({
+    queryKey: queryKeys.teams.tokens(teamId),
+    queryFn: ({ signal }) => request<ApiTokenRow[]>(`${teamPath(teamId)}/tokens`, { signal }),
+  });
 }
+
+const tokensChanged = (teamId: number) =>
+  queryClient.invalidateQueries({ queryKey: queryKeys.teams.tokens(teamId) });
 
 export async function createToken(teamId: number, name: string): Promise<CreatedToken> {
   const token = await request<CreatedToken>(`${teamPath(teamId)}/tokens`, { method: "POST", body: { name } });
-  invalidate(`${teamPath(teamId)}/tokens`);
+  void tokensChanged(teamId);
   return token;
 }
 
 export async function revokeToken(teamId: number, tokenId: number): Promise<void> {
   await request(`${teamPath(teamId)}/tokens/${tokenId}`, { method: "DELETE" });
-  invalidate(`${teamPath(teamId)}/tokens`);
+  void tokensChanged(teamId);
 }
 
-export function useQuota(teamId: number | null) {
-  return useQuery<Quota>(teamId ? `${teamPath(teamId)}/quota` : null);
+export function useQuota(teamId: number) {
+  return useQuery({
+    queryKey: queryKeys.teams.quota(teamId),
+    queryFn: ({ signal }) => request<Quota>(`${teamPath(teamId)}/quota`, { signal }),
+  });
 }
 
-export function useAudit(teamId: number | null) {
-  return useQuery<AuditEvent[], ListBody<AuditEvent>>(
-    teamId ? `${teamPath(teamId)}/audit` : null, { limit: 100 }, listOf);
+export function useAudit(teamId: number) {
+  return useQuery({
+    queryKey: queryKeys.teams.audit(teamId),
+    queryFn: async ({ signal }) => listOf(await request<ListBody<AuditEvent>>(`${teamPath(teamId)}/audit`,
+      { query: { limit: 100 }, signal })),
+  });
 }

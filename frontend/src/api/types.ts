@@ -82,6 +82,11 @@ export type Cluster = Omit<Sent<Schemas["Cluster"]>, "backends" | "capacity" | "
 
 export type ConfigVersion = Omit<Sent<Schemas["ConfigVersion"]>, "spec"> & { spec: Record<string, unknown> };
 
+/** GET /configs/diff?a=&b=: the dotted paths whose values differ (a side that lacks the
+ * key has null there and `only_in` names the other). */
+export type ConfigDiff = Schemas["Diff"];
+export type ConfigChange = Schemas["Change"];
+
 /** POST /experiments */
 export type LaunchRequest = Schemas["LaunchRequest"];
 

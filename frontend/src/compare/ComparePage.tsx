@@ -2,64 +2,32 @@
 // band, each seed faint), a small panel per metric, the divergence of the backends' reward
 // with a verdict, and the config diff of only the keys that differ. Live over the
 // experiment's stream.
-import { useCallback, useMemo, useRef, useState } from "react";
+import { useQueries } from "@tanstack/react-query";
+import { useCallback, useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router";
-import { useConfigs, useExperiment, useMany } from "../api/experiments";
+import { useExperiment } from "../api/experiments";
 import { useExperimentStreams } from "../api/live";
-import { fetchCompareStepWindow, type CompareSource } from "../api/metrics";
-import { useExperimentRuns } from "../api/runs";
-import type { Backend, Run } from "../api/types";
+import type { CompareSource } from "../api/metrics";
+import { allAnswers } from "../api/queryClient";
+import { runQuery, useExperimentRuns } from "../api/runs";
+import type { Backend } from "../api/types";
 import { Chart, preloadCharts } from "../charts/LazyChart";
 import type { ChartProps } from "../charts/chartTypes";
 import { BACKEND_COLOR } from "../charts/palette";
-import { TOKENS_KEY } from "../charts/panels";
 import { emptySeries, mergeHistory, type Series } from "../charts/series";
 import { alignSeries } from "../charts/transforms";
-import { configDiff, formatValue } from "../lib/configDiff";
 import { BackendTag, StateBadge } from "../runs/StateBadge";
 import { ChartToolbar, useChartView } from "../runs/ChartToolbar";
-import { withLive } from "../runs/RunsTable";
 import { Empty, ErrorBox, Loading } from "../ui/States";
 import { comparePanel, groupByBackend, seedColumns, type RunSeries } from "./compareData";
-import { FIRST_KEY, useCompareHistory } from "./compareHistory";
+import { COMPARE_KEYS, COMPARE_PANELS, FIRST_KEY, useCompareHistory, type StepWindow } from "./compareHistory";
+import { ConfigDiffTable } from "./ConfigDiffTable";
 import { DEFAULT_DIVERGENCE, divergence, divergenceRule, verdict } from "./divergence";
 
-const PANELS: [string, string][] = [
-  ["Reward", "reward/mean"], ["Accuracy", "accuracy"], ["Policy loss", "loss/policy"], ["KL", "kl"],
-  ["token_mult_prob_error", "token_mult_prob_error"], ["Staleness", "staleness/mean"],
-  ["Throughput (tokens/s)", "throughput/tokens_per_s"], ["Step time (s)", "time/step_s"],
-];
 const REWARD = FIRST_KEY;
 const TMPE = "token_mult_prob_error"; // drawn in the divergence row
-// the reward first: its panel and the divergence are drawn from the first, fastest read
-const KEYS = [REWARD, ...PANELS.map(([, k]) => k).filter((k) => k !== REWARD), TOKENS_KEY];
 
 preloadCharts(); // this page always draws: fetch uPlot beside the data, not after it
-
-function ConfigDiffTable({ runs }: { runs: Run[] }) {
-  // each run's effective config (backend and seed included), at most 12 columns
-  const shown = runs.filter((r) => r.config).slice(0, 12);
-  const ids = [...new Set(shown.map((r) => r.config!))];
-  const configs = useConfigs(ids);
-  if (configs.error) return <ErrorBox error={configs.error} />;
-  if (!configs.data) return <Loading what="Loading configs" />;
-  const byId = new Map(configs.data.map((c) => [c.id, c.spec]));
-  const diff = configDiff(shown.map((r) => byId.get(r.config!)));
-  if (!diff.length) return <p className="muted">The runs share one config.</p>;
-  return (
-    <div className="table-scroll">
-      <table className="compact diff-table" data-testid="config-diff">
-        <thead><tr><th>Key</th>{shown.map((r) => <th key={r.id}><BackendTag backend={r.backend} /> #{r.id}</th>)}</tr></thead>
-        <tbody>
-          {diff.map((d) => (
-            <tr key={d.path}><td><code>{d.path}</code></td>
-              {d.values.map((v, i) => <td key={i} className="mono">{formatValue(v)}</td>)}</tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
-  );
-}
 
 export default function ComparePage() {
   const params = useParams();
@@ -69,18 +37,24 @@ export default function ComparePage() {
   // the history is read straight from the experiment (or the ids in the URL), first and
   // beside the runs list rather than after it (the server answers in order); small multiples
   // ~400 px wide: 1,000 points a line
-  const sourceKey = experimentId ? `e${experimentId}` : onlyRuns?.length ? `r${onlyRuns.join(",")}` : "";
-  const source = useMemo<CompareSource | null>(() => experimentId ? { experiment: experimentId }
-    : onlyRuns?.length ? { runs: onlyRuns } : null,
-  // eslint-disable-next-line react-hooks/exhaustive-deps -- sourceKey stands for both
-  [sourceKey]);
-  const { history, stage, error: historyError, painted, splice } = useCompareHistory(source, sourceKey, KEYS);
+  const source: CompareSource | null = experimentId ? { experiment: experimentId }
+    : onlyRuns?.length ? { runs: onlyRuns } : null;
+  // the drag-zooms on the step axis, by panel key (each read for every run at full
+  // resolution), of this source
+  const sourceId = JSON.stringify(source);
+  const [zooms, setZooms] = useState<{ of: string; byKey: Record<string, StepWindow> }>({ of: sourceId, byKey: {} });
+  const windows = useMemo(() => (zooms.of === sourceId ? Object.values(zooms.byKey) : []), [zooms, sourceId]);
+  const { history, stage, error: historyError, painted } = useCompareHistory(source, COMPARE_KEYS, windows);
   const experiment = useExperiment(experimentId);
   // an experiment's runs, or runs chosen one by one (?runs=1,2,3) from anywhere
   const experimentRuns = useExperimentRuns(experimentId);
-  const chosenRuns = useMany<Run>(!experimentId && onlyRuns ? onlyRuns.map((id) => `/api/v1/runs/${id}`) : []);
-  const runsQuery = experimentId ? experimentRuns
-    : { data: onlyRuns ? chosenRuns.data : undefined, error: chosenRuns.error, reload: undefined };
+  const chosenRuns = useQueries({
+    queries: (!experimentId && onlyRuns ? onlyRuns : []).map((id) => runQuery(id)),
+    combine: allAnswers,
+  });
+  const runsQuery = experimentId ? { data: experimentRuns.data, error: experimentRuns.error,
+    retry: () => void experimentRuns.refetch() }
+    : { data: onlyRuns ? chosenRuns.data : undefined, error: chosenRuns.error, retry: undefined };
   const runs = useMemo(() => [...(runsQuery.data ?? [])].sort((a, b) => a.id - b.id), [runsQuery.data]);
   const [view, setView] = useChartView();
   // live over the streams of every experiment in view (one, or those of the chosen runs),
@@ -101,17 +75,13 @@ export default function ComparePage() {
 
   // on the step axis a drag-zoom re-reads that window of the panel's key for every run at
   // full resolution (x_min/x_max by step; the time and tokens axes keep the overview)
-  const zoomRequest = useRef<AbortController | null>(null);
   const zoomTo = useCallback((key: string, range: [number, number] | null) => {
-    zoomRequest.current?.abort();
-    if (!range || !source || view.axis !== "step") return;
-    const controller = new AbortController();
-    zoomRequest.current = controller;
-    fetchCompareStepWindow(source, [key], Math.floor(range[0]), Math.ceil(range[1]), controller.signal)
-      .then(splice, () => { /* the overview stays: a zoom refinement is an extra */ });
-  }, [source, view.axis, splice]);
+    if (!range || view.axis !== "step") return;
+    setZooms((z) => ({ of: sourceId, byKey: { ...(z.of === sourceId ? z.byKey : {}),
+      [key]: { key, from: Math.floor(range[0]), to: Math.ceil(range[1]) } } }));
+  }, [view.axis, sourceId]);
 
-  const panels = useMemo(() => PANELS.map(([title, key]) => ({
+  const panels = useMemo(() => COMPARE_PANELS.map(([title, key]) => ({
     ...comparePanel(title, key, runSeries, view, `compare-${experimentId}`),
     onZoom: (range: [number, number] | null) => zoomTo(key, range),
   })), [runSeries, view, experimentId, zoomTo]);
@@ -141,11 +111,10 @@ export default function ComparePage() {
   }, [a, b, runSeries, experimentId]);
 
   if (!experimentId && !onlyRuns) return <Empty title="Pick what to compare">From the runs page, choose “compare” beside an experiment, or tick runs and compare them.</Empty>;
-  if (experiment.error) return <ErrorBox error={experiment.error} onRetry={experiment.reload} />;
-  if (runsQuery.error) return <ErrorBox error={runsQuery.error} onRetry={runsQuery.reload} />;
+  if (experiment.error) return <ErrorBox error={experiment.error} onRetry={() => void experiment.refetch()} />;
+  if (runsQuery.error) return <ErrorBox error={runsQuery.error} onRetry={runsQuery.retry} />;
   if (!runsQuery.data) return <Loading what="Loading runs" />;
   if (!runs.length) return <Empty title="No runs to compare" />;
-  const liveRuns = runs.map((r) => withLive(r, live.runs.get(r.id)));
 
   return (
     <div className="compare-page" data-stage={stage}>
@@ -153,7 +122,7 @@ export default function ComparePage() {
         <h1>{experimentId ? experiment.data?.name ?? "Compare" : `Compare ${runs.length} runs`}{" "}
           <span className="muted small">{experimentId ? "compare backends" : "across experiments"}</span></h1>
         <div className="compare-runs">
-          {liveRuns.map((r) => (
+          {runs.map((r) => (
             <Link key={r.id} to={`/runs/${r.id}`} className="run-chip" style={{ borderColor: BACKEND_COLOR[r.backend] }}>
               #{r.id} <BackendTag backend={r.backend} /> s{r.seed} <StateBadge state={r.state} desired={r.desired_state} />
             </Link>

@@ -29,12 +29,13 @@ describe("mergeStage", () => {
 describe("historyPlan", () => {
   it("reads the first key by stride alone, then the rest by stride, then all by min/max", () => {
     expect(historyPlan([FIRST_KEY, "kl", "tokens/total"])).toEqual([
-      { keys: [FIRST_KEY], sample: "stride" },
-      { keys: ["kl", "tokens/total"], sample: "stride" },
-      { keys: [FIRST_KEY, "kl", "tokens/total"], sample: "minmax" },
+      { keys: [FIRST_KEY], maxPoints: 500, sample: "stride" },
+      { keys: ["kl", "tokens/total"], maxPoints: 500, sample: "stride" },
+      { keys: [FIRST_KEY, "kl", "tokens/total"], maxPoints: 1000, sample: "minmax" },
     ]);
     expect(historyPlan([FIRST_KEY])).toEqual([
-      { keys: [FIRST_KEY], sample: "stride" }, { keys: [FIRST_KEY], sample: "minmax" },
+      { keys: [FIRST_KEY], maxPoints: 500, sample: "stride" },
+      { keys: [FIRST_KEY], maxPoints: 1000, sample: "minmax" },
     ]);
   });
 });

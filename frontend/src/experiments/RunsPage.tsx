@@ -8,14 +8,13 @@ import { useMultiMetrics } from "../api/metrics";
 import { useRunPages } from "../api/runs";
 import { emptySeries, mergeHistory, type Series } from "../charts/series";
 import { BACKENDS, RUN_STATES, type Experiment, type Run } from "../api/types";
-import { REWARD_KEY, RunsTable, withLive } from "../runs/RunsTable";
+import { REWARD_KEY, RunsTable } from "../runs/RunsTable";
 import { TERMINAL } from "../runs/states";
 import { useSession } from "../session/SessionContext";
 import { Empty, ErrorBox, Loading } from "../ui/States";
 
 const MAX_STREAMS = 8;
-const SPARK_KEYS = [REWARD_KEY];
-const SPARK_READ = { maxPoints: 100, sample: "stride" } as const;
+const SPARK_READ = { keys: [REWARD_KEY], maxPoints: 100, sample: "stride" } as const;
 
 function matches(run: Run, experiment: Experiment | undefined, text: string): boolean {
   if (!text) return true;
@@ -43,7 +42,7 @@ export function RunsPage() {
   // reward sparklines: one request per 20 runs, ~100 evenly spaced steps each (a stride read
   // costs the same for long runs as for short ones), refetched when the set changes
   const runIds = useMemo(() => (runs.data ?? []).map((r) => r.id), [runs.data]);
-  const sparkHistory = useMultiMetrics(runIds, SPARK_KEYS, SPARK_READ);
+  const sparkHistory = useMultiMetrics(runIds, SPARK_READ);
   const rewards = useMemo(() => new Map([...sparkHistory].flatMap(([id, m]) =>
     m.has(REWARD_KEY) ? [[id, m.get(REWARD_KEY)!] as const] : [])), [sparkHistory]);
 
@@ -53,11 +52,10 @@ export function RunsPage() {
   [runs.data]);
   const live = useExperimentStreams(activeExperiments);
 
+  // the rows carry what the streams said (liveCache.ts)
   const rows = useMemo(() => (runs.data ?? [])
-    .map((r) => withLive(r, live.runs.get(r.id)))
     .filter((r) => matches(r, experimentById.get(r.experiment), search)),
-  // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks stream updates
-  [runs.data, live.version, experimentById, search]);
+  [runs.data, experimentById, search]);
 
   // the sparkline: downsampled history with the stream's live points on top
   const sparks = useMemo(() => {
@@ -87,7 +85,7 @@ export function RunsPage() {
           <h2>Experiments</h2>
           {can("member") && <Link className="btn small primary" to="/launch">New</Link>}
         </div>
-        {experiments.error && <ErrorBox error={experiments.error} onRetry={experiments.reload} />}
+        {experiments.error && <ErrorBox error={experiments.error} onRetry={() => void experiments.refetch()} />}
         {!experiments.data && !experiments.error && <Loading />}
         <ul>
           <li className={!filters.experiment ? "active" : ""}>
@@ -134,7 +132,7 @@ export function RunsPage() {
           <span className={`live-dot ${activeExperiments.length && live.status === "live" ? "on" : ""}`}
             title={activeExperiments.length ? `live: ${live.status}` : "no active runs"} />
         </div>
-        {runs.error && <ErrorBox error={runs.error} onRetry={runs.reload} />}
+        {runs.error && <ErrorBox error={runs.error} onRetry={() => void runs.refetch()} />}
         {!runs.data && !runs.error && <Loading what="Loading runs" />}
         {runs.data && rows.length === 0 && (
           <Empty title={runs.data.length ? "No run matches" : "No runs yet"}>
@@ -144,11 +142,11 @@ export function RunsPage() {
         )}
         {rows.length > 0 && <RunsTable runs={rows} experiments={experimentById} rewards={sparks} selected={selected}
           onSelect={(id, on) => setSelected((s) => { const n = new Set(s); if (on) n.add(id); else n.delete(id); return n; })} />}
-        {runs.hasMore && (
+        {runs.hasNextPage && (
           <div className="table-foot">
-            <ErrorBox error={runs.moreError} />
-            <button className="btn small" disabled={runs.loadingMore} onClick={() => void runs.more()}>
-              {runs.loadingMore ? "Loading…" : "Load older runs"}
+            <ErrorBox error={runs.isFetchNextPageError ? runs.error : null} />
+            <button className="btn small" disabled={runs.isFetchingNextPage} onClick={() => void runs.fetchNextPage()}>
+              {runs.isFetchingNextPage ? "Loading…" : "Load older runs"}
             </button>
           </div>
         )}

@@ -61,3 +61,10 @@ export function formatTicks(splits: readonly (number | null)[], increment: numbe
   const decimals = Math.max(0, Math.min(12, Math.ceil(-Math.log10(increment) - 1e-9)));
   return splits.map((v) => (v === null ? "" : v.toFixed(decimals)));
 }
+
+/** A config value in a diff table: strings bare, the rest as JSON, a missing key as —. */
+export function formatValue(v: unknown): string {
+  if (v === undefined) return "—";
+  if (typeof v === "string") return v;
+  return JSON.stringify(v);
+}

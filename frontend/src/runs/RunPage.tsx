@@ -1,17 +1,16 @@
 // One run, live: its state and controls, the metric charts fed by the websocket on top of
 // the downsampled history (a panel for every stored key, the curated ones first, the rest
 // grouped by prefix), the log tail, checkpoints, samples and config.
-import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { useCallback, useMemo, useState } from "react";
 import { Link, useParams } from "react-router";
 import { useRunStream } from "../api/live";
 import { useConfig } from "../api/experiments";
-import { fetchRunWindow, useRunMetrics } from "../api/metrics";
+import { useRunMetrics, useRunWindows, type RunWindow } from "../api/metrics";
 import { useRun } from "../api/runs";
-import { invalidate } from "../api/useQuery";
 import { mergeSampleSets, type LogLine } from "../api/liveStore";
 import { Chart } from "../charts/LazyChart";
 import { panelChart, runPanelGroups, TOKENS_KEY } from "../charts/panels";
-import { emptySeries, etaFromSeries, mergeHistory, spliceWindow, type Series } from "../charts/series";
+import { emptySeries, etaFromSeries, mergeHistory, type Series } from "../charts/series";
 import { timeWindow } from "../charts/transforms";
 import { formatNumber } from "../lib/format";
 import { runPoolLine } from "../lib/pools";
@@ -29,7 +28,7 @@ import { ChartToolbar, useChartView } from "./ChartToolbar";
 
 type Tab = "logs" | "checkpoints" | "samples" | "config";
 
-const NO_WINDOWS = new Map<string, Series>();
+const NO_ZOOMS: Record<string, RunWindow> = {};
 
 export default function RunPage() {
   const runId = Number(useParams().runId);
@@ -38,51 +37,41 @@ export default function RunPage() {
   const live = useRunStream(runId);
   const [view, setView] = useChartView();
   const { history, error: historyError } = useRunMetrics(runId);
-  // the zoomed windows read at full resolution, one per key, drawn over the history
-  const [zoom, setZoom] = useState<{ runId: number; windows: Map<string, Series> }>(
-    { runId, windows: new Map() });
-  const windows = zoom.runId === runId ? zoom.windows : NO_WINDOWS;
+  // the zoomed windows, by panel: each read at full resolution and drawn over the history
+  const [zoom, setZoom] = useState<{ runId: number; byPanel: Record<string, RunWindow> }>(
+    { runId, byPanel: NO_ZOOMS });
+  const zooms = zoom.runId === runId ? zoom.byPanel : NO_ZOOMS;
+  const zoomed = useRunWindows(runId, history, useMemo(() => Object.values(zooms), [zooms]));
   const [tab, setTab] = useState<Tab>("logs");
   // the spec says why a panel is empty or constant (kl_coef is 0, async is off)
   const spec = useConfig(run.data?.config).data?.spec;
 
+  // the run's row carries what its stream said (liveCache.ts); the stream's store holds
+  // the live points, logs and samples
   const liveRun = live.runs.get(runId);
-  const state = liveRun?.run?.state ?? run.data?.state;
-  const desired = liveRun?.run?.desired_state ?? run.data?.desired_state ?? "running";
-  const step = Math.max(liveRun?.run?.step ?? 0, run.data?.step ?? 0);
-  const total = liveRun?.run?.total_steps || run.data?.total_steps || 0;
-
-  // refetch the checkpoint list when the stream reports one (or the state moves), not on a timer
-  const checkpointCue = `${state}:${liveRun?.checkpoints ?? 0}`;
-  useEffect(() => { invalidate(`/api/v1/runs/${runId}/checkpoints`); }, [checkpointCue, runId]);
+  const state = run.data?.state;
+  const desired = run.data?.desired_state ?? "running";
 
   const series = useMemo(() => {
     const out = new Map<string, Series>();
-    const keys = new Set([...(history?.keys() ?? []), ...(liveRun?.series.keys() ?? [])]);
+    const keys = new Set([...(zoomed?.keys() ?? []), ...(liveRun?.series.keys() ?? [])]);
     for (const key of keys) {
-      const past = history?.get(key) ?? emptySeries();
-      const fine = windows.get(key);
-      out.set(key, mergeHistory(fine ? spliceWindow(past, fine) : past, liveRun?.series.get(key) ?? emptySeries()));
+      out.set(key, mergeHistory(zoomed?.get(key) ?? emptySeries(), liveRun?.series.get(key) ?? emptySeries()));
     }
     return out;
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new points
-  }, [history, windows, live.version, liveRun]);
+  }, [zoomed, live.version, liveRun]);
 
   // a drag-zoom re-reads that window of the panel's keys at full resolution (x_min/x_max on
   // the server) and splices it into the history, so zooming shows every step, not the
-  // coarse overview stretched
-  const zoomRequest = useRef<AbortController | null>(null);
-  const zoomTo = useCallback((keys: string[], range: [number, number] | null) => {
-    zoomRequest.current?.abort();
+  // coarse overview stretched; zooming out keeps what was read
+  const zoomTo = useCallback((panel: string, keys: string[], range: [number, number] | null) => {
     const reference = series.get(keys.find((k) => series.get(k)?.step.length) ?? "");
     if (!range || !reference) return;
     const window = timeWindow(reference, view.axis, range[0], range[1], series.get(TOKENS_KEY));
     if (!window) return;
-    const controller = new AbortController();
-    zoomRequest.current = controller;
-    fetchRunWindow(runId, keys, window[0], window[1], 1000, controller.signal).then((fine) => {
-      setZoom((z) => ({ runId, windows: new Map([...(z.runId === runId ? z.windows : []), ...fine]) }));
-    }, () => { /* the coarse line stays: a zoom refinement is an extra */ });
+    setZoom((z) => ({ runId, byPanel: { ...(z.runId === runId ? z.byPanel : {}),
+      [panel]: { keys, from: window[0], to: window[1] } } }));
   }, [series, view.axis, runId]);
 
   // the curated panels, then one per other key that has a series (stored or streamed)
@@ -90,7 +79,7 @@ export default function RunPage() {
     title: g.title,
     charts: g.panels.map((p) => ({
       ...panelChart(p, series, view, `run-${runId}`, spec),
-      onZoom: (range: [number, number] | null) => zoomTo(p.keys, range),
+      onZoom: (range: [number, number] | null) => zoomTo(p.title, p.keys, range),
     })),
   })), [series, view, runId, zoomTo, spec]);
 
@@ -107,10 +96,10 @@ export default function RunPage() {
   // eslint-disable-next-line react-hooks/exhaustive-deps -- live.version marks new samples
     [live.version, liveRun, sampleHistory.sets]);
 
-  if (run.error && !run.data) return <ErrorBox error={run.error} onRetry={run.reload} />;
+  if (run.error && !run.data) return <ErrorBox error={run.error} onRetry={() => void run.refetch()} />;
   if (!run.data || !state) return <Loading what={`Loading run #${runId}`} />;
   const r = run.data;
-  const latest = { ...r.latest, ...liveRun?.latest };
+  const latest = r.latest;
 
   return (
     <div className="run-page">
@@ -129,8 +118,8 @@ export default function RunPage() {
           {can("member") && <Link to={`/launch?clone=${r.id}`}>clone</Link>}
           {r.pool && <Link to={`/pools/${r.pool.id}`} data-testid="run-pool">{runPoolLine(r.pool)}</Link>}
         </div>
-        <Progress step={step} total={total} startedAt={r.started_at} state={state}
-          secondsLeft={etaFromSeries(series.get("reward/mean"), total)} />
+        <Progress step={r.step} total={r.total_steps} startedAt={r.started_at} state={state}
+          secondsLeft={etaFromSeries(series.get("reward/mean"), r.total_steps)} />
         <div className="headline">
           {[["reward", "reward/mean"], ["accuracy", "accuracy"], ["kl", "kl"], ["tmpe", "token_mult_prob_error"],
             ["tok/s", "throughput/tokens_per_s"]].map(([label, key]) => (

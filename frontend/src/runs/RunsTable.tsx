@@ -1,7 +1,6 @@
 import { useMemo, useState } from "react";
 import { Link } from "react-router";
 import type { Experiment, Run } from "../api/types";
-import type { RunLive } from "../api/liveStore";
 import { etaFromSeries, type Series } from "../charts/series";
 import { BACKEND_COLOR } from "../charts/palette";
 import { formatNumber, timeAgo } from "../lib/format";
@@ -10,16 +9,6 @@ import { Progress } from "./Progress";
 import { Sparkline } from "./Sparkline";
 
 export const REWARD_KEY = "reward/mean";
-
-/** A run as the table shows it: the REST row, overlaid with what its stream said since. */
-export function withLive(run: Run, live: RunLive | undefined): Run {
-  if (!live?.run) return run;
-  return {
-    ...run, state: live.run.state, desired_state: live.run.desired_state,
-    step: Math.max(run.step, live.run.step), total_steps: live.run.total_steps || run.total_steps,
-    latest: { ...run.latest, ...live.latest },
-  };
-}
 
 type SortKey = "id" | "experiment" | "state" | "backend" | "progress" | "reward";
 

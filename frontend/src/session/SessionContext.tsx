@@ -1,9 +1,11 @@
-// Who is logged in and which team they are looking at. The team choice persists per
-// browser; every list and launch is scoped to it.
-import { createContext, useCallback, useContext, useEffect, useMemo, useState, type ReactNode } from "react";
-import { ApiError } from "../api/client";
-import { fetchSession, login as apiLogin, logout as apiLogout } from "../api/session";
-import { clearCache } from "../api/useQuery";
+// Who is logged in and which team they are looking at. The session is a query (GET
+// /session/me); logging in or out writes its answer into the cache. The team choice
+// persists per browser; every list and launch is scoped to it.
+import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { createContext, useContext, useEffect, useMemo, useState, type ReactNode } from "react";
+import type { ApiError } from "../api/client";
+import { queryKeys } from "../api/queryKeys";
+import { login as apiLogin, logout as apiLogout, sessionQuery } from "../api/session";
 import type { Role, Session, TeamRef } from "../api/types";
 
 interface SessionState {
@@ -14,7 +16,7 @@ interface SessionState {
   setTeam: (teamId: number) => void;
   login: (username: string, password: string) => Promise<void>;
   logout: () => Promise<void>;
-  refresh: () => Promise<void>;
+  refresh: () => void;
   /** the current team role is at least `role` */
   can: (role: Role) => boolean;
 }
@@ -23,31 +25,22 @@ const Ctx = createContext<SessionState | null>(null);
 const TEAM_KEY = "paddock.team";
 const RANK: Record<Role, number> = { viewer: 0, member: 1, admin: 2, owner: 3 };
 
+/** Every answer but the session's: another user, or another team, sees other data. */
+const notSession = { predicate: (q: { queryKey: readonly unknown[] }) => q.queryKey[0] !== queryKeys.session[0] };
+
 export function SessionProvider({ children }: { children: ReactNode }) {
-  const [session, setSession] = useState<Session | null>(null);
-  const [loading, setLoading] = useState(true);
-  const [error, setError] = useState<ApiError | null>(null);
+  const client = useQueryClient();
+  const me = useQuery(sessionQuery);
+  const session = me.data ?? null;
+  const { isPending, error, refetch } = me;
   const [teamId, setTeamId] = useState<number | null>(() => Number(localStorage.getItem(TEAM_KEY)) || null);
 
-  const refresh = useCallback(async () => {
-    try {
-      setSession(await fetchSession());
-      setError(null);
-    } catch (err) {
-      setSession(null);
-      if (err instanceof ApiError && !err.isUnauthenticated) setError(err);
-    } finally {
-      setLoading(false);
-    }
-  }, []);
-
-  useEffect(() => { void refresh(); }, [refresh]);
   useEffect(() => {
     // any API call answered 401 (an expired session) sends the user back to the login page
-    const onUnauth = () => setSession(null);
+    const onUnauth = () => client.setQueryData(queryKeys.session, null);
     window.addEventListener("paddock:unauthenticated", onUnauth);
     return () => window.removeEventListener("paddock:unauthenticated", onUnauth);
-  }, []);
+  }, [client]);
 
   const team = useMemo(() => {
     if (!session || session.teams.length === 0) return null;
@@ -55,13 +48,21 @@ export function SessionProvider({ children }: { children: ReactNode }) {
   }, [session, teamId]);
 
   const value = useMemo<SessionState>(() => ({
-    session, loading, error, team,
-    setTeam: (id) => { localStorage.setItem(TEAM_KEY, String(id)); setTeamId(id); clearCache(); },
-    login: async (username, password) => { setSession(await apiLogin(username, password)); },
-    logout: async () => { await apiLogout(); setSession(null); },
-    refresh,
+    session, loading: isPending, error, team,
+    setTeam: (id) => { localStorage.setItem(TEAM_KEY, String(id)); setTeamId(id); void client.resetQueries(notSession); },
+    login: async (username, password) => {
+      const answer = await apiLogin(username, password);
+      client.removeQueries(notSession);
+      client.setQueryData(queryKeys.session, answer);
+    },
+    logout: async () => {
+      await apiLogout();
+      client.removeQueries(notSession);
+      client.setQueryData(queryKeys.session, null);
+    },
+    refresh: () => void refetch(),
     can: (role) => !!team && RANK[team.role] >= RANK[role],
-  }), [session, loading, error, team, refresh]);
+  }), [session, isPending, error, refetch, team, client]);
 
   return <Ctx.Provider value={value}>{children}</Ctx.Provider>;
 }

@@ -30,22 +30,24 @@ export function ErrorBox({ error, onRetry }: { error: ApiError | Error | null; o
   );
 }
 
-/** Picks one of the states for a query, or renders the children with its data. */
+/** Picks one of the states for a query (a query hook's result), or renders the children
+ * with its data. */
 export function Query<T>({ result, children, loadingText, isEmpty, empty }: {
-  result: { data: T | undefined; error: ApiError | null; loading: boolean; reload: () => void };
+  result: { data: T | undefined; error: ApiError | null; refetch: () => unknown };
   children: (data: T) => ReactNode;
   loadingText?: string;
   isEmpty?: (data: T) => boolean;
   empty?: ReactNode;
 }) {
+  const retry = () => void result.refetch();
   if (result.data === undefined) {
-    if (result.error) return <ErrorBox error={result.error} onRetry={result.reload} />;
+    if (result.error) return <ErrorBox error={result.error} onRetry={retry} />;
     return <Loading what={loadingText} />;
   }
   if (isEmpty?.(result.data)) return <>{empty}</>;
   return (
     <>
-      {result.error && <ErrorBox error={result.error} onRetry={result.reload} />}
+      {result.error && <ErrorBox error={result.error} onRetry={retry} />}
       {children(result.data)}
     </>
   );

@@ -18,6 +18,7 @@ from paddock.experiments.models import Checkpoint, Run
 from paddock.experiments.spec_paths import spec_datasets_resolve
 from paddock.experiments.states import TERMINAL
 from paddock.experiments.tokens import run_token_mint
+from workers.job_replies import RunBootstrap
 
 from .models import BootstrapUse
 
@@ -31,7 +32,7 @@ def bootstrap_token_for(*, run_id: int, dispatch: int) -> str:
     return PREFIX + mac.hexdigest()
 
 
-def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> dict:
+def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> RunBootstrap:
     """Spend the bootstrap token of (run, dispatch): mint the run token and return it with
     what the job needs to start (effective spec, where to write, what to resume from)."""
     expected = bootstrap_token_for(run_id=run_id, dispatch=dispatch)
@@ -52,9 +53,9 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> dict:
     except IntegrityError:
         raise DomainError(ErrorCode.TOKEN_SPENT, "this bootstrap token was already used") from None
     last = Checkpoint.objects.filter(run_id=run_id).order_by("-step").first()
-    return {
-        "token": token,
-        "spec": spec,
-        "artifacts_uri": f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}",
-        "resume_from": last.uri if last is not None and dispatch > 1 else None,
-    }
+    return RunBootstrap(
+        token=token,
+        spec=spec,
+        artifacts_uri=f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}",
+        resume_from=last.uri if last is not None and dispatch > 1 else None,
+    )

@@ -30,6 +30,7 @@ from paddock.experiments.models import Run
 from paddock.experiments.states import HOLDING
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
 from paddock.teams.services import audit_record
+from workers.job_replies import ListedMember, PoolBootstrap, PoolMembers
 from workers.pool.key import misfit, pool_key, unpoolable
 from workers.spec import RunSpec
 
@@ -263,7 +264,7 @@ def _pool_for_job(pool_id: int, dispatch: int) -> Pool:
     return pool
 
 
-def pool_bootstrap(*, pool_id: int, dispatch: int, raw: str) -> dict:
+def pool_bootstrap(*, pool_id: int, dispatch: int, raw: str) -> PoolBootstrap:
     """Spend the pool's bootstrap token: mint the pool token (its hash stored) and return it
     with the pool's capacity and key."""
     if not hmac.compare_digest(bootstrap_token_for(pool_id=pool_id, dispatch=dispatch), raw):
@@ -279,10 +280,10 @@ def pool_bootstrap(*, pool_id: int, dispatch: int, raw: str) -> dict:
         )  # fmt: skip
         if not taken:
             raise DomainError(ErrorCode.TOKEN_SPENT, "this bootstrap token was already used")
-    return {"token": new.raw, "capacity": pool.capacity, "key": pool.key}
+    return PoolBootstrap(token=new.raw, capacity=pool.capacity, key=pool.key)
 
 
-def pool_members(*, pool_id: int, dispatch: int, raw: str) -> dict:
+def pool_members(*, pool_id: int, dispatch: int, raw: str) -> PoolMembers:
     """What the pool's job hosts now: its current members (a new one with its run's
     one-time bootstrap token), and `stop` once it has none left (the pool then takes no
     new member: the next run of its key starts another pool)."""
@@ -312,14 +313,14 @@ def pool_members(*, pool_id: int, dispatch: int, raw: str) -> dict:
         )
     )
     rows = [
-        {
-            "run_id": m.run_id,
-            "dispatch": m.run_dispatch,
-            "bootstrap_token": None
+        ListedMember(
+            run_id=m.run_id,
+            dispatch=m.run_dispatch,
+            bootstrap_token=None
             if (m.run_id, m.run_dispatch) in spent
             else run_bootstrap_token(run_id=m.run_id, dispatch=m.run_dispatch),
-            "weight": m.weight,
-        }
+            weight=m.weight,
+        )
         for m in members
     ]
-    return {"members": rows, "stop": not rows}
+    return PoolMembers(members=rows, stop=not rows)

@@ -1,6 +1,6 @@
 """The job doors of the cluster registry: POST /api/v1/runs/{id}/bootstrap, a job's first
 contact (see bootstrap_tokens), and a pool job's two (pools.py): its bootstrap and its
-members."""
+members. Each answers with its model of workers/job_replies.py, which the job reads back."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from functools import partial
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
+from pydantic import BaseModel
 
 from paddock.core.client_address import request_client_address
 from paddock.core.errors import DomainError, ErrorCode
@@ -22,7 +23,7 @@ from .pools import pool_members as pool_members_of
 
 
 def _door(
-    request: HttpRequest, dispatch: int | None, what: str, answer: Callable[..., dict]
+    request: HttpRequest, dispatch: int | None, what: str, answer: Callable[..., BaseModel]
 ) -> JsonResponse:
     """`answer(dispatch=…, raw=…)` for a request that sent its dispatch and a bearer secret;
     the refusals (a 401 counted against the address) otherwise."""
@@ -33,7 +34,7 @@ def _door(
     if raw is None:
         return error_answer(ErrorCode.NOT_AUTHENTICATED, f"send the {what}").json_response()
     try:
-        return JsonResponse(answer(dispatch=dispatch, raw=raw))
+        return JsonResponse(answer(dispatch=dispatch, raw=raw).model_dump(mode="json"))
     except DomainError as exc:
         return refusal(exc, request_client_address(request)).json_response()
 

@@ -23,7 +23,7 @@ from paddock_client import __version__
 from tests.platform.client.conftest import tiny_base
 
 pytestmark = [pytest.mark.usefixtures("quiet_hooks"), pytest.mark.django_db(transaction=True)]
-REPO_FIXTURES = "tests/workers/fixtures"
+REPO_FIXTURES = "tests/platform/client/fixtures"
 
 
 def test_version_and_help(cli):

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from workers.events import IngestReply
+from workers.job_replies import ListedMember, PoolBootstrap, PoolMembers, RunBootstrap
 from workers.pool import job as pool_job
 from workers.pool.key import pool_key
 from workers.spec import parse_spec
@@ -42,37 +44,42 @@ class Platform:
         return [e["state"] for e in self.events[run] if e["type"] == "status"]
 
     def handle(self, method: str, path: str, auth: str, body: dict) -> tuple[int, dict]:
+        """Each answer built with the platform's own models (workers/job_replies.py)."""
+        code, answer = self._answer(path, auth, body)
+        return code, answer.model_dump(mode="json") if answer is not None else {}
+
+    def _answer(self, path: str, auth: str, body: dict):
         with self.lock:
             parts = path.split("?")[0].strip("/").split("/")  # api v1 pools|runs id verb
             kind, ident, verb = parts[2], int(parts[3]), parts[4]
             if kind == "pools" and verb == "bootstrap":
                 if auth != "Bearer pool-boot":
-                    return 401, {}
-                return 200, {"token": "pool-token", "capacity": 4, "key": self.key}
+                    return 401, None
+                return 200, PoolBootstrap(token="pool-token", capacity=4, key=self.key)
             if kind == "pools" and verb == "members":
                 if auth != "Bearer pool-token":
-                    return 401, {}
+                    return 401, None
                 members = [
-                    {"run_id": r, "dispatch": 1, "weight": 1.0,
-                     "bootstrap_token": None if r in self.bootstrapped else f"boot-{r}"}
+                    ListedMember(run_id=r, dispatch=1, weight=1.0,
+                               bootstrap_token=None if r in self.bootstrapped else f"boot-{r}")
                     for r in sorted(self.listed)
                 ]  # fmt: skip
-                return 200, {"members": members, "stop": not self.listed}
+                return 200, PoolMembers(members=members, stop=not self.listed)
             if kind == "runs" and verb == "bootstrap":
                 if auth != f"Bearer boot-{ident}" or ident in self.bootstrapped:
-                    return 401, {}
+                    return 401, None
                 self.bootstrapped.add(ident)
                 out = self.root / f"run-{ident}"
-                return 200, {"token": f"run-token-{ident}", "spec": self.specs[ident],
-                             "artifacts_uri": f"file://{out}", "resume_from": None}  # fmt: skip
+                return 200, RunBootstrap(token=f"run-token-{ident}", spec=self.specs[ident],
+                                         artifacts_uri=f"file://{out}")  # fmt: skip
             if kind == "runs" and verb == "ingest":
                 if auth != f"Bearer run-token-{ident}":
                     self.bad_auth.append(f"{ident}: {auth}")
-                    return 401, {}
+                    return 401, None
                 self.events[ident] += body["events"]
                 self.script(ident)
-                return 200, {"ack": body["seq"], "desired_state": self.desired[ident]}
-            return 404, {}
+                return 200, IngestReply(ack=body["seq"], desired_state=self.desired[ident])
+            return 404, None
 
     def script(self, run: int) -> None:
         """What the platform decides as events come in."""

@@ -1,4 +1,4 @@
-"""workers.spec_import: verl and NeMo-RL GRPO configs translated into valid run specs."""
+"""paddock_client.spec_import: verl and NeMo-RL GRPO configs translated into valid run specs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from paddock_client.spec_import import ALL_LINEAR, SpecImportError, import_spec
 from workers.spec import RunSpec, SpecError, parse_spec
-from workers.spec_import import ALL_LINEAR, SpecImportError, import_spec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

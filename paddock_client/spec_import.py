@@ -7,8 +7,10 @@ keys it set, and the dotted source keys it could not carry over (sorted). A valu
 not what the framework itself accepts raises `SpecImportError` naming the source key; so
 does a translated value Paddock refuses (`top_p: 0.9`), naming both keys.
 
-Light like `workers.spec`: PyYAML-free even, no torch. The key-by-key table with notes is in
-docs/config-reference.md ("Importing a verl or NeMo-RL config").
+The client's (`paddock spec import`), not the data plane's: a Ray job never needs it, so it
+is not in the `workers/` package every job ships. Light like `workers.spec`: PyYAML-free
+even, no torch. The key-by-key table with notes is in docs/config-reference.md ("Importing a
+verl or NeMo-RL config").
 """
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+// The launcher's form state and every way it changes, as one reducer (pure: tested in
+// launcherState.test.ts). What the server says about it (the validate_only report, the
+// launch) are queries and mutations of the page, not state here.
+import { parse, stringify } from "yaml";
+import type { Backend } from "../api/types";
+import type { LaunchBody } from "../api/experiments";
+import { defaultsOf, getPath, type JsonSchema } from "./schema";
+import { editsOf, specChanges } from "./specEdits";
+
+export type Spec = Record<string, unknown>;
+
+export interface LauncherState {
+  spec: Spec;
+  name: string;
+  description: string;
+  /** comma separated, as typed */
+  tags: string;
+  /** the first is the spec's own rollout.backend (its options show in the form) */
+  backends: Backend[];
+  seeds: number;
+  /** undefined: not chosen yet (the only healthy cluster, or any); null: any of the team */
+  cluster: number | null | undefined;
+  mode: "form" | "yaml";
+  yamlText: string;
+  /** the YAML as typed does not parse into a spec: the spec is the last one that did */
+  yamlError: string | null;
+}
+
+export type LauncherAction =
+  | { type: "field"; field: "name" | "description" | "tags"; value: string }
+  | { type: "seeds"; value: number }
+  | { type: "cluster"; value: number | null }
+  /** `schema` null when cloning: a clone keeps its source's rollout section (the server
+   * gives every run its own backend and drops the options of the others) */
+  | { type: "toggleBackend"; backend: Backend; schema: JsonSchema | null }
+  | { type: "spec"; spec: Spec }
+  | { type: "mode"; mode: "form" | "yaml" }
+  | { type: "yaml"; text: string };
+
+export const MAX_SEEDS = 16;
+
+/** A fresh form: the schema's defaults on their backend, or a clone's source. */
+export function startFrom(spec: Spec, more: Partial<Pick<LauncherState, "name" | "description" | "tags" | "backends">> = {}): LauncherState {
+  return {
+    spec, name: "", description: "", tags: "", seeds: 1, cluster: undefined, mode: "form", yamlText: "",
+    yamlError: null, backends: [getPath(spec, "rollout.backend") as Backend].filter(Boolean), ...more,
+  };
+}
+
+/** A new primary backend: its member's defaults, keeping the values both members share. */
+export function switchBackend(schema: JsonSchema, spec: Spec, backend: Backend): Spec {
+  const fresh = defaultsOf(schema, schema, backend).rollout as Spec;
+  const old = (spec.rollout ?? {}) as Spec;
+  const rollout: Spec = { ...fresh };
+  for (const key of Object.keys(fresh)) if (key in old && key !== "backend") rollout[key] = old[key];
+  return { ...spec, rollout };
+}
+
+export function launcherReducer(state: LauncherState, action: LauncherAction): LauncherState {
+  switch (action.type) {
+    case "field":
+      return { ...state, [action.field]: action.value };
+    case "seeds":
+      return { ...state, seeds: Math.min(MAX_SEEDS, Math.max(1, Math.floor(action.value) || 1)) };
+    case "cluster":
+      return { ...state, cluster: action.value };
+    case "toggleBackend": {
+      const { backend, schema } = action;
+      const backends = state.backends.includes(backend) ? state.backends.filter((b) => b !== backend)
+        : [...state.backends, backend];
+      const primary = backends[0];
+      const spec = schema && primary && primary !== getPath(state.spec, "rollout.backend")
+        ? switchBackend(schema, state.spec, primary) : state.spec;
+      return { ...state, backends, spec };
+    }
+    case "spec":
+      return { ...state, spec: action.spec };
+    case "mode":
+      // the YAML view opens on the spec as it is now; the form reads the last parsed spec
+      return action.mode === "yaml"
+        ? { ...state, mode: "yaml", yamlText: stringify(state.spec), yamlError: null }
+        : { ...state, mode: "form" };
+    case "yaml": {
+      let parsed: unknown;
+      try {
+        parsed = parse(action.text);
+      } catch (err) {
+        return { ...state, yamlText: action.text, yamlError: (err as Error).message };
+      }
+      if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) {
+        return { ...state, yamlText: action.text, yamlError: "the config must be a mapping of sections" };
+      }
+      const spec = parsed as Spec;
+      // the YAML's rollout.backend becomes the primary backend
+      const b = getPath(spec, "rollout.backend") as Backend | undefined;
+      const backends = b && state.backends[0] !== b ? [b, ...state.backends.filter((x) => x !== b)] : state.backends;
+      return { ...state, yamlText: action.text, yamlError: null, spec, backends };
+    }
+  }
+}
+
+/** The clone's source: the experiment, and the config version whose spec is edited. */
+export interface CloneSource { experiment: number; config: number; spec: Spec }
+
+/** What to send: a launch of the spec for `team`, or a clone of `clone` with the edits
+ * the form made to it. */
+export function launchBody(state: LauncherState, team: number, cluster: number | null,
+  clone: CloneSource | null): LaunchBody {
+  const common = {
+    name: state.name.trim() || "untitled", description: state.description, seeds: state.seeds,
+    backends: state.backends, tags: state.tags.split(",").map((t) => t.trim()).filter(Boolean), cluster,
+    validate_only: false,
+  };
+  return clone
+    ? { kind: "clone", experiment: clone.experiment,
+      body: { ...common, config: clone.config, edits: editsOf(specChanges(clone.spec, state.spec)) } }
+    : { kind: "launch", body: { ...common, team, spec: state.spec } };
+}
