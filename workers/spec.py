@@ -761,7 +761,7 @@ class EnvSpec(_Section):
     loss, until the environment says done or a budget is reached."""
 
     name: str = Field(
-        pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$",
+        pattern=names.ENV_NAME.pattern,
         description="an environment installed on the cluster (built-in: calculator; http: "
         "the server at env.server; others by their package's `paddock.environments` entry "
         "point)",

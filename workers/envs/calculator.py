@@ -11,8 +11,8 @@ Two to four terms of two digits: too long for the local chat model to add in its
 head, easy with the tool. The episode ends at the first reply without a tool call; the
 reward is the spec's (boxed_match on that reply). The local chat model's warm-up
 (`model.tiny.task: calculator`) learns the format from `worked_episode`, with a share of
-replies that skip the tool and guess (`guess=True`): the base then mostly guesses when
-greedy, and RL has the tool use to find and reinforce.
+replies that skip the tool and guess, unboxed (`guess=True`): the base then mostly guesses
+when greedy, and RL has the tool use to find and reinforce.
 """
 
 from __future__ import annotations
@@ -72,12 +72,12 @@ def worked_episode(
     ex: Example, guess: bool = False, rng: random.Random | None = None
 ) -> list[Message]:
     """The example's conversation after its prompt, as the warm-up teaches it: one `add`
-    call a term, then the boxed total. `guess`: no tool, a boxed guess that is off."""
+    call a term, then the boxed total. `guess`: no tool, an unboxed guess that is off."""
     terms = terms_of(ex)
-    if guess:
+    if guess:  # no tool, and no box: the guess never scores, nor teaches the box
         rng = rng or random.Random(0)
         off = rng.choice([-1, 1]) * rng.randint(1, 20)
-        return [{"role": "assistant", "content": f"\\boxed{{{sum(terms) + off}}}"}]
+        return [{"role": "assistant", "content": f"About {sum(terms) + off}."}]
     out: list[Message] = []
     total = terms[0]
     for t in terms[1:]:

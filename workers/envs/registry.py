@@ -16,15 +16,14 @@ cluster advertises, `installed_environments()`) can be chosen.
 from __future__ import annotations
 
 import importlib.metadata
-import re
 from collections.abc import Callable
 from typing import Any
 
+from ..names import BUILTIN_ENVIRONMENTS, ENVIRONMENT_GROUP, installed_environments
 from ..spec import EnvSpec
 from .base import Environment
 
-GROUP = "paddock.environments"
-NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+GROUP = ENVIRONMENT_GROUP
 
 
 def _calculator(**_: Any) -> Environment:
@@ -36,19 +35,16 @@ def _calculator(**_: Any) -> Environment:
 # name → factory; `http` is built from env.server (http_env.py)
 BUILTIN: dict[str, Callable[..., Any]] = {"calculator": _calculator}
 SERVER = "http"
+if {*BUILTIN, SERVER} != set(BUILTIN_ENVIRONMENTS):
+    raise RuntimeError("the built-in environments disagree with workers/names.py")
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
-    found = {}
+    found: dict[str, importlib.metadata.EntryPoint] = {}
     for ep in importlib.metadata.entry_points(group=GROUP):
-        if NAME.fullmatch(ep.name) and ep.name not in BUILTIN and ep.name != SERVER:
+        if ep.name in installed_environments() and ep.name not in BUILTIN_ENVIRONMENTS:
             found.setdefault(ep.name, ep)
     return found
-
-
-def installed_environments() -> list[str]:
-    """Every name a spec may give as `env.name` here: what a cluster advertises."""
-    return sorted({*BUILTIN, SERVER, *_entry_points()})
 
 
 def adapt(factory: Callable[..., Any], name: str, spec: EnvSpec) -> Environment:

@@ -624,6 +624,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -636,6 +637,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -660,6 +662,8 @@ export interface components {
                 [key: string]: unknown;
             };
             backends?: string[];
+            /** @description multi-turn environments installed there besides the built-ins */
+            environments?: string[];
         };
         ConfigVersion: {
             readonly id: number;

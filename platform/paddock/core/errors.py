@@ -36,6 +36,11 @@ class ErrorCode(StrEnum):
     SPEC_INVALID = "spec_invalid", 400, "the run spec does not validate"
     PATH_NOT_ALLOWED = "path_not_allowed", 400, "a path in the spec is outside the allowed roots"
     BACKEND_UNAVAILABLE = "backend_unavailable", 400, "no cluster advertises the backend"
+    ENVIRONMENT_UNAVAILABLE = (
+        "environment_unavailable",
+        400,
+        "no cluster advertises the spec's environment",
+    )
     UNPLACEABLE = "unplaceable", 400, "no cluster could ever place the run's resources"
     NO_CLUSTER = "no_cluster", 400, "no Ray cluster is registered for the team"
     USER_NOT_FOUND = "user_not_found", 400, "no user has that username"

@@ -16,6 +16,7 @@ from paddock.experiments.models import Experiment
 from paddock.ops.doctor import available_backends, engine_versions
 from paddock.teams.access import actor_for
 from paddock.teams.models import Membership, Role, Team, TeamQuota
+from workers.names import BUILTIN_ENVIRONMENTS, installed_environments
 
 
 def admin_ensure(*, home: Path, username: str = "admin") -> tuple[object, bool]:
@@ -55,6 +56,8 @@ def local_cluster_ensure(
     environment, so it also advertises the engines installed here (vLLM's CPU build after
     `make up`)."""
     wanted = ["torch", *(available_backends(engine_versions()) if embedded else [])]
+    # the environments installed here beyond the built-ins, which the embedded head runs too
+    envs = [e for e in installed_environments() if e not in BUILTIN_ENVIRONMENTS]
     if not address:
         return None, False
     with transaction.atomic():
@@ -76,6 +79,10 @@ def local_cluster_ensure(
         if missing:
             cluster.backends = [*cluster.backends, *missing]
             changed.append("backends")
+        extra = [e for e in envs if embedded and e not in (cluster.environments or [])]
+        if extra:
+            cluster.environments = [*(cluster.environments or []), *extra]
+            changed.append("environments")
         if changed:
             cluster.save(update_fields=changed)
     return cluster, created
