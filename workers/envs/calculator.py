@@ -7,7 +7,7 @@
     tool:      99
     assistant: \\boxed{99}
 
-Two to four terms of two digits: too long for the local chat model to add in its
+Two or three terms of two digits: too long for the local chat model to add in its
 head, easy with the tool. The episode ends at the first reply without a tool call; the
 reward is the spec's (boxed_match on that reply). The local chat model's warm-up
 (`model.tiny.task: calculator`) learns the format from `worked_episode`, with a share of
@@ -25,7 +25,7 @@ import zlib
 from ..data.tasks import Example
 from .base import Message, ModelTurn, Observation, Toolbox
 
-MIN_TERMS, MAX_TERMS = 2, 4
+MIN_TERMS, MAX_TERMS = 2, 3
 _SPLIT_SEED = 20261204  # fixed: a held-out prompt stays held out across runs and warm-ups
 
 ADD_TOOL = {

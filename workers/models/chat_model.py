@@ -53,7 +53,7 @@ def chat_recipe(spec: TinyModelSpec) -> dict:
         "template": _template(spec),
     }
     if spec.task == "calculator":  # the episodes' layout, which the warm-up is built from
-        recipe["episodes"] = {"tool": calculator.ADD_TOOL, "calculator_build": 2}
+        recipe["episodes"] = {"tool": calculator.ADD_TOOL, "calculator_build": 3}
     return recipe
 
 

@@ -91,7 +91,8 @@ def local_cluster_ensure(
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # (spec, name, description): the arithmetic demo trains in about a minute; the chat demo
 # shows the real path (a chat template, reasoning chains of up to ~110 tokens, math_verify)
-# and builds its model first (a few minutes, once). Runs the cluster cannot hold yet wait in
+# and builds its model first (a few minutes, once); the calculator demo, multi-turn episodes
+# with a tool (docs/environments.md), builds its own. Runs the cluster cannot hold yet wait in
 # queued with the reason.
 DEMOS = (
     ("tiny-async.yaml", "Demo: tiny arithmetic, async GRPO",
@@ -100,6 +101,10 @@ DEMOS = (
     ("chat-reasoning.yaml", "Demo: chat model, step-by-step sums",
      "A local chat model (its own chat template, two EOS ids) works sums of 2 to 12 terms "
      "step by step to a \\boxed{} answer, scored by math_verify, on each rollout engine."),
+    ("calculator-tools.yaml", "Demo: chat model with a calculator tool, multi-turn",
+     "A local chat model learns to call a calculator tool (its chat template's "
+     "<tool_call> format) over multi-turn episodes, the tool's answers masked out of the "
+     "loss, on each rollout engine."),
 )  # fmt: skip
 
 

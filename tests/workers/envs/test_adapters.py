@@ -11,8 +11,8 @@ import pytest
 from workers.envs import ChatRenderer, EpisodeLimits, EpisodeRunner, GroupProgress
 from workers.envs.gym import GymEnvironment
 from workers.envs.registry import make_environment
-from workers.names import installed_environments
 from workers.envs.verifiers_env import VerifiersEnvironment
+from workers.names import installed_environments
 from workers.policy import LoraPolicy
 from workers.rollout import AdapterUpdate, SamplingParams, make_backend
 from workers.rollout.eos import eos_token_ids
