@@ -605,6 +605,23 @@ class OverlongPenaltyTerm(_RewardTermBase):
         return self
 
 
+def _check_http_url(v: str) -> str:
+    """The URL of a team's service (a reward service, an environment server)."""
+    if not re.match(r"^https?://[^\s/?#]+[^\s]*$", v):
+        raise ValueError("must be an http:// or https:// URL")
+    return v
+
+
+def _headers_secret() -> Any:
+    return Field(
+        None,
+        pattern=_ENV_NAME,
+        description="name of an environment variable on the worker holding the request "
+        "headers as a JSON object, or a token sent as Authorization: Bearer <token>; the "
+        "secret itself never sits in the spec",
+    )
+
+
 class ServiceTerm(_RewardTermBase):
     """A reward service: the job POSTs batches {items: [{prompt, completion, answer,
     metadata}]} to `url` and reads {rewards: [float], details?: [object]}. For code
@@ -624,13 +641,7 @@ class ServiceTerm(_RewardTermBase):
         "with exponential backoff; then the step fails",
     )
     max_concurrency: int = Field(4, gt=0, le=64, description="batches in flight at once")
-    headers_secret: str | None = Field(
-        None,
-        pattern=_ENV_NAME,
-        description="name of an environment variable on the worker holding the request "
-        "headers as a JSON object, or a token sent as Authorization: Bearer <token>; the "
-        "secret itself never sits in the spec",
-    )
+    headers_secret: str | None = _headers_secret()
     correct_threshold: float | None = Field(
         1.0,
         description="a sample counts as correct for accuracy when this term's reward is at "
@@ -640,9 +651,7 @@ class ServiceTerm(_RewardTermBase):
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        if not re.match(r"^https?://[^\s/?#]+[^\s]*$", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
+        return _check_http_url(v)
 
 
 class EnvTerm(_RewardTermBase):
@@ -740,19 +749,12 @@ class EnvServerSpec(_Section):
         description="retries after a connection error, a timeout, a 429 or a 5xx, with "
         "exponential backoff; then the episode fails (not the run)",
     )
-    headers_secret: str | None = Field(
-        None,
-        pattern=_ENV_NAME,
-        description="name of an environment variable on the worker holding the request "
-        "headers as a JSON object, or a token sent as Authorization: Bearer <token>",
-    )
+    headers_secret: str | None = _headers_secret()
 
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        if not re.match(r"^https?://[^\s/?#]+[^\s]*$", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
+        return _check_http_url(v)
 
 
 class EnvSpec(_Section):

@@ -110,12 +110,18 @@ def tool_message(name: str | None, content: str) -> Message:
 class Toolbox:
     """Tools as functions with their OpenAI schemas: answers a turn's calls, each a tool
     message, in order; malformed calls, unknown tools and tools that raise are answered as
-    an error message and counted."""
+    an error message and counted. An exception of a `fatal` class is not the tool's answer
+    but the environment's failure (an environment server that is down): it propagates."""
 
-    def __init__(self, tools: Mapping[str, tuple[dict, Callable[..., Any]]]):
+    def __init__(
+        self,
+        tools: Mapping[str, tuple[dict, Callable[..., Any]]],
+        fatal: tuple[type[Exception], ...] = (),
+    ):
         self._fns = {name: fn for name, (_, fn) in tools.items()}
         self.schemas = tuple(schema for schema, _ in tools.values())
         self._by_name = {name: function_schema(s) for name, (s, _) in tools.items()}
+        self.fatal = fatal
 
     def __bool__(self) -> bool:
         return bool(self._fns)
@@ -131,6 +137,8 @@ class Toolbox:
                 continue
             try:
                 result = await call_maybe_async(self._fns[call.name], **call.arguments)
+            except self.fatal:
+                raise
             except Exception as exc:  # the tool's failure is the model's observation
                 obs.tool_errors += 1
                 obs.messages.append(tool_message(call.name, f"error: {type(exc).__name__}: {exc}"))

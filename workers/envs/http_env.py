@@ -30,8 +30,8 @@ import aiohttp
 from ..data.tasks import Example
 from ..http_json import post_json, secret_headers
 from ..spec import EnvServerSpec
-from .base import ModelTurn, Observation, tool_message
-from .tool_calls import check_call, function_schema
+from .base import ModelTurn, Observation, Toolbox
+from .tool_calls import function_schema
 
 
 class EnvServerError(RuntimeError):
@@ -62,30 +62,28 @@ def _messages(url: str, value: Any) -> list[dict]:
 class HttpSession:
     def __init__(self, env: HttpEnvironment, session_id: str, prompt: Any):
         self.env, self.session_id, self.prompt = env, session_id, prompt
+        self.turn = 0
+        # each tool a POST to /tools/{name}; a server failure fails the episode
+        self.toolbox = Toolbox(
+            {name: (schema, self._tool(name)) for name, schema in env.schemas.items()},
+            fatal=(EnvServerError,),
+        )
+
+    def _tool(self, name: str):
+        async def post(**arguments: Any) -> str:
+            body = {"session_id": self.session_id, "turn": self.turn, "arguments": arguments}
+            got = await self.env.post(f"tools/{name}", body)
+            if not isinstance(got.get("output"), str):
+                raise EnvServerError(f'environment server {self.env.url}: no "output" string')
+            return got["output"]
+
+        return post
 
     async def step(self, turn: ModelTurn) -> Observation:
         env = self.env
-        if turn.calls:
-            obs = Observation()
-            for call in turn.calls:
-                call = check_call(call, env.by_name)
-                obs.tool_calls += 1
-                if not call.ok:
-                    obs.tool_errors += 1
-                    obs.messages.append(tool_message(call.name, f"error: {call.error}"))
-                    continue
-                got = await env.post(
-                    f"tools/{call.name}",
-                    {
-                        "session_id": self.session_id,
-                        "turn": turn.index,
-                        "arguments": call.arguments,
-                    },
-                )
-                if not isinstance(got.get("output"), str):
-                    raise EnvServerError(f'environment server {env.url}: no "output" string')
-                obs.messages.append(tool_message(call.name, got["output"]))
-            return obs
+        self.turn = turn.index
+        if turn.calls:  # malformed calls are answered here, never sent
+            return await self.toolbox.answer(turn.calls)
         got = await env.post(
             "verify", {"session_id": self.session_id, "turn": turn.index, "response": turn.text}
         )
@@ -123,7 +121,7 @@ class HttpEnvironment:
             **secret_headers(f"environment server {self.url}", spec.headers_secret, EnvServerError),
         }
         self.tools: tuple[dict, ...] = ()
-        self.by_name: dict[str, dict] = {}
+        self.schemas: dict[str, dict] = {}  # tool name → its schema
         self._session: aiohttp.ClientSession | None = None
         self._started = False
 
@@ -157,7 +155,7 @@ class HttpEnvironment:
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise EnvServerError(f'environment server {url}: "tools" must be a list of schemas')
         self.tools = tuple(tools)
-        self.by_name = {function_schema(t).get("name", ""): function_schema(t) for t in tools}
+        self.schemas = {function_schema(t).get("name", ""): t for t in tools}
 
     async def start(self, example: Example, seed: int) -> HttpSession:
         got = await self.post(

@@ -227,7 +227,7 @@ class Driver:
                         "answer": group.answer,
                         "reward": group.rewards[s],
                         "advantage": advantages[g][s],
-                        "adapter_version": min(sample.versions, default=-1),
+                        "adapter_version": min(sample.model_versions, default=-1),
                         # each reward term's score, and what it saw (the inspector's columns)
                         "terms": group.terms[s] if group.terms else {},
                         "details": group.details[s] if group.details else {},

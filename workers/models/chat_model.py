@@ -133,22 +133,8 @@ def episode_rows(
     return ids, labels
 
 
-def _calculator_rows(tok, spec: TinyModelSpec, train: list[Example]):
-    renderer = ChatRenderer(tok, eos_token_ids(tok), calculator.Calculator().tools)
-    rng = random.Random(1)
-    clean = [episode_rows(renderer, ex.prompt, calculator.worked_episode(ex)) for ex in train]
-    biased = [
-        episode_rows(renderer, ex.prompt, calculator.worked_episode(ex, guess=True, rng=rng))
-        for ex in train
-    ]
-    return clean, biased
-
-
-def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
-    """Train the tokenizer, build and warm up the model, save both into `out`. Returns
-    facts for paddock_recipe.json."""
-    if spec.task == "calculator":
-        return _build_calculator_model(spec, out)
+def _reasoning_task() -> tuple[list[str], str, object]:
+    """The reasoning task's (tokenizer corpus, template, rows of a tokenizer)."""
     train, _held_out = reasoning_examples()
     sft = [Example(ex.prompt, worked_solution(terms_of(ex))) for ex in train]
     # What the template puts between the special tokens (which BPE must not learn to
@@ -158,7 +144,51 @@ def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
         for ex in sft[:CORPUS_SIZE]
         for m in ex.prompt
     ]
-    tok = build_chat_tokenizer(corpus, VOCAB_SIZE)
+
+    def rows(tok):
+        # the prompt as a run tokenizes it: the template applied, with the generation prompt
+        prompts = tok([render(tok, ex.prompt) for ex in train], add_special_tokens=False)
+        clean = sft_rows(tok, prompts["input_ids"], [ex.answer for ex in sft])
+        biased = sft_rows(
+            tok,
+            prompts["input_ids"],
+            [worked_solution(terms_of(ex), off_by_one=True) for ex in train],
+        )
+        return clean, biased
+
+    return corpus, CHAT_TEMPLATE, rows
+
+
+def _calculator_task() -> tuple[list[str], str, object]:
+    """Calculator episodes (an `add` call a term, then the boxed total), and as the biased
+    rows replies that skip the tool and guess: greedy, the model then mostly guesses;
+    sampled, it often still calls the tool."""
+    train, _held_out = calculator.long_sum_examples(n=8000)
+    corpus = [
+        f"{m['role']}\n{m['content']}"
+        for ex in train[:CORPUS_SIZE]
+        for m in [*ex.prompt, *calculator.worked_episode(ex)]
+    ]
+    corpus += [json.dumps(calculator.ADD_TOOL)] * 50
+
+    def rows(tok):
+        renderer = ChatRenderer(tok, eos_token_ids(tok), calculator.Calculator().tools)
+        rng = random.Random(1)
+        clean = [episode_rows(renderer, ex.prompt, calculator.worked_episode(ex)) for ex in train]
+        biased = [
+            episode_rows(renderer, ex.prompt, calculator.worked_episode(ex, guess=True, rng=rng))
+            for ex in train
+        ]
+        return clean, biased
+
+    return corpus, TOOLS_CHAT_TEMPLATE, rows
+
+
+def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
+    """Train the tokenizer, build and warm up the model, save both into `out`. Returns
+    facts for paddock_recipe.json."""
+    corpus, template, rows = (_calculator_task if spec.task == "calculator" else _reasoning_task)()
+    tok = build_chat_tokenizer(corpus, VOCAB_SIZE, template=template)
     eos = eos_token_ids(tok)
     torch.manual_seed(0)
     # EOS as Qwen's instruct configs: end of turn
@@ -168,40 +198,7 @@ def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
     model.generation_config = GenerationConfig(
         bos_token_id=eos[1], eos_token_id=eos, pad_token_id=tok.pad_token_id
     )
-    # the prompt as a run tokenizes it: the template applied, with the generation prompt
-    prompts = tok([render(tok, ex.prompt) for ex in train], add_special_tokens=False)
-    clean = sft_rows(tok, prompts["input_ids"], [ex.answer for ex in sft])
-    biased = sft_rows(
-        tok,
-        prompts["input_ids"],
-        [worked_solution(terms_of(ex), off_by_one=True) for ex in train],
-    )
-    warm_up_chat(model, clean, biased, tok.pad_token_id, spec)
-    out.mkdir(parents=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-    return {"vocab_size": len(tok), "eos_token_id": eos}
-
-
-def _build_calculator_model(spec: TinyModelSpec, out: Path) -> dict:
-    """The tool-use model: calculator episodes (an `add` call a term, then the boxed total),
-    and for the last warmup_bias_steps a share warmup_bias of replies that skip the tool
-    and guess. Greedy, it then mostly guesses; sampled, it often still calls the tool."""
-    train, _held_out = calculator.long_sum_examples(n=8000)
-    corpus = []
-    for ex in train[:CORPUS_SIZE]:
-        for m in [*ex.prompt, *calculator.worked_episode(ex)]:
-            corpus.append(f"{m['role']}\n{m['content']}")
-    corpus += [json.dumps(calculator.ADD_TOOL)] * 50
-    tok = build_chat_tokenizer(corpus, VOCAB_SIZE, template=TOOLS_CHAT_TEMPLATE)
-    eos = eos_token_ids(tok)
-    torch.manual_seed(0)
-    config = qwen2_config(spec, tok, MAX_POSITIONS, eos_token_id=eos[0], bos_token_id=eos[1])
-    model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=eos[1], eos_token_id=eos, pad_token_id=tok.pad_token_id
-    )
-    clean, biased = _calculator_rows(tok, spec, train)
+    clean, biased = rows(tok)
     warm_up_chat(model, clean, biased, tok.pad_token_id, spec)
     out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)

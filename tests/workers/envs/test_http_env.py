@@ -4,12 +4,6 @@ server each fail the episode with an error naming the URL, never the run."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import urllib.request
-from pathlib import Path
-
 import pytest
 
 from workers import http_json
@@ -21,39 +15,13 @@ from workers.envs.registry import make_environment
 from workers.rollout import SamplingParams
 from workers.spec import EnvServerSpec, EnvSpec
 
-SERVER = Path(__file__).resolve().parents[3] / "examples" / "env_server" / "server.py"
+from ..helpers import EXAMPLES, server_fixture
+
+SERVER = EXAMPLES / "env_server" / "server.py"
 EXAMPLE = Example([{"role": "user", "content": "Add 48+39+12."}], "99")
 
 
-class Server:
-    def __init__(self, *flags: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--port", "0", *flags], stdout=subprocess.PIPE, text=True
-        )
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        self.url = line.split()[-1]
-
-    def counts(self) -> dict:
-        with urllib.request.urlopen(self.url, timeout=10) as r:
-            return json.loads(r.read())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
-@pytest.fixture
-def server():
-    started: list[Server] = []
-
-    def start(*flags: str) -> Server:
-        started.append(Server(*flags))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.stop()
+server = server_fixture(SERVER)
 
 
 @pytest.fixture(autouse=True)
