@@ -86,10 +86,10 @@ def test_a_verifiers_taskset_runs_unchanged(installed_envs, engine):
     for ex, group in zip(held, groups, strict=False):
         for sample, state in zip(group.result.samples, group.states, strict=True):
             tools += state.tool_calls
-            for t in state.turns:
-                if t["role"] == "env" and t["messages"]:
-                    call = [m for m in t["messages"]][0]
-                    assert call["role"] == "tool" and call["name"] == "add"
+            for t in state.turns:  # the verifiers tool's answers, or the errors
+                for m in t.get("messages", []):
+                    assert m["role"] == "tool"
+                    assert m["name"] == "add" or m["content"].startswith("error: ")
             if state.finish == "stop":  # scored by the task's own @vf.reward
                 boxed = sample.text.split("\\boxed{")[-1].rstrip("}").strip()
                 assert state.reward == float(boxed == ex.answer)
