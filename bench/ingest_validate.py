@@ -30,7 +30,7 @@ from paddock.core.jsonbody import json_parse  # noqa: E402
 from workers.events import IngestBody, LogEvent, MetricEvent, SamplesEvent, StatusEvent  # noqa: E402
 
 
-def _medians_s(fns: dict, repeat: int) -> dict[str, float]:
+def medians_s(fns: dict, repeat: int) -> dict[str, float]:
     """Median seconds of each function, the functions taking turns in every round, so a
     shared machine's load drifts over all of them alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -81,7 +81,7 @@ def main() -> None:
     text = IngestBody(dispatch=1, seq=1, events=events).model_dump_json().encode()
     parsed = json_parse(text)
     batch = IngestBody(dispatch=1, seq=1, events=events)
-    rows = _medians_s(
+    rows = medians_s(
         {
             "strict JSON read (server)": lambda: json_parse(text),
             "IngestBody.model_validate (server)": lambda: IngestBody.model_validate(parsed),

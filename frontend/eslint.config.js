@@ -6,7 +6,7 @@ import globals from "globals";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["dist/", "node_modules/", "src/api/schema.gen.ts"] },
+  { ignores: ["dist/", "node_modules/", "src/api/schema.gen.ts", "src/api/live.gen.ts"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -19,6 +19,7 @@ SEAM = {
     "workers.names": "the names both halves use (backends, run states, …)",
     "workers.pool.key": "the pool key, which dispatch packs pooled runs by",
     "workers.job_replies": "the job doors' answers: run and pool bootstrap, pool members",
+    "workers.live_messages": "the websocket's messages, which live/ builds (and the TS types)",
 }
 # what the data plane must never import: Django and what runs on it, the control plane's
 # package, and the API client / CLI package (which imports neither half)

@@ -32,6 +32,8 @@ DesiredState = Literal["running", "paused", "aborted"]
 # What a job may report in a `status` event: the states a job itself brings about.
 ReportedState = Literal["starting", "running", "paused", "succeeded", "aborted", "failed"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+# What a user may ask of a run (REST /runs/<id>/<action>, a websocket control message).
+RunAction = Literal["pause", "resume", "abort"]
 
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
 ADVANTAGES: tuple[Advantage, ...] = get_args(Advantage)
@@ -43,6 +45,7 @@ TERMINAL_RUN_STATES: tuple[TerminalRunState, ...] = get_args(TerminalRunState)
 DESIRED_STATES: tuple[DesiredState, ...] = get_args(DesiredState)
 REPORTED_STATES: tuple[ReportedState, ...] = get_args(ReportedState)
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
+RUN_ACTIONS: tuple[RunAction, ...] = get_args(RunAction)
 
 # The metrics a pooled run reports besides a solo run's (docs/pools.md): its fraction of the
 # trainer's time and of the engine's generation turns since its last step, and how long its

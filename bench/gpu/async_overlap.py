@@ -17,8 +17,11 @@ and prints how busy each stream was, how long both ran at once, and how long the
 idle. With one GPU visible trainer and engine share it; with two the engine gets cuda:1
 (--engine-process: in a child process). --prompt-chars > 0 makes long JSONL prompts, so
 that training time can match generation time; --checkpointing sets
-train.activation_checkpointing, --compile train.compile and rollout.compile. multi.py runs
-it under each placement. Writes async.json under --out.
+train.activation_checkpointing, --compile train.compile and rollout.compile. --backends
+torch,vllm also runs the same spec on the vLLM backend, async and sync (--vllm-modes; its
+engine in its own process beside the trainer, rollout.gpu_memory_utilization --vllm-memory
+of the card: the memory split, checked at launch), each against the torch engine's sync
+run. multi.py runs it under each placement. Writes async.json under --out.
 """
 
 from __future__ import annotations
@@ -144,6 +147,10 @@ def print_trace(name: str, tr: dict) -> None:
 def one_run(model_dir: Path, args, data: dict, name: str, over: dict) -> dict:
     from workers.train import train
 
+    if over.get("rollout.backend") == "vllm":  # compiled with CUDA graphs by default
+        engine = {"rollout.gpu_memory_utilization": args.vllm_memory}
+    else:
+        engine = {"rollout.compile": args.compile}
     spec = base_spec(
         model_dir,
         **data,
@@ -157,7 +164,7 @@ def one_run(model_dir: Path, args, data: dict, name: str, over: dict) -> dict:
             "resources.engine_process": args.engine_process,
             "train.activation_checkpointing": args.checkpointing,
             "train.compile": args.compile,
-            "rollout.compile": args.compile,
+            **engine,
             **over,
         },
     )
@@ -195,6 +202,14 @@ def part_async(model_dir: Path, args, out: Path) -> dict:
             print(f"async {name}: {runs[name]['error']}", flush=True)
     if args.sync_twice:
         runs["sync again"] = one_run(model_dir, args, data, "sync again", {"async.enabled": False})
+    if "vllm" in args.backends.split(","):
+        for mode in args.vllm_modes.split(","):
+            over = {"async.enabled": mode == "async", "rollout.backend": "vllm"}
+            try:
+                runs[f"vllm {mode}"] = one_run(model_dir, args, data, f"vllm {mode}", over)
+            except Exception as exc:
+                runs[f"vllm {mode}"] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"vllm {mode}: {runs[f'vllm {mode}']['error']}", flush=True)
     res["runs"] = runs
     s = runs["sync"]
     g, t = s["time/generate_s"], s["time/train_s"]
@@ -233,6 +248,11 @@ def main() -> None:
     )
     ap.add_argument("--sync-twice", action="store_true", help="sync again at the end")
     ap.add_argument("--trace", action="store_true", help="profile step 3 of each run")
+    ap.add_argument("--backends", default="torch", help="torch, or torch,vllm: vLLM runs too")
+    ap.add_argument("--vllm-modes", default="async,sync", help="vllm: which runs, in order")
+    ap.add_argument(
+        "--vllm-memory", type=float, default=0.5, help="vllm: rollout.gpu_memory_utilization"
+    )
     run(part_async, ap.parse_args())
 
 

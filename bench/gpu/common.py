@@ -107,7 +107,7 @@ def small_shape(shape: dict = SHAPE) -> dict:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=32,  # vLLM's CPU build has no attention kernel for 16
         intermediate_size=128,
         vocab_size=512,
     )
@@ -277,17 +277,19 @@ def random_adapter(model) -> dict[str, torch.Tensor]:
     }
 
 
-def time_adapter_sync(executor, backend, reps: int) -> dict:
+def time_adapter_sync(executor, backend, reps: int, loop=None) -> dict:
     """The driver's publication, timed: the trainer's adapter_update (with the handshake
-    probe only if the engine checks it), then the engine's load and acknowledgement."""
+    probe only if the engine checks it), then the engine's load and acknowledgement. `loop`:
+    the event loop an engine is bound to (vLLM's), else each call runs on a fresh one."""
+    arun = loop.run_until_complete if loop is not None else asyncio.run
     pub, load = [], []
     for v in range(2, 2 + reps + 1):
         executor.policy.adapter_version = v
         sync()
         t0 = time.perf_counter()
-        update = asyncio.run(executor.adapter_update(with_probe=backend.needs_probe))
+        update = arun(executor.adapter_update(with_probe=backend.needs_probe))
         t1 = time.perf_counter()
-        acked = asyncio.run(backend.load_adapter(update))
+        acked = arun(backend.load_adapter(update))
         sync()
         t2 = time.perf_counter()
         assert acked == v, (acked, v)

@@ -1,7 +1,9 @@
-"""Generation on one GPU: the engine's TorchBackend against HF generate + PEFT; adapter sync.
+"""Generation on one GPU: the engine's TorchBackend and vLLM against HF generate + PEFT;
+logprob parity against the trainer; adapter sync.
 
     python3 bench/gpu/rollout.py        # static+compile, static, dynamic, HF generate + PEFT
     python3 bench/gpu/rollout.py --decodes static+compile,static --profile
+    python3 bench/gpu/rollout.py --decodes static+compile,vllm --profile   # needs vLLM
 
 Tokens a second at --batch rows (--batch / --group prompts of --prompt-len tokens, --group
 samples each, --new-tokens each; LoRA r=16 unmerged) of the engine with each decode path of
@@ -14,17 +16,23 @@ leaves it out), against that HF row and, on the Qwen3-0.6B shape, issue 10's fig
 also the positions a program of its split kernel covers (`x0`: one program a row and KV
 head); `@nocudnn` runs SDPA without cuDNN's kernel; `/overlap` and `/serial` turn the
 engine's overlap on and off (the next decode step launched before the host records this
-one's tokens). --gen-reps times each variant's generate that many times (the median is its
-row). --profile profiles 16 decode steps of the last variant at the timed run's mean
-context (prompt + half the new tokens).
-Then the adapter publication: LocalExecutor.adapter_update, the engine's load and ack.
-Writes rollout.json (and generate_profile.txt, generate_trace.json with --profile) under
---out.
+one's tokens). `vllm` is the vLLM backend (workers/rollout/vllm_backend.py: compiled, with
+CUDA graphs; `vllm+eager` without either) at rollout.gpu_memory_utilization --vllm-memory.
+--gen-reps times each variant's generate that many times (the median is its row). Every
+row's samples are scored by the trainer (a bf16 LoraPolicy with the same adapter):
+token_mult_prob_error of the engine's logprobs against that forward (NeMo-RL's guard: 1.05).
+--profile profiles 16 decode steps of the last torch variant at the timed run's mean
+context (prompt + half the new tokens), and of the vLLM engine (its own profiler, in its
+engine process), each summarised by trace_gaps.py.
+Then, for every engine, the adapter publication: LocalExecutor.adapter_update, the
+engine's load and ack (vLLM's: its version handshake). Writes rollout.json (and
+generate_profile.txt, generate_trace.json, *_kernels.txt with --profile) under --out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import time
 from pathlib import Path
@@ -66,11 +74,96 @@ def forward_only_decode(model, batch: int, prompt_len: int, new: int, vocab: int
     return batch * new / (time.perf_counter() - t0)
 
 
+def mult_prob_error(policy, results) -> float:
+    """token_mult_prob_error of the engine's logprobs against the trainer's forward."""
+    from workers.grpo import token_mult_prob_error
+    from workers.policy import TrainSample, collate
+
+    samples = [
+        TrainSample(r.prompt_ids, s.token_ids, s.logprobs, s.versions, 0.0)
+        for r in results
+        for s in r.samples
+        if s.token_ids
+    ]
+    batch = collate(samples, policy.tokenizer.pad_token_id).to(policy.device)
+    policy.model.eval()
+    with torch.no_grad():
+        lp, _ = policy.token_logprobs(batch)
+    return float(token_mult_prob_error(batch.lp_roll, lp, batch.mask))
+
+
+def start_vllm(model_dir: Path, args, variant: str, out: Path):
+    """The vLLM backend as a run starts it; with --profile, its engine process profiles
+    what `engine.start_profile()` .. `stop_profile()` encloses into out/vllm_trace."""
+    import vllm
+
+    from workers.rollout.vllm_backend import VllmBackend
+    from workers.spec import parse_spec
+
+    over = {
+        "rollout.backend": "vllm",
+        "rollout.max_new_tokens": args.new_tokens,
+        "rollout.gpu_memory_utilization": args.vllm_memory,
+        "rollout.enforce_eager": variant.endswith("+eager"),
+    }
+    make_args = vllm.AsyncEngineArgs
+    if args.profile:  # the backend takes no profiler settings: added to its engine args here
+        from vllm.config import ProfilerConfig
+
+        vllm.AsyncEngineArgs = functools.partial(
+            make_args,
+            profiler_config=ProfilerConfig(
+                profiler="torch",
+                torch_profiler_dir=str((out / "vllm_trace").resolve()),
+                torch_profiler_with_stack=False,
+                torch_profiler_use_gzip=False,
+                ignore_frontend=True,  # our own process: the trainer's, not the engine's
+            ),
+        )
+    t0 = time.perf_counter()
+    try:
+        backend = VllmBackend(parse_spec(base_spec(model_dir, **over)), model_dir)
+    finally:
+        vllm.AsyncEngineArgs = make_args
+    return backend, time.perf_counter() - t0
+
+
+def torch_variant(model_dir: Path, spec, variant: str, defaults: dict):
+    """decode[:attention][+compile][@nocudnn][%BLOCKxWARPS[xCHUNK]][/overlap|/serial]:
+    static:bmm+compile; @nocudnn: SDPA without cuDNN's kernel (torch picks another, the
+    memory-efficient one with a mask); %: the Triton decode attention's launch
+    (decode_attention.CONFIG); /overlap, /serial: backend.overlap on, off (the next step
+    launched before the host records this one's tokens, or after)."""
+    from workers.rollout import decode_attention
+    from workers.rollout.torch_engine import TorchBackend
+
+    variant_, _, flags = variant.partition("/")
+    variant_, _, config = variant_.partition("%")
+    decode_attention.CONFIG.update(defaults)
+    if config:
+        block, warps, *chunk = config.split("x")
+        decode_attention.CONFIG.update(BLOCK=int(block), num_warps=int(warps))
+        if chunk:
+            decode_attention.CONFIG.update(CHUNK=int(chunk[0]))
+    base_variant, _, sdpa = variant_.partition("@")
+    torch.backends.cuda.enable_cudnn_sdp(sdpa != "nocudnn")
+    decode, _, attention = base_variant.partition("+")[0].partition(":")
+    over = {"decode": decode, "compile": base_variant.endswith("+compile")}
+    spec = spec.model_copy(update={"rollout": spec.rollout.model_copy(update=over)})
+    backend = TorchBackend(spec, model_dir)
+    if attention:  # graphs are captured on first use: the choice holds from the start
+        backend.decoder.attention = attention
+    if flags in ("serial", "overlap"):
+        backend.overlap = flags == "overlap"
+    return backend, decode
+
+
 def part_rollout(model_dir: Path, args, out: Path) -> dict:
+    from trace_gaps import summarize
+
     from workers.loop.executor import LocalExecutor
     from workers.policy import LoraPolicy
-    from workers.rollout import AdapterUpdate
-    from workers.rollout.torch_engine import TorchBackend
+    from workers.rollout import decode_attention
     from workers.spec import parse_spec
 
     vocab, groups, n = args.vocab, args.batch // args.group, args.group
@@ -80,60 +173,58 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
             model_dir, **{"rollout.max_new_tokens": new, "rollout.max_batch_size": args.batch}
         )
     )
-    res: dict = {"batch": args.batch, "prompt_len": p_len, "new_tokens": new}
+    res: dict = {"batch": args.batch, "prompt_len": p_len, "new_tokens": new, "sync": {}}
     rows = []
-    adapter = None
-    # the engine with each decode path, side by side (static: the default on a GPU)
-    # decode[:attention][+compile][@nocudnn]: static:bmm+compile; @nocudnn: SDPA without
-    # cuDNN's kernel (torch picks another, the memory-efficient one with a mask)
-    # %BLOCKxWARPS[xCHUNK]: the Triton decode attention's launch (decode_attention.CONFIG)
-    # /overlap, /serial: backend.overlap on, off (the next step launched before the host
-    # records this one's tokens, or after)
-    from workers.rollout import decode_attention
-
+    # one event loop for every engine: vLLM's is bound to the loop it first ran on
+    loop = asyncio.new_event_loop()
+    arun = loop.run_until_complete
+    # the trainer: the adapter every engine serves, the forward that scores their
+    # logprobs, and the publisher of the adapter sync
+    policy = LoraPolicy(spec, model_dir)
+    adapter = random_adapter(policy.model)
+    policy.load_adapter_tensors(adapter, 1)
+    executor = LocalExecutor(policy)
+    update = arun(executor.adapter_update(with_probe=True))  # the probe: vLLM checks it
     default_config = dict(decode_attention.CONFIG)
-    for variant in args.decodes.split(","):
-        variant_, _, flags = variant.partition("/")
-        variant_, _, config = variant_.partition("%")
-        decode_attention.CONFIG.update(default_config)
-        if config:
-            block, warps, *chunk = config.split("x")
-            decode_attention.CONFIG.update(BLOCK=int(block), num_warps=int(warps))
-            if chunk:
-                decode_attention.CONFIG.update(CHUNK=int(chunk[0]))
-        base_variant, _, sdpa = variant_.partition("@")
-        torch.backends.cuda.enable_cudnn_sdp(sdpa != "nocudnn")
-        decode, _, attention = base_variant.partition("+")[0].partition(":")
-        over = {"decode": decode, "compile": base_variant.endswith("+compile")}
-        spec = spec.model_copy(update={"rollout": spec.rollout.model_copy(update=over)})
-        backend = TorchBackend(spec, model_dir)
-        if attention:  # graphs are captured on first use: the choice holds from the start
-            backend.decoder.attention = attention
-        if flags in ("serial", "overlap"):
-            backend.overlap = flags == "overlap"
-        adapter = adapter or random_adapter(backend.model)
-        asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter)))
+    variants = args.decodes.split(",")
+    out.mkdir(parents=True, exist_ok=True)
+    # --profile: the last variant of each engine
+    last = {v.startswith("vllm"): i for i, v in enumerate(variants)}
+    profiled = set(last.values())
+    for i, variant in enumerate(variants):
+        startup = None
+        if variant.startswith("vllm"):
+            backend, startup = start_vllm(model_dir, args, variant, out)
+            name = f"vLLM {backend._vllm.__version__}, {variant}"
+            decode = "vllm"
+        else:
+            backend, decode = torch_variant(model_dir, spec, variant, default_config)
+            name = f"engine TorchBackend, decode {variant}"
+        policy.adapter_version = 1
+        arun(backend.load_adapter(update))
         # warm-up: kernels, allocator, cache shapes, and (static) the CUDA graphs of every
         # batch bucket and attention extent the timed run meets
-        asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab, seed=99)))
+        arun(backend.generate(gen_requests(groups, n, p_len, new, vocab, seed=99)))
         sync()
         times = []
         for _ in range(args.gen_reps):
             t0 = time.perf_counter()
-            results = asyncio.run(backend.generate(gen_requests(groups, n, p_len, new, vocab)))
+            results = arun(backend.generate(gen_requests(groups, n, p_len, new, vocab)))
             sync()
             times.append(time.perf_counter() - t0)
         dt = sorted(times)[len(times) // 2]
         toks = sum(len(s.token_ids) for r in results for s in r.samples)
         rows.append(
             {
-                "name": f"engine TorchBackend, decode {variant}, LoRA r16, batch {args.batch}",
+                "name": f"{name}, LoRA r16, batch {args.batch}",
                 "tok_s": toks / dt,
                 "tokens": toks,
                 "s": dt,
                 "all_tok_s": [toks / x for x in times],
                 "ms_per_step": dt / new * 1e3,
                 "peak_gb": peak_gb(),
+                "mult_prob_error": mult_prob_error(policy, results),
+                **({"startup_s": startup} if startup is not None else {}),
             }
         )
         print(rows[-1], flush=True)
@@ -145,41 +236,45 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
                 }
             )
             print(rows[-1], flush=True)
-        if variant != args.decodes.split(",")[-1]:
-            asyncio.run(backend.close())
-            del backend
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-    if args.profile and torch.cuda.is_available():
-        from torch.profiler import ProfilerActivity, profile
+        if args.profile and torch.cuda.is_available() and i in profiled:
+            # at the timed run's mean context: its average step
+            reqs = gen_requests(groups, n, p_len + new // 2, 16, vocab, seed=5)
+            arun(backend.generate(reqs))  # graphs of these extents captured first
+            if decode == "vllm":
+                arun(backend.engine.start_profile())
+                arun(backend.generate(reqs))
+                arun(backend.engine.stop_profile())
+                traces = sorted(
+                    (out / "vllm_trace").rglob("*.json*"), key=lambda f: f.stat().st_size
+                )
+                if traces:  # the engine process's: the larger one
+                    (out / "vllm_kernels.txt").write_text(summarize(traces[-1]))
+            else:
+                from torch.profiler import ProfilerActivity, profile
 
-        # at the timed run's mean context: its average step
-        reqs = gen_requests(groups, n, p_len + new // 2, 16, vocab, seed=5)
-        asyncio.run(backend.generate(reqs))  # graphs of these extents captured first
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            asyncio.run(backend.generate(reqs))
-            sync()
-        (out / "generate_profile.txt").write_text(
-            prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
-            + "\n\n"
-            + prof.key_averages().table(sort_by="cuda_time_total", row_limit=60)
-        )
-        prof.export_chrome_trace(str(out / "generate_trace.json"))
-
-    # adapter sync: the trainer publishes (LocalExecutor.adapter_update), the engine loads
-    policy = LoraPolicy(spec, model_dir)
-    policy.load_adapter_tensors(adapter, 1)
-    executor = LocalExecutor(policy)
-    res["sync"] = time_adapter_sync(executor, backend, args.reps)
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                    arun(backend.generate(reqs))
+                    sync()
+                (out / "generate_profile.txt").write_text(
+                    prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+                    + "\n\n"
+                    + prof.key_averages().table(sort_by="cuda_time_total", row_limit=60)
+                )
+                prof.export_chrome_trace(str(out / "generate_trace.json"))
+                (out / "torch_kernels.txt").write_text(summarize(out / "generate_trace.json"))
+        # adapter sync: the trainer publishes (LocalExecutor.adapter_update), the engine loads
+        res["sync"][name] = time_adapter_sync(executor, backend, args.reps, loop)
+        arun(backend.close())
+        del backend
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     t0 = time.perf_counter()
     for _ in range(5):
         policy.adapter_tensors()
     sync()
-    res["sync"]["tensors_only_s"] = (time.perf_counter() - t0) / 5
+    tensors_only_s = (time.perf_counter() - t0) / 5
     del policy, executor
-    asyncio.run(backend.close())
-    del backend
     reset_peak()
 
     if args.baseline:
@@ -228,13 +323,18 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
                 f"{r['tok_s'] / ISSUE['gen_hf_static_lora']:.2f}x",
             )
         table([row])
-    s = res["sync"]
-    print(
-        f"\nadapter sync ({s['adapter_params'] / 1e6:.1f}M parameters): publish "
-        f"{s['publish_s'] * 1e3:.1f} ms (tensors alone {s['tensors_only_s'] * 1e3:.1f} ms), "
-        f"engine load + ack {s['load_s'] * 1e3:.1f} ms, total "
-        f"{(s['publish_s'] + s['load_s']) * 1e3:.1f} ms (goal ≤ 50)"
-    )
+    for r in rows:
+        if "mult_prob_error" in r:
+            print(f"token_mult_prob_error against the trainer, {r['name']}: "
+                  f"{r['mult_prob_error']:.4f} (guard 1.05)")  # fmt: skip
+    for name, s in res["sync"].items():
+        s["tensors_only_s"] = tensors_only_s
+        print(
+            f"adapter sync, {name} ({s['adapter_params'] / 1e6:.1f}M parameters): publish "
+            f"{s['publish_s'] * 1e3:.1f} ms (tensors alone {tensors_only_s * 1e3:.1f} ms), "
+            f"engine load + ack {s['load_s'] * 1e3:.1f} ms, total "
+            f"{(s['publish_s'] + s['load_s']) * 1e3:.1f} ms"
+        )
     return res
 
 
@@ -250,6 +350,9 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--gen-reps", type=int, default=1, help="timed generates a variant")
+    ap.add_argument(
+        "--vllm-memory", type=float, default=0.5, help="vllm: rollout.gpu_memory_utilization"
+    )
     run(part_rollout, ap.parse_args())
 
 

@@ -133,8 +133,9 @@ def test_livez_answers_without_touching_dependencies(client):
 
 def test_the_ray_executor_job_reserves_no_gpu_of_its_own():
     from paddock.clusters.placement import entrypoint_resources
+    from workers.spec import ResourcesSpec
 
-    ray = {"executor": "ray", "trainer_gpus": 2, "trainer_cpus": 4}
-    local = {"executor": "local", "trainer_gpus": 1, "trainer_cpus": 2}
+    ray = ResourcesSpec(executor="ray", trainer_gpus=2, trainer_cpus=4)
+    local = ResourcesSpec(executor="local", trainer_gpus=1, trainer_cpus=2)
     assert entrypoint_resources(ray) == {"num_cpus": 0.1, "num_gpus": 0.0}
     assert entrypoint_resources(local) == {"num_cpus": 2.0, "num_gpus": 1.0}

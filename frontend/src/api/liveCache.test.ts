@@ -14,7 +14,8 @@ const cursor = { dispatch: 1, seq: 1 };
 /** A stream that has reported run 1 running at step 7 with reward 0.5. */
 function streamed(): Map<number, RunLive> {
   const runs = new Map<number, RunLive>();
-  applyMessage(runs, { type: "state", run_id: 1, cursor, state: "running", desired_state: "running", step: 3, total_steps: 40 });
+  applyMessage(runs, { type: "state", run_id: 1, cursor, state: "running", desired_state: "running", step: 3, total_steps: 40,
+    detail: "" });
   applyMessage(runs, { type: "metrics", run_id: 1, cursor, steps: [{ step: 7, time: 1, values: { "reward/mean": 0.5 } }] });
   return runs;
 }
@@ -68,12 +69,13 @@ describe("invalidateFor", () => {
   it("makes the checkpoint list stale when one is written or the state moves", () => {
     const client = newQueryClient();
     for (const id of [1, 2]) client.setQueryData(queryKeys.runs.checkpoints(id), []);
-    invalidateFor(client, { type: "checkpoint", run_id: 1, cursor, step: 30 });
+    invalidateFor(client, { type: "checkpoint", run_id: 1, cursor, step: 30, uri: "file:///a/30", adapter_version: 30 });
     expect(client.getQueryState(queryKeys.runs.checkpoints(1))!.isInvalidated).toBe(true);
     expect(client.getQueryState(queryKeys.runs.checkpoints(2))!.isInvalidated).toBe(false);
-    invalidateFor(client, { type: "log", run_id: 2, cursor, time: 1, level: "info", message: "x" });
+    invalidateFor(client, { type: "log", run_id: 2, cursor, id: 5, time: 1, level: "info", message: "x", kind: "log" });
     expect(client.getQueryState(queryKeys.runs.checkpoints(2))!.isInvalidated).toBe(false);
-    invalidateFor(client, { type: "state", run_id: 2, cursor, state: "paused", desired_state: "paused" });
+    invalidateFor(client, { type: "state", run_id: 2, cursor, state: "paused", desired_state: "paused", step: 3,
+      total_steps: 40, detail: "" });
     expect(client.getQueryState(queryKeys.runs.checkpoints(2))!.isInvalidated).toBe(true);
   });
 });

@@ -1,15 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { afterParam, applyMessage, mergeSampleSets, oldestLogId, prependOlderLogs, type RunLive } from "./liveStore";
+import type { LiveRun } from "./types";
 
 describe("applyMessage", () => {
   it("builds a run's view from a snapshot, then live metrics, state and logs", () => {
     const runs = new Map<number, RunLive>();
     applyMessage(runs, {
       type: "snapshot", run_id: 7, cursor: { dispatch: 1, seq: 42 },
-      run: { state: "running", desired_state: "running", step: 2, total_steps: 200 },
+      run: runFields({ step: 2, total_steps: 200 }),
       latest: { "reward/mean": 0.15 },
       points: { "reward/mean": [[1, 0.12, 100], [2, 0.15, 101]] },
-      logs: [{ time: 99, level: "info", message: "started", kind: "status" }],
+      logs: [{ id: 30, time: 99, level: "info", message: "started", kind: "status" }],
+      samples: [],
     });
     applyMessage(runs, {
       type: "metrics", run_id: 7, cursor: { dispatch: 1, seq: 43 },
@@ -17,9 +19,10 @@ describe("applyMessage", () => {
     });
     applyMessage(runs, {
       type: "state", run_id: 7, cursor: { dispatch: 1, seq: 44 }, state: "paused",
-      desired_state: "paused", detail: "checkpoint at step 3",
+      desired_state: "paused", step: 3, total_steps: 200, detail: "checkpoint at step 3",
     });
-    applyMessage(runs, { type: "log", run_id: 7, cursor: { dispatch: 1, seq: 44 }, time: 103, level: "info", message: "paused" });
+    applyMessage(runs, { type: "log", run_id: 7, cursor: { dispatch: 1, seq: 44 }, id: 31, time: 103, level: "info",
+      message: "paused", kind: "log" });
     const live = runs.get(7)!;
     expect(live.series.get("reward/mean")!.value).toEqual([0.12, 0.15, 0.2]);
     expect(live.series.get("kl")!.step).toEqual([3]);
@@ -30,7 +33,7 @@ describe("applyMessage", () => {
       ["state", "started"], ["state", "running → paused"], ["info", "paused"],
     ]);
     // the stored status row, when it comes, takes the provisional line's place
-    applyMessage(runs, { type: "log", run_id: 7, cursor: { dispatch: 1, seq: 45 }, time: 104, level: "info",
+    applyMessage(runs, { type: "log", run_id: 7, cursor: { dispatch: 1, seq: 45 }, id: 32, time: 104, level: "info",
       message: "running → paused: checkpoint", kind: "status" });
     expect(live.logs.map((l) => l.message)).toEqual(["started", "paused", "running → paused: checkpoint"]);
     expect(afterParam(runs, true)).toBe("1:45");
@@ -45,7 +48,7 @@ describe("applyMessage", () => {
 
   it("ignores error messages", () => {
     const runs = new Map<number, RunLive>();
-    expect(applyMessage(runs, { type: "error", code: "forbidden", message: "no" })).toBeNull();
+    expect(applyMessage(runs, { type: "error", code: "forbidden", message: "no", field: null })).toBeNull();
     expect(runs.size).toBe(0);
   });
 
@@ -54,7 +57,7 @@ describe("applyMessage", () => {
     const item = (prompt: string) => ({ prompt, completion: "4", reward: 1, advantage: 0.5 });
     applyMessage(runs, {
       type: "snapshot", run_id: 7, cursor: { dispatch: 1, seq: 9 },
-      run: { state: "running", desired_state: "running", step: 4, total_steps: 10 }, latest: {}, points: {},
+      run: runFields({ step: 4, total_steps: 10 }), latest: {}, points: {},
       logs: [{ id: 31, time: 99, level: "info", message: "a", kind: "log" }],
       samples: [{ step: 3, items: [item("p3")] }, { step: 4, items: [item("p4")] }],
     });
@@ -64,14 +67,19 @@ describe("applyMessage", () => {
     expect(live.logs[0].id).toBe(31);
     expect(live.olderLogs).toBe(false); // 1 line: the snapshot holds all there is
     applyMessage(runs, { ...snapshotOf(7), logs: Array.from({ length: 100 }, (_, i) =>
-      ({ id: 100 + i, time: 1, level: "info", message: `l${i}` })) });
+      ({ id: 100 + i, time: 1, level: "info" as const, message: `l${i}`, kind: "log" as const })) });
     expect(runs.get(7)!.olderLogs).toBe(true); // a full snapshot: older lines may be stored
   });
 });
 
+function runFields(progress: { step: number; total_steps: number }): LiveRun {
+  return { state: "running", desired_state: "running", ...progress, backend: "torch", seed: 0, error: "",
+    queued_reason: "" };
+}
+
 function snapshotOf(runId: number) {
   return { type: "snapshot" as const, run_id: runId, cursor: { dispatch: 1, seq: 1 },
-    run: { state: "running" as const, desired_state: "running" as const, step: 0, total_steps: 1 }, latest: {}, points: {} };
+    run: runFields({ step: 0, total_steps: 1 }), latest: {}, points: {}, logs: [], samples: [] };
 }
 
 describe("mergeSampleSets", () => {

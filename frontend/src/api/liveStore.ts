@@ -3,6 +3,9 @@
 import { emptySeries, mergePoints, type Point, type Series } from "../charts/series";
 import type { Cursor, LiveMessage, LiveRun, LogRow, RunEventRow, Sample } from "./types";
 
+/** What the view keeps of a run's state: what `state` messages carry as well as snapshots. */
+export type RunProgress = Pick<LiveRun, "state" | "desired_state" | "step" | "total_steps">;
+
 export interface LogLine {
   /** the stored event's id (absent on a line written here from a `state` message) */
   id?: number;
@@ -12,7 +15,7 @@ export interface LogLine {
 }
 
 export interface RunLive {
-  run: LiveRun | null;
+  run: RunProgress | null;
   detail: string;
   latest: Record<string, number>;
   series: Map<string, Series>;
@@ -53,19 +56,20 @@ function pushLogs(live: RunLive, rows: readonly LogRow[]): void {
 
 /** Applies one server message in place. Returns the run it touched (null: none). */
 export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): number | null {
-  if (msg.type === "error" || msg.run_id === undefined) return null;
+  if (msg.type === "error") return null;
   let live = runs.get(msg.run_id);
   if (!live) { live = emptyRunLive(); runs.set(msg.run_id, live); }
-  if (msg.cursor) live.cursor = msg.cursor;
+  live.cursor = msg.cursor;
   switch (msg.type) {
     case "snapshot": {
-      live.run = { ...msg.run };
+      const { state, desired_state, step, total_steps } = msg.run;
+      live.run = { state, desired_state, step, total_steps };
       live.latest = { ...msg.latest };
-      for (const [key, rows] of Object.entries(msg.points ?? {})) mergePoints(series(live, key), rows);
+      for (const [key, rows] of Object.entries(msg.points)) mergePoints(series(live, key), rows);
       live.logs = [];
-      pushLogs(live, msg.logs ?? []);
-      live.olderLogs = (msg.logs?.length ?? 0) >= SNAPSHOT_LOGS;
-      live.samples = mergeSampleSets(live.samples, msg.samples ?? []);
+      pushLogs(live, msg.logs);
+      live.olderLogs = msg.logs.length >= SNAPSHOT_LOGS;
+      live.samples = mergeSampleSets(live.samples, msg.samples);
       break;
     }
     case "metrics": {
@@ -90,10 +94,8 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
       if (previous && previous !== msg.state) {
         live.logs.push({ time: Date.now() / 1000, level: "state", message: `${previous} → ${msg.state}`, provisional: true });
       }
-      const base: LiveRun = live.run ?? { state: msg.state, desired_state: msg.desired_state, step: 0, total_steps: 0 };
-      live.run = { ...base, state: msg.state, desired_state: msg.desired_state,
-        step: msg.step ?? base.step, total_steps: msg.total_steps ?? base.total_steps };
-      live.detail = msg.detail ?? "";
+      live.run = { state: msg.state, desired_state: msg.desired_state, step: msg.step, total_steps: msg.total_steps };
+      live.detail = msg.detail;
       break;
     }
     case "log": {

@@ -1,8 +1,10 @@
 // Friendly names for the shapes of the REST API (platform/paddock/api) and the live stream
 // (docs/live-protocol.md). The REST shapes come from the OpenAPI schema, generated into
 // schema.gen.ts (scripts/api-types.sh; make test fails when it drifts from the serializers);
-// what is written by hand here is what the schema cannot say: the session endpoints (not
-// DRF), the websocket messages, and the inside of JSON fields (a spec, sample items).
+// the websocket's messages come from the platform's models the same way (live.gen.ts); what
+// is written by hand here is what neither can say: the session endpoints (not DRF) and the
+// inside of JSON fields (a spec, sample items).
+import type { components as LiveComponents } from "./live.gen";
 import type { components, operations } from "./schema.gen";
 
 type Schemas = components["schemas"];
@@ -18,7 +20,7 @@ export { BACKENDS, RUN_STATES, TERMINAL_RUN_STATES } from "./names.gen";
 
 export type RunState = Schemas["StateEnum"];
 export type DesiredState = Schemas["DesiredStateEnum"];
-export type RunAction = "pause" | "resume" | "abort";
+export type RunAction = Live["ControlMessage"]["action"];
 
 export interface User { id: number; username: string; email?: string; is_staff?: boolean }
 export interface TeamRef { id: number; name: string; slug: string; role: Role }
@@ -121,23 +123,27 @@ export type SampleSetRow = Omit<Sent<Schemas["SampleSet"]>, "items"> & { items: 
 export type SampleSetPage = Omit<Schemas["SampleSetPage"], "results"> & { results: SampleSetRow[] };
 
 // ---- live stream -------------------------------------------------------------------------
+// The websocket's messages are generated from the platform's models (workers/live_messages.py
+// → live.gen.ts, by scripts/api-types.sh); only the inside of a sample set is said here.
 
-export interface LiveRun {
-  state: RunState; desired_state: DesiredState; step: number; total_steps: number;
-  error?: string; queued_reason?: string;
-}
+type Live = LiveComponents["schemas"];
+type WithSamples<T> = Omit<T, "items"> & { items: Sample[] };
 
-export interface LogRow { id?: number; time: number; level: string; message: string; kind?: "log" | "status" }
+/** A run's state and progress in a snapshot. */
+export type LiveRun = Live["RunFields"];
+/** A stored log line or status change, as a snapshot or a `log` message carries it. */
+export type LogRow = Live["LogRow"];
+export type StepSamples = WithSamples<Live["StepSamples"]>;
 
+/** What the server sends (docs/live-protocol.md). */
 export type LiveMessage =
-  | { type: "snapshot"; run_id: number; cursor: Cursor; run: LiveRun; latest: Record<string, number>;
-      points: Record<string, [number, number, number][]>; logs?: LogRow[];
-      samples?: { step: number; items: Sample[] }[] }
-  | { type: "metrics"; run_id: number; cursor: Cursor;
-      steps: { step: number; time: number; values: Record<string, number> }[] }
-  | { type: "state"; run_id: number; cursor: Cursor; state: RunState; desired_state: DesiredState;
-      detail?: string; step?: number; total_steps?: number }
-  | ({ type: "log"; run_id: number; cursor: Cursor } & LogRow)
-  | { type: "checkpoint"; run_id: number; cursor: Cursor; step: number; uri?: string; adapter_version?: number }
-  | { type: "samples"; run_id: number; cursor: Cursor; step: number; items: Sample[] }
-  | { type: "error"; run_id?: number; code: string; message: string };
+  | (Omit<Live["SnapshotMessage"], "samples"> & { samples: StepSamples[] })
+  | Live["MetricsMessage"]
+  | Live["StateMessage"]
+  | Live["LogMessage"]
+  | WithSamples<Live["SamplesMessage"]>
+  | Live["CheckpointMessage"]
+  | Live["ErrorMessage"];
+
+/** What a viewer sends: a control, naming the run on an experiment's stream. */
+export type ControlMessage = Live["ControlMessage"];

@@ -140,7 +140,7 @@ def _taken_since_report(cluster: RayCluster, run: Run) -> list:
     taken = [
         b
         for other in others.exclude(ray_submission_id__startswith="paddock-pool-")
-        for b in run_bundles(other.config.spec.get("resources", {}))
+        for b in run_bundles(other.config.run_spec.resources)
     ]
     # a pool's job holds what its dispatch reserved once, however many members joined it
     pools_started = Pool.objects.filter(
@@ -158,7 +158,7 @@ def cluster_pick(*, run: Run) -> tuple[RayCluster | None, str | None]:
     candidates = _candidates(run)
     if not candidates:
         return None, f"waiting for a healthy cluster that runs the {run.backend} backend"
-    bundles = run_bundles(run.config.spec.get("resources", {}))
+    bundles = run_bundles(run.config.run_spec.resources)
     reasons = []
     for cluster in candidates:
         snapshot = snapshot_less(cluster.resources or {}, _taken_since_report(cluster, run))
@@ -215,7 +215,6 @@ def _queue_reason(run: Run, reason: str) -> None:
 
 
 def _order(run: Run, cluster: RayCluster) -> DispatchOrder:
-    resources = run.config.spec.get("resources", {})
     env = {
         "PADDOCK_PUBLIC_URL": settings.PADDOCK_PUBLIC_URL,
         "PADDOCK_RUN_ID": str(run.pk),
@@ -231,7 +230,7 @@ def _order(run: Run, cluster: RayCluster) -> DispatchOrder:
         submission_id=run.ray_submission_id,
         cluster_id=cluster.pk,
         address=cluster.address,
-        **entrypoint_resources(resources),
+        **entrypoint_resources(run.config.run_spec.resources),
         env=env,
     )
 
@@ -258,7 +257,7 @@ def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
         # every dispatch of the team takes its quota's row, so that its check counts what
         # the dispatch before took (two solo runs checked at once would both fit)
         quota_lock(team_id=run.team_id)
-        if pools.pool_asked(run.config.spec):
+        if pools.pool_asked(run.config.run_spec):
             return _pool_prepare(run)
         reason = quota_refusal(run=run)
         cluster = None
@@ -310,8 +309,8 @@ def _pool_fit(run: Run, asked: str) -> tuple[Pool | None, str | None]:
     full, of another key or on a cluster the run may not use is waited for; with none (or
     none fitting, for `auto`: an `auto` pool, of any team's runs) a new pool is started
     (reason None)."""
-    spec = run.config.spec
-    weight = pools.weight_of(spec)
+    spec = run.config.run_spec
+    weight = spec.resources.pool_weight
     allowed = {c.pk for c in _candidates(run)}
     live = (
         Pool.objects.select_for_update()
@@ -355,15 +354,16 @@ def _pool_start(run: Run, asked: str) -> tuple[Pool | None, str | None]:
     """A new pool (or the named pool's next dispatch) on a cluster that can place the run
     now, with the run's key; or None and why it waits. A named pool is the run's team's.
     The founder counts for the whole pool (its share alone: what the pool's job reserves)."""
-    reason = quota_refusal(run=run, gpus=pools.reserved_gpus(run.config.spec))
+    spec = run.config.run_spec
+    reason = quota_refusal(run=run, gpus=pools.reserved_gpus(spec))
     cluster = None
     if reason is None:
         cluster, reason = cluster_pick(run=run)
     if reason is not None:
         return None, reason
-    resources = entrypoint_resources(run.config.spec.get("resources", {}))
+    resources = entrypoint_resources(spec.resources)
     fields = {
-        "cluster": cluster, "key": pools.key_for(run.config.spec, cluster),
+        "cluster": cluster, "key": pools.key_for(spec, cluster),
         "capacity": pools.capacity_of(cluster), "state": Pool.State.STARTING,
         "bootstrapped_at": None, "token_prefix": "", "token_hashed": "", **resources,
     }  # fmt: skip
@@ -391,7 +391,7 @@ def _pool_prepare(run: Run) -> DispatchOrder | None:
     The team's dispatches go one at a time (dispatch_prepare locked its quota's row): a new
     named pool is made once, by the first, and the next finds it; and each checks the team's
     GPUs with what the one before took."""
-    asked = pools.pool_asked(run.config.spec)
+    asked = pools.pool_asked(run.config.run_spec)
     pool, reason = _pool_fit(run, asked)
     if pool is None and reason is None:
         pool, reason = _pool_start(run, asked)
@@ -404,7 +404,7 @@ def _pool_prepare(run: Run) -> DispatchOrder | None:
         ray_submission_id=pool.ray_submission_id,
     )  # fmt: skip
     run.refresh_from_db()
-    weight = pools.weight_of(run.config.spec)
+    weight = run.config.run_spec.resources.pool_weight
     pools.member_join(pool=pool, run=run, dispatch=dispatch, weight=weight)
     run_transition(run=run, to_state=S.DISPATCHING, dispatch=dispatch, reason=f"pool {pool.name}")
     return _pool_order(pool, run)

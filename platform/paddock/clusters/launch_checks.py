@@ -11,22 +11,24 @@ from django.db.models import Q
 
 from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.configs import spec_gpus
+from workers.pool.key import unpoolable
+from workers.spec import RunSpec
 
 from .environments import offered_environments, spec_environment
 from .models import RayCluster
 from .placement import never_placeable, run_bundles
-from .pools import capacity_of, least_gpus, pool_asked, unpoolable_reason
+from .pools import capacity_of, least_gpus, pool_asked
 
 
 def launch_check(
-    *, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]
+    *, team_id: int, cluster_id: int | None, runs: list[tuple[str, RunSpec]]
 ) -> list[float]:
     """`runs`: (backend, effective spec) of each planned run. Raises DomainError. Returns,
     for each run, the least GPUs it can count for in its team's usage: a run of its own
     what it asks for, a pooled run its least share on the clusters that can place it (one
     place of the largest pool they start, for `auto`)."""
     for _, spec in runs:
-        why = unpoolable_reason(spec) if pool_asked(spec) else None
+        why = unpoolable(spec) if pool_asked(spec) else None
         if why is not None:
             raise DomainError(ErrorCode.INVALID, why, field="spec.resources.pool")
     backends = list(dict.fromkeys(backend for backend, _ in runs))
@@ -95,7 +97,7 @@ def _check_environments(
 
 
 def _check_placement(
-    *, clusters: list[RayCluster], runs: list[tuple[str, dict]]
+    *, clusters: list[RayCluster], runs: list[tuple[str, RunSpec]]
 ) -> list[list[RayCluster]]:
     """Refuse a run that no cluster it may go to could ever place (more GPUs or CPUs than
     the cluster has, or a bundle bigger than its largest node), naming the setting. A
@@ -104,7 +106,7 @@ def _check_placement(
     each run's clusters that can place it."""
     placing = []
     for backend, spec in runs:
-        bundles = run_bundles(spec["resources"])
+        bundles = run_bundles(spec.resources)
         refusals, where = [], []
         for cluster in clusters:
             if backend not in cluster.backends:

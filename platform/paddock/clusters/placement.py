@@ -1,4 +1,6 @@
 """Can a cluster place a run: ever (its totals), and now (what is free). Pure functions.
+A run's asks are read from its spec's `resources` (ResourcesSpec), whose defaults are the
+spec's own.
 
 A run asks for bundles of CPUs and GPUs, each of which Ray must place whole on one node:
 with the in-process executor one bundle (the job's driver holds the trainer's share, see
@@ -14,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workers.spec import ResourcesSpec
+
 RESOURCES = ("GPU", "CPU")  # the order in which a shortfall is reported
 DRIVER_CPUS = 0.1  # the Ray executor's driver only waits on its actors
 _EPS = 1e-9
@@ -28,18 +32,14 @@ class Bundle:
     settings: dict[str, str]  # resource → the spec setting that asks for it
 
 
-def run_bundles(resources: dict[str, Any]) -> list[Bundle]:
-    """The bundles of a run's `resources` section (normalized spec)."""
-    cpus, gpus = float(resources.get("trainer_cpus", 1)), float(resources.get("trainer_gpus", 0))
+def run_bundles(resources: ResourcesSpec) -> list[Bundle]:
+    """The bundles of a run's `resources` section."""
+    cpus, gpus = float(resources.trainer_cpus), float(resources.trainer_gpus)
     trainer_settings = {"CPU": "resources.trainer_cpus", "GPU": "resources.trainer_gpus"}
-    if resources.get("executor", "local") != "ray":
+    if resources.executor != "ray":
         return [Bundle("the job's driver", {"CPU": cpus, "GPU": gpus}, trainer_settings)]
-    actors = max(1, int(resources.get("trainer_actors", 1)))
-    replicas = max(1, int(resources.get("rollout_replicas", 1)))
-    rollout = {
-        "CPU": float(resources.get("rollout_cpus", 1)),
-        "GPU": float(resources.get("rollout_gpus", 0)),
-    }
+    actors, replicas = resources.trainer_actors, resources.rollout_replicas
+    rollout = {"CPU": float(resources.rollout_cpus), "GPU": float(resources.rollout_gpus)}
     rollout_settings = {"CPU": "resources.rollout_cpus", "GPU": "resources.rollout_gpus"}
     return (
         [Bundle("the job's driver", {"CPU": DRIVER_CPUS, "GPU": 0.0}, {})]
@@ -49,17 +49,14 @@ def run_bundles(resources: dict[str, Any]) -> list[Bundle]:
     )
 
 
-def entrypoint_resources(resources: dict[str, Any]) -> dict[str, float]:
+def entrypoint_resources(resources: ResourcesSpec) -> dict[str, float]:
     """What the job's driver process reserves. With the in-process executor it is the
     trainer and the engine, so it takes the trainer's share; with the Ray executor the
     actors' placement group holds the GPUs and CPUs, and a driver that reserved them too
     would count them twice (and could wait forever for its own group)."""
-    if resources.get("executor", "local") == "ray":
+    if resources.executor == "ray":
         return {"num_cpus": DRIVER_CPUS, "num_gpus": 0.0}
-    return {
-        "num_cpus": float(resources.get("trainer_cpus", 1)),
-        "num_gpus": float(resources.get("trainer_gpus", 0)),
-    }
+    return {"num_cpus": float(resources.trainer_cpus), "num_gpus": float(resources.trainer_gpus)}
 
 
 def _units(amount: float, resource: str) -> str:

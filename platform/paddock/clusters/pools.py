@@ -31,7 +31,7 @@ from paddock.experiments.states import HOLDING
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
 from paddock.teams.services import audit_record
 from workers.job_replies import ListedMember, PoolBootstrap, PoolMembers
-from workers.pool.key import misfit, pool_key, unpoolable
+from workers.pool.key import misfit, pool_key
 from workers.spec import RunSpec
 
 from .bootstrap_tokens import bootstrap_token_for as run_bootstrap_token
@@ -54,9 +54,9 @@ def is_pool_submission(submission_id: str) -> bool:
     return submission_id.startswith("paddock-pool-")
 
 
-def pool_asked(spec: dict) -> str | None:
+def pool_asked(spec: RunSpec) -> str | None:
     """The run's `resources.pool` (`auto` or a name), or None for a run of its own."""
-    return (spec.get("resources") or {}).get("pool") or None
+    return spec.resources.pool
 
 
 def capacity_of(cluster: RayCluster) -> int:
@@ -68,17 +68,13 @@ def capacity_of(cluster: RayCluster) -> int:
     return int(settings.PADDOCK_POOL_CAPACITY)
 
 
-def key_for(spec: dict, cluster: RayCluster) -> dict:
-    return {**pool_key(RunSpec.model_validate(spec)), "cluster": cluster.name}
+def key_for(spec: RunSpec, cluster: RayCluster) -> dict:
+    return {**pool_key(spec), "cluster": cluster.name}
 
 
-def misfit_reason(spec: dict, pool: Pool) -> str | None:
+def misfit_reason(spec: RunSpec, pool: Pool) -> str | None:
     """Why a run of `spec` may not join `pool` (naming the settings that differ), or None."""
-    return misfit(RunSpec.model_validate(spec), pool.key, cluster=pool.key.get("cluster"))
-
-
-def unpoolable_reason(spec: dict) -> str | None:
-    return unpoolable(RunSpec.model_validate(spec))
+    return misfit(spec, pool.key, cluster=pool.key.get("cluster"))
 
 
 # --- members and shares -------------------------------------------------------------------
@@ -107,18 +103,14 @@ def share_gpus(*, pool_gpus: float, weight: float, total_weight: float) -> float
     return pool_gpus * weight / total_weight if total_weight > 0 else 0.0
 
 
-def weight_of(spec: dict) -> float:
-    return float((spec.get("resources") or {}).get("pool_weight", 1.0))
-
-
-def reserved_gpus(spec: dict) -> float:
+def reserved_gpus(spec: RunSpec) -> float:
     """The GPUs the job of a pool started for a run of `spec` reserves (its driver's: a
     pooled run trains and generates in the pool's one process), the same for every run of
     its key (the key holds the GPU settings)."""
-    return entrypoint_resources(spec.get("resources") or {})["num_gpus"]
+    return entrypoint_resources(spec.resources)["num_gpus"]
 
 
-def least_gpus(spec: dict, *, capacity: int) -> float:
+def least_gpus(spec: RunSpec, *, capacity: int) -> float:
     """The least a pooled run of `spec` can count for in its team's GPUs, which the launch
     checks against the quota: for `auto`, one place of a full pool of `capacity` runs of its
     own weight (a pool another team may have started); for a named pool, the whole pool
@@ -126,7 +118,7 @@ def least_gpus(spec: dict, *, capacity: int) -> float:
     must start it, alone)."""
     if pool_asked(spec) != "auto":
         return reserved_gpus(spec)
-    weight = weight_of(spec)
+    weight = spec.resources.pool_weight
     return share_gpus(pool_gpus=reserved_gpus(spec), weight=weight, total_weight=capacity * weight)
 
 

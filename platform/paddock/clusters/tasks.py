@@ -260,7 +260,7 @@ def _reconcile_start(run: Run, info, counts: dict[str, int]) -> None:
         if run.queued_reason.startswith(PENDING_PREFIX):
             _starting_reason(run, JOB_RUNS)
         return
-    bundles = run_bundles(run.config.spec.get("resources", {}))
+    bundles = run_bundles(run.config.run_spec.resources)
     snapshot = run.cluster.resources or {}
     if time.time() - snapshot.get("observed_at", 0) > SNAPSHOT_FRESH_S:
         snapshot = cluster_resources_record(run.cluster) or snapshot

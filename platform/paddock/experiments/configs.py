@@ -12,7 +12,7 @@ from typing import Any
 
 from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.models import ConfigVersion
-from workers.spec import apply_overrides, parse_spec, spec_errors, spec_json_schema
+from workers.spec import RunSpec, apply_overrides, parse_spec, spec_errors, spec_json_schema
 
 _ABSENT = object()
 
@@ -25,9 +25,9 @@ def spec_hash(spec: dict) -> str:
     return hashlib.sha256(spec_canonical_json(spec).encode()).hexdigest()
 
 
-def spec_normalize(*, spec: Any, field: str = "spec") -> dict:
-    """The validated spec with defaults filled; DomainError(ErrorCode.SPEC_INVALID) naming every
-    bad field as `spec.<path>` otherwise."""
+def spec_parse(*, spec: Any, field: str = "spec") -> RunSpec:
+    """The validated spec (stored as its `to_dict()`: every default filled in);
+    DomainError(ErrorCode.SPEC_INVALID) naming every bad field as `spec.<path>` otherwise."""
     if not isinstance(spec, dict):
         raise DomainError(ErrorCode.SPEC_INVALID, "must be an object of sections", field=field)
     errors = spec_errors(spec)
@@ -40,7 +40,7 @@ def spec_normalize(*, spec: Any, field: str = "spec") -> dict:
             field=first["field"],
             errors=errors,
         )
-    return parse_spec(spec).to_dict()
+    return parse_spec(spec)
 
 
 @cache
@@ -58,19 +58,20 @@ def rollout_backends() -> list[str]:
     return sorted(_rollout_keys())
 
 
-def spec_for_run(*, spec: dict, backend: str, seed: int) -> dict:
-    """The effective spec of one run of a launch: the launched spec on `backend` with
-    `seed`. Rollout keys that belong to another backend (e.g. vLLM's
+def spec_for_run(*, spec: dict, backend: str, seed: int) -> RunSpec:
+    """The effective spec of one run of a launch: the launched (normalized) spec on
+    `backend` with `seed`. Rollout keys that belong to another backend (e.g. vLLM's
     gpu_memory_utilization on the torch run) are dropped; shared ones are kept."""
     accepted = _rollout_keys()[backend]
     rollout = {k: v for k, v in spec["rollout"].items() if k in accepted}
     rollout["backend"] = backend
-    return spec_normalize(spec={**spec, "rollout": rollout, "seed": seed})
+    return spec_parse(spec={**spec, "rollout": rollout, "seed": seed})
 
 
-def spec_gpus(spec: dict) -> float:
-    resources = spec["resources"]
-    return resources["trainer_gpus"] + resources["rollout_replicas"] * resources["rollout_gpus"]
+def spec_gpus(spec: RunSpec) -> float:
+    """The GPUs a run of `spec` asks for: its trainer's and its rollout replicas'."""
+    r = spec.resources
+    return r.trainer_gpus + r.rollout_replicas * r.rollout_gpus
 
 
 def spec_apply_edits(*, spec: dict, edits: dict[str, Any]) -> dict:

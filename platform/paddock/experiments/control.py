@@ -19,6 +19,7 @@ from paddock.experiments.states import TERMINAL, run_transition
 from paddock.teams.access import Actor
 from paddock.teams.models import Role
 from paddock.teams.services import audit_record
+from workers.names import RUN_ACTIONS, names_check
 
 
 def _pause_next(run: Run) -> S | None:
@@ -92,3 +93,4 @@ RUN_CONTROLS = {
     "resume": run_request_resume,
     "abort": run_request_abort,
 }
+names_check("run controls", RUN_CONTROLS, RUN_ACTIONS)

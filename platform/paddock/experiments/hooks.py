@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
+from workers.spec import RunSpec
+
 
 class Event(StrEnum):
     RUN_ENQUEUED = "run_enqueued"  # (run_id): a run entered `queued` by a launch or a retry
@@ -66,7 +68,7 @@ def provide_launch_check(check: Callable[..., list[float]]) -> None:
 
 
 def launch_check(
-    *, team_id: int, cluster_id: int | None, runs: list[tuple[str, dict]]
+    *, team_id: int, cluster_id: int | None, runs: list[tuple[str, RunSpec]]
 ) -> list[float]:
     """Raise DomainError unless the runs, (backend, effective spec) each, can be placed on a
     cluster the team may use (the one named by `cluster_id`, if any). Returns the least GPUs

@@ -16,7 +16,7 @@ from paddock.experiments.configs import (
     spec_apply_edits,
     spec_for_run,
     spec_gpus,
-    spec_normalize,
+    spec_parse,
 )
 from paddock.experiments.models import ConfigVersion, Experiment, ExperimentTag, Run
 from paddock.experiments.selectors import team_usage
@@ -24,6 +24,7 @@ from paddock.experiments.spec_paths import spec_paths_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
 from paddock.teams.services import audit_record
+from workers.spec import RunSpec
 
 MAX_SEEDS = 16
 QUEUED_REASON = "waiting for a cluster"
@@ -33,7 +34,7 @@ QUEUED_REASON = "waiting for a cluster"
 class PlannedRun:
     backend: str
     seed: int
-    spec: dict
+    spec: RunSpec  # its effective spec, stored as spec.to_dict()
     gpus: float  # what its spec asks for
     least_gpus: float = 0.0  # the least it can count for in the team's GPUs (the launch check's)
 
@@ -77,7 +78,7 @@ def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
         counts = (
             f"a pooled run counts for at least {biggest.least_gpus:g} GPUs (its least share "
             f"of its pool's)"
-            if biggest.spec["resources"].get("pool")
+            if biggest.spec.resources.pool
             else f"a run asks for {biggest.least_gpus:g} GPUs"
         )
         raise DomainError(ErrorCode.QUOTA_EXCEEDED,
@@ -98,9 +99,10 @@ def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
 def _plan(
     *, team: Team, spec: Any, backends: list[str] | None, seeds: int, cluster_id: int | None
 ) -> LaunchPlan:
-    normalized = spec_normalize(spec=spec)
+    parsed = spec_parse(spec=spec)
+    normalized = parsed.to_dict()
     spec_paths_check(team_id=team.pk, spec=normalized)
-    backends = list(dict.fromkeys(backends or [normalized["rollout"]["backend"]]))
+    backends = list(dict.fromkeys(backends or [parsed.rollout.backend]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError(ErrorCode.INVALID, f"must be between 1 and {MAX_SEEDS}", field="seeds")
     _check_backends_known(backends)
@@ -168,7 +170,7 @@ def experiment_launch(
         runs = []
         for planned in plan.runs:
             config = config_version_create(
-                team_id=team.pk, spec=planned.spec, parent=launched, created_by=user
+                team_id=team.pk, spec=planned.spec.to_dict(), parent=launched, created_by=user
             )
             runs.append(
                 Run.objects.create(
@@ -180,8 +182,8 @@ def experiment_launch(
                     gpus=planned.gpus,
                     created_by=user,
                     cluster_id=plan.cluster_id,
-                    max_attempts=planned.spec["resources"]["max_attempts"],
-                    total_steps=planned.spec["train"]["steps"],
+                    max_attempts=planned.spec.resources.max_attempts,
+                    total_steps=planned.spec.train.steps,
                     queued_reason=QUEUED_REASON,
                 )  # fmt: skip
             )

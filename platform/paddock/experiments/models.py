@@ -3,11 +3,14 @@ points, checkpoints, and the ingest bookkeeping (batches seen, run tokens)."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 
 from paddock.core.errors import DomainError, ErrorCode
 from workers import names
+from workers.spec import RunSpec
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[models.TextChoices]:
@@ -44,6 +47,13 @@ class ConfigVersion(models.Model):
                 "a config version never changes; create a new one",
             )
         super().save(*args, **kwargs)
+
+    @cached_property
+    def run_spec(self) -> RunSpec:
+        """The stored spec read by the spec's own models, so the control plane holds none of
+        its defaults (a key that a spec stored by an older release lacks reads as the spec's
+        default). Parsed once per loaded row: a config version never changes."""
+        return RunSpec.model_validate(self.spec)
 
     def __str__(self) -> str:
         return f"config {self.pk} ({self.hash[:12]})"

@@ -1,8 +1,10 @@
 """Ingest and state changes → Channels groups. Called after commit, with ids and plain
 data, from any process (the ASGI server, a Celery worker): the layer is Redis in both modes.
 
-Group messages are high-level typed events (`run.batch`, `run.state`); consumers turn them
-into the client protocol of docs/live-protocol.md."""
+Group messages are high-level typed events: `run.state` is a `state` message of the client
+protocol (docs/live-protocol.md, workers/live_messages.py) under its group type; `run.batch`
+carries a batch's messages, built once here for every viewer (live/ingest.py), and its
+cursor."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from paddock.experiments.models import Run
+from workers.live_messages import Cursor, StateMessage
 
 from .groups import experiment_group, run_group
 
@@ -46,25 +49,28 @@ async def broadcast_batch_async(*, run_id: int, experiment_id: int, payload: dic
         log.exception("broadcast of run %s failed", run_id)
 
 
+# the run's columns a `state` message is made of
+STATE_COLUMNS = ("id", "state", "desired_state", "last_dispatch", "last_seq", "step",
+                 "total_steps", "error", "queued_reason")  # fmt: skip
+
+
+def state_message(run: dict[str, Any]) -> StateMessage:
+    """The `state` message of a run's row (STATE_COLUMNS): its detail is the run's error
+    when it failed, else its queue reason."""
+    return StateMessage(
+        run_id=run["id"],
+        cursor=Cursor(dispatch=run["last_dispatch"], seq=run["last_seq"]),
+        state=run["state"],
+        desired_state=run["desired_state"],
+        step=run["step"],
+        total_steps=run["total_steps"],
+        detail=run["error"] or run["queued_reason"],
+    )
+
+
 def broadcast_state(run_id: int) -> None:
     """The run's current state and desired state, re-read (it may have moved on)."""
-    run = (
-        Run.objects.filter(pk=run_id)
-        .values("id", "experiment_id", "state", "desired_state", "last_dispatch", "last_seq",
-                "step", "total_steps", "error", "queued_reason")
-        .first()
-    )  # fmt: skip
+    run = Run.objects.filter(pk=run_id).values("experiment_id", *STATE_COLUMNS).first()
     if run is None:
         return
-    detail = run["error"] or run["queued_reason"]
-    message = {
-        "type": "run.state",
-        "run_id": run_id,
-        "cursor": {"dispatch": run["last_dispatch"], "seq": run["last_seq"]},
-        "state": run["state"],
-        "desired_state": run["desired_state"],
-        "step": run["step"],
-        "total_steps": run["total_steps"],
-        "detail": detail,
-    }
-    _send(run_id, run["experiment_id"], message)
+    _send(run_id, run["experiment_id"], {**state_message(run).model_dump(), "type": "run.state"})

@@ -21,10 +21,12 @@ from typing import Any
 from channels.db import DatabaseSyncToAsync
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from pydantic import ValidationError
 
-from paddock.core.errors import DomainError, ErrorCode, error_body
+from paddock.core.errors import DomainError, ErrorCode
 from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.control import RUN_CONTROLS
+from workers.live_messages import ControlMessage, ErrorMessage, MetricsMessage
 
 from .access import (
     parse_cursors,
@@ -151,13 +153,8 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         if cursor <= self.sent_cursor.get(run_id, (-1, -1)):
             return  # already covered by the snapshot or replay
         self.sent_cursor[run_id] = cursor
-        base = {"run_id": run_id, "cursor": event["cursor"]}
-        for row in event.get("logs", []):
-            await self.send_json({"type": "log", **base, **row})
-        for sample in event.get("samples", []):
-            await self.send_json({"type": "samples", **base, **sample})
-        for checkpoint in event.get("checkpoints", []):
-            await self.send_json({"type": "checkpoint", **base, **checkpoint})
+        for message in event.get("messages", []):  # built once, by live/ingest.py
+            await self.send_json(message)
         if event.get("metrics_text"):
             self.pending.setdefault(run_id, []).append(event["metrics_text"])
             await self._flush_soon()
@@ -166,8 +163,7 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         if not getattr(self, "streaming", False):
             return
         await self._flush_now()  # metrics before the state that follows them
-        message = {k: v for k, v in event.items() if k != "type"}
-        await self.send_json({"type": "state", **message})
+        await self.send_json({**event, "type": "state"})  # a StateMessage: broadcast.py
 
     def _take_send(self) -> float:
         """0 and one send taken from the bucket, or the seconds until one is there."""
@@ -203,7 +199,8 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
             # batches that arrived within one interval: one message, the newest cursor
             messages = [json.loads(t) for t in texts]
             steps = [step for m in messages for step in m["steps"]]
-            await self.send_json({**messages[-1], "steps": steps})
+            merged = MetricsMessage.model_validate({**messages[-1], "steps": steps})
+            await self.send_json(merged.model_dump())
 
     # ---- client messages ------------------------------------------------------------------
 
@@ -223,19 +220,22 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         await self.receive_json(content)
 
     async def receive_json(self, content, **kwargs):
-        action = content.get("action") if isinstance(content, dict) else None
-        control = RUN_CONTROLS.get(action) if isinstance(action, str) else None
-        if control is None:
-            await self._error(ErrorCode.INVALID_ACTION, "action must be pause, resume or abort")
-            return
-        run_id = self._control_target(content)
+        try:
+            asked = ControlMessage.model_validate(content)
+        except ValidationError as exc:
+            if any(e["loc"][:1] != ("run_id",) for e in exc.errors()):
+                await self._error(ErrorCode.INVALID_ACTION, "action must be pause, resume or abort")
+                return
+            asked = ControlMessage(action=content["action"])  # its run_id names no run
+        run_id = self._control_target(asked.run_id)
         if run_id is None:
             await self._error(ErrorCode.INVALID_RUN, "name the run: {'action': …, 'run_id': N}")
             return
         try:
-            await database_sync_to_async(self._control)(control, run_id)
+            await database_sync_to_async(self._control)(RUN_CONTROLS[asked.action], run_id)
         except DomainError as exc:
-            await self.send_json({"type": "error", **exc.as_dict()})
+            error = ErrorMessage(code=str(exc.code), message=exc.message, field=exc.field)
+            await self.send_json(error.model_dump())
 
     def _control(self, control, run_id: int) -> None:
         actor = scope_actor(self.scope)  # re-read: a role may have changed since connect
@@ -244,11 +244,12 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
             raise DomainError(ErrorCode.NOT_FOUND, "run not found")
         control(actor=actor, run=run)
 
-    def _control_target(self, content: dict) -> int | None:
+    def _control_target(self, run_id: int | None) -> int | None:
+        """The run a control names on this stream (`run_id`: the message's), or None."""
         raise NotImplementedError
 
     async def _error(self, code: ErrorCode, message: str) -> None:
-        await self.send_json({"type": "error", **error_body(code, message)})
+        await self.send_json(ErrorMessage(code=str(code), message=message).model_dump())
 
 
 class RunStreamConsumer(_StreamConsumer):
@@ -285,7 +286,7 @@ class RunStreamConsumer(_StreamConsumer):
     def _snapshot_if_allowed(self) -> tuple[str, tuple[int, int]] | None:
         return _snapshot_text(self.run_id) if self._still_allowed() else None
 
-    def _control_target(self, content: dict) -> int | None:
+    def _control_target(self, run_id: int | None) -> int | None:
         return self.run_id
 
     def _still_allowed(self) -> bool:
@@ -309,9 +310,8 @@ class ExperimentStreamConsumer(_StreamConsumer):
             return None
         return experiment_run_ids(self.experiment_id)
 
-    def _control_target(self, content: dict) -> int | None:
-        run_id = content.get("run_id")
-        return run_id if isinstance(run_id, int) and run_id in self.run_ids else None
+    def _control_target(self, run_id: int | None) -> int | None:
+        return run_id if run_id in self.run_ids else None
 
     def _still_allowed(self) -> bool:
         return stream_experiment(scope_actor(self.scope), self.experiment_id) is not None

@@ -44,6 +44,14 @@ from workers.events import (
     SamplesEvent,
     StatusEvent,
 )
+from workers.live_messages import (
+    CheckpointMessage,
+    Cursor,
+    LogMessage,
+    MetricsMessage,
+    MetricStep,
+    SamplesMessage,
+)
 from workers.names import REPORTED_STATES, names_check
 
 from .broadcast import broadcast_batch
@@ -294,25 +302,27 @@ def _follow_status(run: Run, event: StatusEvent, dispatch: int) -> None:
 
 
 def _payload(run_id, batch, metrics, logs, samples, checkpoints) -> dict[str, Any]:
-    cursor = {"dispatch": batch.dispatch, "seq": batch.seq}
-    steps = [{"step": e.step, "time": e.time, "values": e.values} for e in metrics]
-    # Encoded once here rather than once per viewer: with 5 viewers a run, the fan-out's JSON
-    # encoding cost more than the whole ingest of the batch.
+    """The batch for its viewers (broadcast.py's `run.batch`): its messages built here once,
+    not once per viewer, and the metrics message encoded too: with 5 viewers a run, the
+    fan-out's JSON encoding cost more than the whole ingest of the batch."""
+    cursor = Cursor(dispatch=batch.dispatch, seq=batch.seq)
+    steps = [MetricStep(step=e.step, time=e.time, values=e.values) for e in metrics]
     metrics_text = (
-        json.dumps({"type": "metrics", "run_id": run_id, "cursor": cursor, "steps": steps})
+        json.dumps(MetricsMessage(run_id=run_id, cursor=cursor, steps=steps).model_dump())
         if steps
         else ""
     )
+    messages = [
+        *(LogMessage(run_id=run_id, cursor=cursor, id=e.pk, time=e.time.timestamp(),
+                     level=e.level, message=e.message, kind=e.kind) for e in logs),
+        *(SamplesMessage(run_id=run_id, cursor=cursor, step=e.step, items=e.items)
+          for e in samples),
+        *(CheckpointMessage(run_id=run_id, cursor=cursor, step=e.step, uri=e.uri,
+                            adapter_version=e.adapter_version) for e in checkpoints),
+    ]  # fmt: skip
     return {
         "run_id": run_id,
-        "cursor": cursor,
+        "cursor": cursor.model_dump(),
         "metrics_text": metrics_text,
-        "logs": [
-            {"time": e.time.timestamp(), "level": e.level, "message": e.message} for e in logs
-        ],
-        "samples": [{"step": e.step, "items": e.items} for e in samples],
-        "checkpoints": [
-            {"step": e.step, "uri": e.uri, "adapter_version": e.adapter_version}
-            for e in checkpoints
-        ],
+        "messages": [m.model_dump() for m in messages],
     }

@@ -9,10 +9,11 @@ from paddock.clusters.placement import (
     snapshot_less,
     wait_reason,
 )
+from workers.spec import ResourcesSpec
 
-LOCAL = {"executor": "local", "trainer_gpus": 1, "trainer_cpus": 1}
-RAY = {"executor": "ray", "trainer_gpus": 2, "trainer_cpus": 1, "trainer_actors": 2,
-       "rollout_replicas": 3, "rollout_gpus": 1, "rollout_cpus": 2}  # fmt: skip
+LOCAL = ResourcesSpec(executor="local", trainer_gpus=1, trainer_cpus=1)
+RAY = ResourcesSpec(executor="ray", trainer_gpus=2, trainer_cpus=1, trainer_actors=2,
+                    rollout_replicas=3, rollout_gpus=1, rollout_cpus=2)  # fmt: skip
 
 
 def nodes(*shapes, free=None):
@@ -41,7 +42,7 @@ def test_more_than_the_cluster_has_is_refused_naming_the_setting():
         "resources.trainer_gpus: the cluster local has 0 GPUs (the run asks for 1 GPU)"
     )
     cpus = never_placeable(
-        bundles=run_bundles({**LOCAL, "trainer_gpus": 0, "trainer_cpus": 4}),
+        bundles=run_bundles(LOCAL.model_copy(update={"trainer_gpus": 0, "trainer_cpus": 4})),
         cluster_name="local",
         snapshot=nodes((2, 0), (1, 0)),
         capacity={},
@@ -55,14 +56,14 @@ def test_more_than_the_cluster_has_is_refused_naming_the_setting():
 
 
 def test_a_bundle_must_fit_on_one_node():
-    spec = {**LOCAL, "trainer_gpus": 4}
+    spec = LOCAL.model_copy(update={"trainer_gpus": 4})
     refusal = never_placeable(bundles=run_bundles(spec), cluster_name="c",
                               snapshot=nodes((8, 2), (8, 2)), capacity={})  # fmt: skip
     assert refusal.setting == "resources.trainer_gpus"
     assert "the job's driver needs 4 GPUs on one node" in refusal.message
     assert "largest node of the cluster c has 2 GPUs" in refusal.message
     # split over two actors, the same four GPUs fit
-    split = {**RAY, "trainer_gpus": 4, "rollout_gpus": 0}
+    split = RAY.model_copy(update={"trainer_gpus": 4, "rollout_gpus": 0})
     assert never_placeable(bundles=run_bundles(split), cluster_name="c",
                            snapshot=nodes((8, 2), (8, 2)), capacity={}) is None  # fmt: skip
 
@@ -73,7 +74,7 @@ def test_declared_capacity_replaces_the_observed_totals():
                             capacity={"gpus": 8})  # fmt: skip
     assert grows is None  # an autoscaling cluster: the operator says it can have 8
     capped = never_placeable(
-        bundles=run_bundles({**LOCAL, "trainer_gpus": 9}),
+        bundles=run_bundles(LOCAL.model_copy(update={"trainer_gpus": 9})),
         cluster_name="c",
         snapshot={},
         capacity={"gpus": 8},
@@ -82,7 +83,7 @@ def test_declared_capacity_replaces_the_observed_totals():
 
 
 def test_nothing_known_refuses_nothing():
-    bundles = run_bundles({**LOCAL, "trainer_gpus": 64})
+    bundles = run_bundles(LOCAL.model_copy(update={"trainer_gpus": 64}))
     assert never_placeable(bundles=bundles, cluster_name="c", snapshot={}, capacity={}) is None
     assert wait_reason(bundles=bundles, cluster_name="c", snapshot={}) is None
     totals_only = {"nodes": [{"total": {"CPU": 2, "GPU": 0}}]}
@@ -122,7 +123,7 @@ def test_snapshots_from_the_dashboards_answers():
 
 
 def test_runs_dispatched_since_the_report_are_taken_from_what_is_free():
-    bundles = run_bundles({**LOCAL, "trainer_gpus": 0, "trainer_cpus": 2})
+    bundles = run_bundles(LOCAL.model_copy(update={"trainer_gpus": 0, "trainer_cpus": 2}))
     snapshot = nodes((4, 0), (2, 0))
     less = snapshot_less(snapshot, bundles)  # first fit: the first node
     assert [n["free"]["CPU"] for n in less["nodes"]] == [2.0, 2.0]

@@ -4,6 +4,7 @@ TensorRT-LLM backend on its stand-in engine.
 Adapters are the trainer's own (a LoraPolicy whose lora_B is set from a seed per version),
 so "the engine's logprobs agree with a trainer forward of the same adapter" is checked the
 way training uses it: token_mult_prob_error = mean exp(|lp_roll − lp_trainer|) ≤ 1.01.
+tests/workers/gpu/test_vllm_backend.py runs the same tests against vLLM on a GPU, in bf16.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ PROMPTS = ["12+34=", "7+8=", "40+41="]
 # makes 50 within the 50 ms `generating` waits on a quiet machine).
 LONG = SamplingParams(temperature=2.0, max_new_tokens=160)
 WILD = 4
+# mean exp|Δ| a token, engine against trainer: fp32 here; the GPU run of these tests sets
+# bf16's 1.05 (NeMo-RL's guard)
+MULT_PROB_TOL = 1.01
 LONG_N = {"torch": 48, "vllm": 48, "trtllm": 8}  # samples per prompt of the batches a pause
 # must interrupt (the stand-in decodes one request at a time, without a KV cache: slow)
 
@@ -70,7 +74,7 @@ class Trainer:
             for s in r.samples
             if s.token_ids
         ]
-        batch = collate(samples, self.tok.pad_token_id)
+        batch = collate(samples, self.tok.pad_token_id).to(self.policy.device)
         spec = self.policy.spec.model_copy(
             update={
                 "rollout": self.policy.spec.rollout.model_copy(update={"temperature": temperature})
@@ -125,13 +129,18 @@ def check_shapes(results: list[GroupResult], reqs: list[GroupRequest]) -> None:
 
 
 async def generating(engine, reqs, monkeypatch) -> asyncio.Task:
-    """Start a generate call and give it time to get going. The torch engines' rows ignore
-    EOS here, so every row runs to its budget: whether a locally built tiny model samples EOS
-    early is its own trajectory, and a batch that stopped early could not be interrupted."""
+    """Start a generate call and give it time to get going; an engine that counts the
+    tokens it streams (vLLM) until the first came back, so that some tokens precede the
+    interruption however slowly the engine starts. The torch engines' rows ignore EOS here,
+    so every row runs to its budget: whether a locally built tiny model samples EOS early is
+    its own trajectory, and a batch that stopped early could not be interrupted."""
     if isinstance(engine, TorchBackend):
         monkeypatch.setattr(engine, "eos_ids", frozenset())
+    streamed = getattr(engine, "tokens_streamed", None)
     task = asyncio.create_task(engine.generate(reqs))
     await asyncio.sleep(0.05)
+    while streamed is not None and engine.tokens_streamed == streamed and not task.done():
+        await asyncio.sleep(0.01)
     assert not task.done(), "generation finished before the test could interrupt it"
     return task
 
@@ -149,7 +158,7 @@ async def test_logprobs_match_a_trainer_forward(engine, trainer, temperature):
     assert all(s.done for r in results for s in r.samples)
     assert {v for r in results for s in r.samples for v in s.versions} == {1}
     err = mult_prob_error(results, trainer.logprobs(results, temperature))
-    assert err <= 1.01, f"{engine.name}: token_mult_prob_error {err}"
+    assert err <= MULT_PROB_TOL, f"{engine.name}: token_mult_prob_error {err}"
 
 
 async def test_n_samples_eos_and_max_new_tokens(engine, trainer):
@@ -239,7 +248,7 @@ async def test_pause_abort_returns_partials_that_resubmit(engine, trainer, monke
             assert s1.token_ids[: len(s0.token_ids)] == s0.token_ids  # the partial is kept
             assert s1.logprobs[: len(s0.logprobs)] == s0.logprobs
     err = mult_prob_error(resumed, trainer.logprobs(resumed, LONG.temperature))
-    assert err <= 1.01
+    assert err <= MULT_PROB_TOL
 
 
 async def test_abort_returns_partials(engine, trainer, monkeypatch):
@@ -286,7 +295,7 @@ async def test_pause_keep_continues_in_flight_under_the_new_version(engine, trai
         for i, s in enumerate(samples)
         for t in range(len(s.token_ids))
     ]
-    assert sum(diffs) / len(diffs) <= 1.01
+    assert sum(diffs) / len(diffs) <= MULT_PROB_TOL
 
 
 async def test_pause_wait_lets_in_flight_finish_and_holds_new(engine, trainer, monkeypatch):

