@@ -90,7 +90,7 @@ def _candidates(run: Run):
     )
     if run.cluster_id is not None:
         clusters = clusters.filter(pk=run.cluster_id)
-    env = spec_environment(run.config.spec)
+    env = spec_environment(run.config.run_spec)
     return [
         c
         for c in clusters.order_by("team_id", "id")

@@ -76,7 +76,7 @@ def _check_backends(
 
 
 def _check_environments(
-    *, clusters: list[RayCluster], runs: list[tuple[str, dict]], chosen: bool
+    *, clusters: list[RayCluster], runs: list[tuple[str, RunSpec]], chosen: bool
 ) -> list[RayCluster]:
     """A run's `env.name` must be offered by a cluster it may go to (the built-ins by every
     one); returns the clusters that offer what the runs need."""
