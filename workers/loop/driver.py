@@ -189,7 +189,7 @@ class Driver:
         rewards = [r for g in groups for r in g.rewards]
         correct = [c for g in groups for c in g.correct]
         # the model's tokens: an episode's environment tokens were not generated
-        lengths = [len(s.model_versions) for g in groups for s in g.result.samples]
+        lengths = [s.model_tokens for g in groups for s in g.result.samples]
         truncated = [s.finish_reason == "length" for g in groups for s in g.result.samples]
         stale = [version - g.min_version for g in groups]
         tokens = sum(lengths)

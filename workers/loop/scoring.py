@@ -39,7 +39,7 @@ def score_item(
         completion=sample.text,
         answer=ex.answer,
         metadata=dict(getattr(ex, "metadata", None) or {}),
-        completion_tokens=len(sample.model_versions),
+        completion_tokens=sample.model_tokens,
         max_new_tokens=max_new_tokens,
         env_reward=episode.reward if episode is not None else None,
         env_correct=episode.correct if episode is not None else None,

@@ -51,6 +51,11 @@ class Sample:
     loss_mask: list[int] | None = None
 
     @property
+    def model_tokens(self) -> int:
+        """How many of the tokens are the model's."""
+        return len(self.token_ids) if self.loss_mask is None else sum(self.loss_mask)
+
+    @property
     def model_versions(self) -> list[int]:
         """The adapter versions of the model's own tokens."""
         if self.loss_mask is None:
