@@ -116,6 +116,7 @@ class GroupProgress:
     params: SamplingParams
     request: GroupRequest | None = None
     episodes: list[EpisodeState] | None = None
+    prompt: Any = None  # the first prompt as the sessions gave it (for the inspector)
 
 
 @dataclass
@@ -204,9 +205,12 @@ class EpisodeRunner:
                     raise got
                 else:
                     sessions[j] = got
-            prompt = next((s.prompt for s in sessions if s is not None), example.prompt)
+            if progress.prompt is None:
+                progress.prompt = next(
+                    (s.prompt for s in sessions if s is not None), example.prompt
+                )
             if progress.request is None:
-                ids = self.renderer.prompt_ids(prompt)
+                ids = self.renderer.prompt_ids(progress.prompt)
                 progress.request = GroupRequest(
                     progress.request_id, ids, n, progress.seed, progress.params
                 )
@@ -242,7 +246,7 @@ class EpisodeRunner:
             progress.request.prompt_ids,
             [s.sample_of(self._answer(s)) for s in states],
         )
-        return GroupEpisodes(result, prompt, states)
+        return GroupEpisodes(result, progress.prompt, states)
 
     async def _open(self, state: EpisodeState, example: Example, seed: int) -> Session:
         """A session of the episode, brought to where the episode was (a resume)."""
