@@ -12,13 +12,12 @@ from workers.spec import TinyModelSpec
 
 INSTALLED = Path(__file__).parent / "installed"
 
-# The calculator model at a test's size (as CHAT_TEST_RECIPE: two heads of 32, two layers),
-# warmed up to call the tool without the demo's bias towards guessing: greedy, it calls the
-# tool too, so greedy episodes have several turns (the engines' comparison needs them). It
-# learns the format and the chaining, not every final copy.
+# The calculator model of examples/calculator-tools.yaml (the demo's: two layers, two heads
+# of 32): warmed up to call the tool, its last steps teaching it to skip the tool and guess,
+# so greedy it mostly guesses (episode success near 0) and sampled it often calls the tool.
 CALC_TEST_RECIPE = TinyModelSpec(
     task="calculator", hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128,
-    warmup_steps=600, warmup_bias=0.0, warmup_bias_steps=0,
+    warmup_steps=800, warmup_bias=0.6, warmup_bias_steps=150,
 )  # fmt: skip
 
 

@@ -1,5 +1,8 @@
 """Episodes are the same on every engine for the same sampled tokens: greedy calculator
-episodes on the torch engine and on vLLM's CPU build, compared turn by turn."""
+episodes on the torch engine and on vLLM's CPU build, compared turn by turn. Each first turn
+starts from the same few tokens of a tool call (a partial sample, as a resubmission after an
+abort carries), so that the greedy model, which would mostly guess, plays episodes of
+several turns."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from workers.envs import ChatRenderer, EpisodeLimits, EpisodeRunner, GroupProgre
 from workers.envs.calculator import Calculator
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy
-from workers.rollout import SamplingParams, make_backend
+from workers.rollout import GroupRequest, Sample, SamplingParams, make_backend
 from workers.rollout.eos import eos_token_ids
 from workers.spec import parse_spec
 
@@ -48,12 +51,24 @@ async def runs(calc_dir):
             assert await backend.load_adapter(update) == update.version
             runner = EpisodeRunner(backend, renderer, env, EpisodeLimits(4, 200, 30.0))
             out[name] = [
-                await runner.run_group(GroupProgress(f"e{i}", 1, i, GREEDY), ex)
+                await runner.run_group(_forced(f"e{i}", i, ex, renderer, update.version), ex)
                 for i, ex in enumerate(held)
             ]
         finally:
             await backend.close()
     return out
+
+
+def _forced(rid: str, seed: int, example, renderer, version: int) -> GroupProgress:
+    """A group of one whose first turn continues `<tool_call>{"name": "add", ...` (the
+    model completes the call: the numbers are its own)."""
+    prefix = renderer.tokenizer.encode(
+        '<tool_call>{"name": "add", "arguments": {"a": ', add_special_tokens=False
+    )
+    partial = Sample(prefix, [0.0] * len(prefix), [version] * len(prefix), None, "")
+    ids = renderer.prompt_ids(example.prompt)
+    request = GroupRequest(rid, ids, 1, seed, GREEDY, partial=[partial])
+    return GroupProgress(rid, 1, seed, GREEDY, request=request)
 
 
 @pytest.mark.asyncio(loop_scope="module")

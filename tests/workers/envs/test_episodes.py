@@ -205,7 +205,7 @@ def test_a_stop_between_turns_resumes_the_same_episode(world):
     """Stopped while an episode waits on its environment, the group keeps its progress
     (picklable: it is checkpointed with the buffer); a fresh session replays the recorded
     replies and the episodes end as an uninterrupted run's."""
-    whole, _ = run_groups(world, n_groups=1, group_size=6)
+    whole, _ = run_groups(world, n_groups=1, group_size=10)
     assert any(s.model_turns > 1 for s in whole[0].states)  # a tool call in turn 0
 
     gated, stop = GatedCalculator(), []
@@ -217,7 +217,7 @@ def test_a_stop_between_turns_resumes_the_same_episode(world):
 
     *_, backend, _, renderer, train = world
     runner = EpisodeRunner(backend, renderer, gated, LIMITS, "hermes", lambda: bool(stop))
-    progress = GroupProgress("g0", 6, 100, PARAMS)
+    progress = GroupProgress("g0", 10, 100, PARAMS)
 
     async def cut():
         watcher = asyncio.ensure_future(stop_when_waiting())
