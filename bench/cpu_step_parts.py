@@ -16,6 +16,7 @@ times an engine whose model runs under torch.compile.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import time
@@ -25,7 +26,6 @@ from pathlib import Path
 import torch
 from cpu_step import build_model  # run as a script: bench/ is on sys.path
 
-from workers.loop.version_check import AdapterHistory, stale_token_sums
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
 from workers.rollout.torch_engine import TorchBackend
@@ -33,6 +33,10 @@ from workers.spec import parse_spec
 
 PROMPTS = ["12+34=", "7+8=", "40+41=", "3+99=", "55+5=", "1+1=", "23+32=", "9+90="]
 N_SAMPLES, NEW_TOKENS = 8, 16
+
+
+def _generate(engine: TorchBackend, requests: list[GroupRequest]) -> list[GroupResult]:
+    return asyncio.run(engine.generate(requests))
 
 
 def cpu_seconds(fn: Callable[[], object]) -> float:
@@ -88,9 +92,9 @@ def fused_step(policy: LoraPolicy, prompt_ids: list[list[int]], seed: int) -> No
     lp = torch.stack(lps, 1)  # [R, T], with the decode graph behind it
     adv = torch.tensor([0.5, -0.5]).repeat(len(own) // 2)[:, None]
     loss = -(adv * torch.exp(lp - lp.detach())).mean()
-    policy.optimizer.zero_grad(set_to_none=True)
+    policy.adapter.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    policy.optimizer.step()
+    policy.adapter.optimizer.step()
     model.train()
 
 
@@ -127,9 +131,8 @@ def main() -> None:
         }
     )
     policy, engine = LoraPolicy(spec, model_dir), TorchBackend(spec, model_dir)
-    engine._load_adapter(AdapterUpdate(0, policy.adapter_tensors()))
-    history = AdapterHistory(keep=1)
-    history.record(0, policy.adapter_tensors())
+    asyncio.run(engine.load_adapter(AdapterUpdate(0, policy.adapter_tensors())))
+    policy.adapter.history.record(0, policy.adapter_tensors())
     tok = policy.tokenizer
     prompt_ids = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
     params = SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS)
@@ -142,17 +145,17 @@ def main() -> None:
     compiled = None
     if args.compiled_generate:
         compiled = TorchBackend(spec, model_dir)
-        compiled._load_adapter(AdapterUpdate(0, policy.adapter_tensors()))
-        compiled.model = torch.compile(compiled.model, dynamic=True)
+        asyncio.run(compiled.load_adapter(AdapterUpdate(0, policy.adapter_tensors())))
+        compiled.source.model = torch.compile(compiled.source.model, dynamic=True)
         t0 = time.perf_counter()
-        first = compiled._generate(requests(prompt_ids, params, 0))
+        first = _generate(compiled, requests(prompt_ids, params, 0))
         print(f"compiled engine: first generate (compiling) {time.perf_counter() - t0:.0f} s wall")
-        same = engine._generate(requests(prompt_ids, params, 0))
+        same = _generate(engine, requests(prompt_ids, params, 0))
         tokens = [[s.token_ids for s in r.samples] for r in (*first, *same)]
         print(f"compiled samples the same tokens as eager: {tokens[:8] == tokens[8:]}")
 
     def generate(seed: int) -> None:
-        results[:] = engine._generate(requests(prompt_ids, params, seed))
+        results[:] = _generate(engine, requests(prompt_ids, params, seed))
 
     def batch():
         samples = [
@@ -172,16 +175,16 @@ def main() -> None:
         rows["ref64"].append(300 * 2 * a64.shape[0] * a64.shape[1] * b.shape[1] / ref64_s / 1e9)
         rows["generate"].append(cpu_seconds(lambda rep=rep: generate(rep)))
         tb = batch()
-        policy.adapter_version = 0  # the batch is of the current version: no check inside
-        rows["train"].append(cpu_seconds(lambda tb=tb: policy.train_step(tb)))
+        policy.adapter.version = 0  # the batch is of the current version: no check inside
+        rows["train"].append(cpu_seconds(lambda tb=tb: policy.train_step(policy.adapter, tb)))
         # after the step the batch is one version old: what the async check does each step
         rows["check"].append(
-            cpu_seconds(lambda tb=tb: stale_token_sums(policy, tb, history, limit=8))
+            cpu_seconds(lambda tb=tb: policy.stale_sums(policy.adapter, tb, limit=8))
         )
         rows["fused"].append(cpu_seconds(lambda rep=rep: fused_step(policy, prompt_ids, rep)))
         if compiled is not None:
             reqs = requests(prompt_ids, params, rep)
-            rows["compiled"].append(cpu_seconds(lambda reqs=reqs: compiled._generate(reqs)))
+            rows["compiled"].append(cpu_seconds(lambda reqs=reqs: _generate(compiled, reqs)))
         width = max(map(len, prompt_ids))
         steps = max(len(s.token_ids) for r in results for s in r.samples)
         # generation: the prefill of the distinct prompts, then 64 rows a decode step

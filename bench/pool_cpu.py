@@ -19,12 +19,14 @@ generation turns were held (`busy_s`: what the two shared resources spent, again
 wall-clock), where batched the trainer thread's own CPU seconds in its turns
 (`trainer_cpu`) and how many runs its turns took (the mean, and the count by size).
 
-    .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--torch-engine lanes|slots]
+    .venv/bin/python bench/pool_cpu.py [--steps 30] [--runs 4] [--decode auto|static|dynamic]
         [--pools batched_process,batched,per_run] [--repeat 1]
     .venv/bin/python bench/pool_cpu.py --step-only 20 [--runs 4]   # the train step alone
 
-The pool's torch engine on the CPU is time-sliced (one adapter decodes at a time); the GPU
-benchmark (bench/gpu/pool.py) measures batched per-row decoding.
+The pool's torch engine on the CPU decodes with the PEFT forward (`rollout.decode: auto`),
+one adapter's rows a batch; `--decode static` gives it the static decoder's slot table,
+every run's rows in one batch (eager on the CPU). The GPU benchmark (bench/gpu/pool.py)
+measures batched per-row decoding.
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ from workers.train import train
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-async.yaml"
 
 
-def spec_for(seed: int, steps: int):
+def spec_for(seed: int, steps: int, decode: str = "auto"):
     return load_spec(
         EXAMPLE,
-        [f"seed={seed}", f"train.steps={steps}", f"train.eval_every={steps}", "checkpoint.every=0"],
-    )
+        [f"seed={seed}", f"train.steps={steps}", f"train.eval_every={steps}",
+         "checkpoint.every=0", f"rollout.decode={decode}"],
+    )  # fmt: skip
 
 
 def gain(out: Path) -> tuple[float, float]:
@@ -71,9 +74,9 @@ def cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def solo(seed: int, steps: int, out: Path) -> tuple[float, float]:
+def solo(seed: int, steps: int, out: Path, decode: str) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), cpu_s()
-    train(spec_for(seed, steps), out, progress=False)
+    train(spec_for(seed, steps, decode), out, progress=False)
     return time.perf_counter() - t0, cpu_s() - c0
 
 
@@ -86,18 +89,13 @@ POOLS = {  # name: (batched trainer, engine in a child process)
 
 
 async def pooled(
-    seeds: list[int], steps: int, root: Path, torch_engine: str, kind: str
+    seeds: list[int], steps: int, root: Path, decode: str, kind: str
 ) -> tuple[float, float, Counter, dict[str, float]]:
     batched, engine_process = POOLS[kind]
     t0, c0 = time.perf_counter(), cpu_s()
-    pool = PoolDriver(
-        capacity=len(seeds),
-        torch_engine=torch_engine,
-        batched_trainer=batched,
-        engine_process=engine_process,
-    )
+    pool = PoolDriver(capacity=len(seeds), batched_trainer=batched, engine_process=engine_process)
     for s in seeds:
-        pool.admit(f"seed{s}", spec_for(s, steps), root / f"seed{s}")
+        pool.admit(f"seed{s}", spec_for(s, steps, decode), root / f"seed{s}")
     start = time.perf_counter() - t0  # the trainer and the engine started (the first admit)
     members = await pool.wait()
     await pool.close()
@@ -114,24 +112,23 @@ async def pooled(
 
 
 def step_only(runs: int, repeats: int) -> dict:
-    """The trainer's step alone (no engine, no loop): `runs` runs of the example's spec on
-    one MultiLoraTrainer, each with a batch of the example's shape (16 prompts x 8 samples,
-    made up), stepped together (`train_steps`, one forward and backward) and one after the
-    other (`train_step` each), alternately, `repeats` times each; the medians, wall-clock
-    and CPU seconds of the thread."""
+    """The trainer's step alone (no engine, no loop): `runs` runs of the example's spec as
+    adapters of one policy (as a pool holds them), each with a batch of the example's shape
+    (16 prompts x 8 samples, made up), stepped together (`train_steps`, one forward and
+    backward) and one after the other (`train_step` each), alternately, `repeats` times
+    each; the medians, wall-clock and CPU seconds of the thread."""
     import random
 
-    from workers.policy import TrainSample, collate
-    from workers.policy.multi import MultiLoraTrainer
+    from workers.policy import LoraPolicy, TrainSample, collate
 
     specs = [spec_for(s, 1) for s in range(runs)]
     host = specs[0].model_copy(update={"lora": specs[0].lora.model_copy(update={"r": 1})})
-    trainer = MultiLoraTrainer(host, model_dir_for(specs[0]))
-    tok = trainer.policy.tokenizer
+    trainer = LoraPolicy(host, model_dir_for(specs[0]))
+    tok = trainer.tokenizer
     rng = random.Random(0)
-    batches = {}
-    for s, spec in enumerate(specs):
-        trainer.add_run(f"seed{s}", spec)
+    steps = []
+    for spec in specs:
+        adapter = trainer.add_adapter(spec)
         samples = []
         for _ in range(spec.train.prompts_per_step):
             a, b = rng.randint(0, 50), rng.randint(0, 50)
@@ -142,16 +139,16 @@ def step_only(runs: int, repeats: int) -> dict:
                 samples.append(
                     TrainSample(prompt, resp, [-0.5] * len(resp), [0] * len(resp), j % 2 - 0.5)
                 )
-        batches[f"seed{s}"] = collate(samples, tok.pad_token_id)
+        steps.append((adapter, collate(samples, tok.pad_token_id)))
     times: dict[str, list[tuple[float, float]]] = {"together": [], "one_by_one": []}
     for i in range(repeats + 1):  # the first round warms up
         for kind in ("together", "one_by_one"):
             t0, c0 = time.perf_counter(), time.thread_time()
             if kind == "together":
-                trainer.train_steps(batches)
+                trainer.train_steps(steps)
             else:
-                for run, batch in batches.items():
-                    trainer.train_step(run, batch)
+                for adapter, batch in steps:
+                    trainer.train_step(adapter, batch)
             if i:
                 times[kind].append((time.perf_counter() - t0, time.thread_time() - c0))
     assert trainer.together[runs] == repeats + 1, trainer.together
@@ -171,7 +168,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--torch-engine", choices=("lanes", "slots"), default="lanes")
+    parser.add_argument(
+        "--decode",
+        choices=("auto", "static", "dynamic"),
+        default="auto",
+        help="rollout.decode of every run: auto (the PEFT forward on the CPU) or static",
+    )
     parser.add_argument(
         "--pools",
         default="batched_process,batched,per_run",
@@ -209,19 +211,19 @@ def main() -> None:
     for rep in range(args.repeat):  # the pools alternate: each repeat runs every one once
         for kind in kinds:
             out = root / (kind if rep == 0 else f"{kind}-{rep}")
-            got = asyncio.run(pooled(seeds, args.steps, out, args.torch_engine, kind))
+            got = asyncio.run(pooled(seeds, args.steps, out, args.decode, kind))
             pools.setdefault(kind, got)
             wall, cpu, _, busy = got
             repeats.setdefault(kind, []).append(
                 {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
                 | {f"{k}_s": round(v, 1) for k, v in busy.items() if k.startswith("trainer")}
             )
-    solos = [solo(s, args.steps, root / f"solo-seed{s}") for s in seeds]
+    solos = [solo(s, args.steps, root / f"solo-seed{s}", args.decode) for s in seeds]
     solo_walls, solo_cpus = [w for w, _ in solos], [c for _, c in solos]
     result = {
         "steps": args.steps,
         "runs": args.runs,
-        "torch_engine": args.torch_engine,
+        "decode": args.decode,
         "one_solo_s": round(solo_walls[0], 1),
         "solo_in_sequence_s": round(sum(solo_walls), 1),
         "cpu_s": {

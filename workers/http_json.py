@@ -1,22 +1,24 @@
 """JSON over HTTP to a team's own service: the reward service (rewards/service.py) and
-environment servers (envs/http_env.py) both reach theirs through this one client.
+environment servers (envs/http_env.py) both post through this one client, on a session that
+keeps the run's egress policy (workers/egress.py: `egress_session`).
 
-- Request headers come from a secret the spec only names: an environment variable on the
-  worker holding a JSON object of headers, or a token sent as `Authorization: Bearer`.
-- One attempt has a deadline (`timeout_s`); a connection error, a timeout, a 429 or a 5xx
-  is retried up to `max_retries` times with exponential backoff; any other status fails at
-  once. The failure names the service's URL and the reason, never the secret.
+One attempt has a deadline (`timeout_s`); a connection error, a timeout, a 429 or a 5xx is
+retried up to `max_retries` times with exponential backoff; any other status, or a request
+the egress policy refuses (a redirect, a name that now resolves elsewhere), fails at once.
+The failure names the service and the reason, never the reply's body: a body may come from a
+service the run's users must not read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+
+from .egress import EgressRefused
 
 BACKOFF_S = 0.5  # first retry after 0.5 s, then 1, 2, 4 ... capped at BACKOFF_MAX_S
 BACKOFF_MAX_S = 8.0
@@ -24,38 +26,6 @@ BACKOFF_MAX_S = 8.0
 
 class _Retryable(Exception):
     pass
-
-
-def secret_headers(
-    what: str,
-    secret: str | None,
-    error: type[Exception],
-    environ: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """The headers the environment variable named `secret` holds (see the module doc);
-    `what` names the service in errors."""
-    if secret is None:
-        return {}
-    env = os.environ if environ is None else environ
-    value = env.get(secret)
-    if value is None or not value.strip():
-        raise error(
-            f"{what}: headers_secret names the environment variable {secret}, which is not "
-            "set on this worker"
-        )
-    value = value.strip()
-    if not value.startswith("{"):
-        return {"Authorization": f"Bearer {value}"}
-    try:
-        headers = json.loads(value)
-    except ValueError:
-        headers = None
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        # never echo the value: it is a secret
-        raise error(f"{what}: {secret} holds neither a JSON object of string headers nor a token")
-    return headers
 
 
 async def post_json(
@@ -93,10 +63,12 @@ async def _post(session, url, data: bytes, what: str, timeout_s: float, error) -
             status, reason = resp.status, resp.reason or ""
     except TimeoutError:
         raise _Retryable(f"no reply within timeout_s={timeout_s:g} s") from None
+    except EgressRefused as exc:  # a redirect, or a name that now resolves elsewhere
+        raise error(f"{what}: {exc}") from None
     except aiohttp.ClientError as exc:  # refused, reset, DNS, a broken reply
         raise _Retryable(f"{type(exc).__name__}: {exc}") from None
     if status == 429 or status >= 500:
-        raise _Retryable(f"HTTP {status} {reason}: {payload[:200]!r}")
+        raise _Retryable(f"HTTP {status} {reason}")
     if status != 200:
-        raise error(f"{what}: HTTP {status} {reason}: {payload[:200]!r}")
+        raise error(f"{what}: HTTP {status} {reason}")
     return payload

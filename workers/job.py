@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 import requests
 from pydantic import BaseModel, ValidationError
 
+from .egress import EgressPolicy
+from .grants import Grants
 from .job_replies import RunBootstrap
 from .loop.control import StaticControl
 from .report import Reporter, ReporterConfig
@@ -44,6 +46,7 @@ class Assignment:
     spec: dict[str, Any]
     out_dir: Path
     resume_from: str | None
+    grants: Grants  # the run's secrets from the bootstrap, the egress policy dispatch set
 
 
 Reply = TypeVar("Reply", bound=BaseModel)
@@ -83,6 +86,7 @@ def bootstrap(url: str, run_id: int, dispatch: int, secret: str) -> Assignment:
         spec=body.spec,
         out_dir=Path(_local_path(body.artifacts_uri)),
         resume_from=_local_path(body.resume_from) if body.resume_from else None,
+        grants=Grants(secrets=body.secrets, egress=EgressPolicy.from_env()),
     )
 
 
@@ -126,6 +130,7 @@ def run_with_platform(url: str, run_id: int, dispatch: int, secret: str) -> int:
             control=control,
             on_event=reporter.emit,
             progress=False,
+            grants=assignment.grants,
         )
         # the driver's final status (succeeded | paused | aborted) was the run's last event:
         # the platform refuses anything after it

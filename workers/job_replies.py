@@ -31,6 +31,11 @@ class RunBootstrap(_Reply):
     resume_from: str | None = Field(
         None, description="the newest reported checkpoint, from dispatch 2 on"
     )
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="the team secrets the run's spec names, name → value (workers/grants.py); "
+        "none other",
+    )
 
 
 class PoolBootstrap(_Reply):

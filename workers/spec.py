@@ -15,6 +15,7 @@ import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -22,12 +23,14 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from . import names
+from .spec_limits import bound, limit_errors
 
 __all__ = [
     "RunSpec",
@@ -36,6 +39,7 @@ __all__ = [
     "load_spec",
     "spec_errors",
     "spec_json_schema",
+    "stored_spec",
 ]
 
 # The one integer range of a spec: what the control plane's columns hold. Counts that reach a
@@ -74,11 +78,18 @@ class TinyModelSpec(_Section):
         "model (byte-level BPE tokenizer, Qwen-style chat template, two EOS ids); calculator "
         "the same model warmed up on calculator episodes (tool calls, a template with tools)",
     )
-    hidden_size: int = Field(128, gt=0)
-    num_layers: int = Field(2, gt=0)
-    num_heads: int = Field(4, gt=0)
-    intermediate_size: int = Field(256, gt=0)
-    warmup_steps: int = Field(1000, ge=0, description="supervised steps on the task")
+    hidden_size: int = Field(128, gt=0, json_schema_extra=bound("model.tiny.hidden_size"))
+    num_layers: int = Field(2, gt=0, json_schema_extra=bound("model.tiny.num_layers"))
+    num_heads: int = Field(4, gt=0, json_schema_extra=bound("model.tiny.num_heads"))
+    intermediate_size: int = Field(
+        256, gt=0, json_schema_extra=bound("model.tiny.intermediate_size")
+    )
+    warmup_steps: int = Field(
+        1000,
+        ge=0,
+        json_schema_extra=bound("model.tiny.warmup_steps"),
+        description="supervised steps on the task",
+    )
     warmup_bias: float = Field(
         0.6,
         ge=0,
@@ -88,7 +99,9 @@ class TinyModelSpec(_Section):
         "wrongly when greedy but keeps the right answer as a strong second choice, so it is "
         "weak but not random",
     )
-    warmup_bias_steps: int = Field(200, ge=0)
+    warmup_bias_steps: int = Field(
+        200, ge=0, json_schema_extra=bound("model.tiny.warmup_bias_steps")
+    )
 
     @field_validator("hidden_size")
     @classmethod
@@ -114,11 +127,15 @@ class ModelSpec(_Section):
 
 
 class LoraSpec(_Section):
-    r: int = Field(8, gt=0, description="LoRA rank")
+    r: int = Field(8, gt=0, json_schema_extra=bound("lora.r"), description="LoRA rank")
     alpha: float = Field(16.0, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1
+    target_modules: list[
+        Annotated[str, Field(json_schema_extra=bound("lora.target_modules.*", "maxLength"))]
+    ] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        json_schema_extra=bound("lora.target_modules", "maxItems"),
     )
 
 
@@ -128,7 +145,12 @@ class LoraSpec(_Section):
 
 
 class AlgorithmSpec(_Section):
-    num_generations: int = Field(8, ge=2, description="group size G: samples per prompt")
+    num_generations: int = Field(
+        8,
+        ge=2,
+        json_schema_extra=bound("algorithm.num_generations"),
+        description="group size G: samples per prompt",
+    )
     advantage: names.Advantage = "grpo"
     advantage_eps: float = Field(1e-6, gt=0, description="ε in (r − mean) / (std + ε)")
     clip_eps_low: float = Field(0.2, gt=0, lt=1)
@@ -176,8 +198,22 @@ class _RolloutBase(_Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0, description="0 = off")
-    max_new_tokens: int = Field(8, gt=0)
-    stop: list[str] = Field(default_factory=list, description="stop strings (besides EOS)")
+    max_new_tokens: int = Field(8, gt=0, json_schema_extra=bound("rollout.max_new_tokens"))
+    stop: list[Annotated[str, Field(json_schema_extra=bound("rollout.stop.*", "maxLength"))]] = (
+        Field(
+            default_factory=list,
+            json_schema_extra=bound("rollout.stop", "maxItems"),
+            description="stop strings (besides EOS)",
+        )
+    )
+    max_loras: int = Field(
+        2,
+        ge=1,
+        json_schema_extra=bound("rollout.max_loras"),
+        description="adapter slots of the engine: the runs a pool's engine serves at once "
+        "(the pool's capacity when it is not given); vLLM and TensorRT-LLM allocate them for "
+        "a run alone too",
+    )
 
     # The trainer computes logprobs over the full softmax; samples drawn from a truncated
     # distribution would make every importance ratio wrong (TRL #4159), so refuse them.
@@ -202,7 +238,12 @@ class _RolloutBase(_Section):
 
 class TorchRolloutSpec(_RolloutBase):
     backend: Literal["torch"] = "torch"
-    max_batch_size: int = Field(256, gt=0, description="sequences decoded together")
+    max_batch_size: int = Field(
+        256,
+        gt=0,
+        json_schema_extra=bound("rollout.max_batch_size"),
+        description="sequences decoded together",
+    )
     decode: Literal["auto", "static", "dynamic"] = Field(
         "auto",
         description="static: a preallocated KV cache, each decode step one CUDA graph on a "
@@ -229,16 +270,19 @@ class VllmRolloutSpec(_RolloutBase):
     # spec says so at launch instead of the run failing on its first rollout
     temperature: float = Field(1.0, gt=0, le=2, description="vLLM accepts at most 2")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
-    max_loras: int = Field(2, ge=1)
     enforce_eager: bool = False
-    cpu_kvcache_space_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU")
+    cpu_kvcache_space_gib: int = Field(
+        2,
+        ge=1,
+        json_schema_extra=bound("rollout.cpu_kvcache_space_gib"),
+        description="VLLM_CPU_KVCACHE_SPACE on CPU",
+    )
 
 
 class TrtllmRolloutSpec(_RolloutBase):
     backend: Literal["trtllm"]
     kv_cache_free_gpu_memory_fraction: float = Field(0.5, gt=0, le=1)
-    max_loras: int = Field(2, ge=1)
-    max_cpu_loras: int = Field(4, ge=1)
+    max_cpu_loras: int = Field(4, ge=1, json_schema_extra=bound("rollout.max_cpu_loras"))
 
 
 RolloutSpec = Annotated[
@@ -265,6 +309,7 @@ class AsyncSpec(_Section):
     max_staleness: int = Field(
         1,
         ge=0,
+        json_schema_extra=bound("async.max_staleness"),
         description="max trainer_version − adapter_version of a trained group, in steps",
     )
     weight_update: Literal["abort", "keep", "wait"] = Field(
@@ -274,6 +319,7 @@ class AsyncSpec(_Section):
     buffer_groups: int | None = Field(
         None,
         gt=0,
+        json_schema_extra=bound("async.buffer_groups"),
         description="trajectory buffer capacity in groups (default 2 steps' worth)",
     )
 
@@ -391,6 +437,7 @@ class DataSpec(_Section):
     )
     system_prompt: str | None = Field(
         None,
+        json_schema_extra=bound("data.system_prompt", "maxLength"),
         description="a system message put before each prompt that has none (needs "
         "message prompts or chat_template: true)",
     )
@@ -402,13 +449,16 @@ class DataSpec(_Section):
     # Any, checked below: a union type would report one error per member for a bad value
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,
+        json_schema_extra=bound("data.chat_template_kwargs", "maxProperties"),
         description="keyword arguments of the chat template, e.g. {enable_thinking: false} "
         "for Qwen3",
     )
     max_prompt_tokens: int | None = Field(
-        None, gt=0, description="longest prompt in tokens (after the chat template); unset: "
-        "no limit",
-    )  # fmt: skip
+        None,
+        gt=0,
+        json_schema_extra=bound("data.max_prompt_tokens"),
+        description="longest prompt in tokens (after the chat template); unset: no limit",
+    )
     overlong_prompts: Literal["drop", "error"] = Field(
         "drop",
         description="a prompt over max_prompt_tokens: drop it (the count is logged) or refuse "
@@ -428,7 +478,12 @@ class DataSpec(_Section):
     eval_answer_key: str | None = Field(
         None, description="column of the eval data's answer, where it differs (default: answer_key)"
     )
-    eval_size: int = Field(200, gt=0, description="held-out prompts scored by eval/accuracy")
+    eval_size: int = Field(
+        200,
+        gt=0,
+        json_schema_extra=bound("data.eval_size"),
+        description="held-out prompts scored by eval/accuracy",
+    )
     reasoning_gym: ReasoningGymSpec | None = Field(
         None, description="task: reasoning_gym: which generator, how many examples, its settings"
     )
@@ -482,7 +537,30 @@ class DataSpec(_Section):
 # evaluate code (a team's own verifier is reached over HTTP, through `service`).
 
 _LABEL = r"^[A-Za-z0-9_.-]{1,64}$"
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+# a team secret's name (platform/paddock/teams/team_secrets.py); a spec names a secret, never
+# an environment variable: a worker's environment holds the cluster's own credentials
+SECRET_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+HEADERS_SECRET_GONE = (
+    "headers_secret named an environment variable of the worker, which a spec can no longer "
+    "reach; store the headers (or the token) as a team secret (`paddock secrets set NAME`, "
+    "or the team's Secrets page) and write `secret: NAME` here instead"
+)
+
+
+def http_url(v: str) -> str:
+    """`v` when it is an http(s) URL with a host, read by the standard library's URL parser
+    (a regular expression here once took seconds on a long hostile string). Which hosts a
+    job may reach is the egress policy's to say (workers/egress.py), where it connects."""
+    if any(c.isspace() or ord(c) < 32 for c in v):
+        raise ValueError("must be an http:// or https:// URL (no spaces)")
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        raise ValueError("must be an http:// or https:// URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL")
+    return v
 
 
 class _RewardTermBase(_Section):
@@ -529,7 +607,11 @@ class FormatRegexTerm(_RewardTermBase):
     """1 when the stripped completion fully matches `pattern` (shaping: not accuracy)."""
 
     name: Literal["format_regex"]
-    pattern: str = Field(description="regex the stripped completion must fully match")
+    pattern: str = Field(
+        json_schema_extra=bound("reward.functions.*.pattern", "maxLength"),
+        description="regex the stripped completion must fully match (a sample whose match "
+        "takes over a second scores 0)",
+    )
 
     @field_validator("pattern")
     @classmethod
@@ -543,6 +625,7 @@ class FormatTerm(_RewardTermBase):
     name: Literal["format"]
     pattern: str | None = Field(
         None,
+        json_schema_extra=bound("reward.functions.*.pattern", "maxLength"),
         description="regex the stripped completion must fully match, `.` matching newlines "
         "too; unset: the think-tag structure <think>…</think> then a non-empty answer",
     )
@@ -593,9 +676,16 @@ class OverlongPenaltyTerm(_RewardTermBase):
     tokens, then linear down to −1 at max_new_tokens (shaping: not accuracy)."""
 
     name: Literal["overlong_penalty"]
-    buffer: int = Field(gt=0, description="tokens before max_new_tokens over which it ramps")
+    buffer: int = Field(
+        gt=0,
+        json_schema_extra=bound("reward.functions.*.buffer"),
+        description="tokens before max_new_tokens over which it ramps",
+    )
     max_new_tokens: int | None = Field(
-        None, gt=0, description="L_max of the penalty; default rollout.max_new_tokens"
+        None,
+        gt=0,
+        json_schema_extra=bound("reward.functions.*.max_new_tokens"),
+        description="L_max of the penalty; default rollout.max_new_tokens",
     )
 
     @model_validator(mode="after")
@@ -605,30 +695,16 @@ class OverlongPenaltyTerm(_RewardTermBase):
         return self
 
 
-def _check_http_url(v: str) -> str:
-    """The URL of a team's service (a reward service, an environment server)."""
-    if not re.match(r"^https?://[^\s/?#]+[^\s]*$", v):
-        raise ValueError("must be an http:// or https:// URL")
-    return v
-
-
-def _headers_secret() -> Any:
-    return Field(
-        None,
-        pattern=_ENV_NAME,
-        description="name of an environment variable on the worker holding the request "
-        "headers as a JSON object, or a token sent as Authorization: Bearer <token>; the "
-        "secret itself never sits in the spec",
-    )
-
-
 class ServiceTerm(_RewardTermBase):
     """A reward service: the job POSTs batches {items: [{prompt, completion, answer,
     metadata}]} to `url` and reads {rewards: [float], details?: [object]}. For code
     execution, LLM judges, a team's own verifier (docs/train-your-own-model.md)."""
 
     name: Literal["service"]
-    url: str = Field(description="http(s) endpoint that takes the POSTed batches")
+    url: str = Field(
+        description="http(s) endpoint that takes the POSTed batches",
+        json_schema_extra=bound("reward.functions.*.url", "maxLength"),
+    )
     timeout_s: float = Field(
         60.0, gt=0, le=3600, description="deadline of one attempt at one batch, in seconds"
     )
@@ -641,17 +717,35 @@ class ServiceTerm(_RewardTermBase):
         "with exponential backoff; then the step fails",
     )
     max_concurrency: int = Field(4, gt=0, le=64, description="batches in flight at once")
-    headers_secret: str | None = _headers_secret()
+    secret: str | None = Field(
+        None,
+        pattern=SECRET_NAME,
+        description="name of one of the team's secrets holding the request headers as a JSON "
+        "object, or a token sent as Authorization: Bearer <token>; the job receives its run's "
+        "secrets from the platform (under paddock train: the environment variable "
+        "PADDOCK_SECRET_<NAME>), and the secret itself never sits in the spec",
+    )
     correct_threshold: float | None = Field(
         1.0,
         description="a sample counts as correct for accuracy when this term's reward is at "
         "least this; null makes the service a shaping term that accuracy ignores",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_environment_names(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or "headers_secret" not in data:
+            return data
+        if data["headers_secret"] is not None and not _stored(info):
+            raise _field_error("headers_secret", HEADERS_SECRET_GONE)
+        # null (every spec stored before carries it), or a stored spec the control plane
+        # reads: dropped; the job, which validates as a user's spec, says what to change
+        return {k: v for k, v in data.items() if k != "headers_secret"}
+
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        return _check_http_url(v)
+        return http_url(v)
 
 
 class EnvTerm(_RewardTermBase):
@@ -699,6 +793,7 @@ class RewardSpec(_Section):
     functions: list[RewardTerm] = Field(
         default_factory=lambda: [ExactMatchTerm(name="exact_match")],
         min_length=1,
+        json_schema_extra=bound("reward.functions", "maxItems"),
         description="the reward is the weighted sum of these terms, each {name, weight, "
         "label, ...its own keys}, e.g. [{name: math_verify}, {name: format, weight: 0.1}]; "
         "names: exact_match, numeric_match, gsm8k, boxed_match, math_verify, service, env, "
@@ -740,7 +835,7 @@ class EnvServerSpec(_Section):
     """An environment behind HTTP (NeMo Gym's style; docs/environments.md#http): the job
     opens a session, posts each model turn, and reads the observation."""
 
-    url: str = Field(description="http(s) base URL of the environment server")
+    url: str = Field(max_length=2000, description="http(s) base URL of the environment server")
     timeout_s: float = Field(30.0, gt=0, le=3600, description="deadline of one attempt, seconds")
     max_retries: int = Field(
         3,
@@ -749,12 +844,18 @@ class EnvServerSpec(_Section):
         description="retries after a connection error, a timeout, a 429 or a 5xx, with "
         "exponential backoff; then the episode fails (not the run)",
     )
-    headers_secret: str | None = _headers_secret()
+    secret: str | None = Field(
+        None,
+        pattern=SECRET_NAME,
+        description="name of one of the team's secrets holding the request headers (a JSON "
+        "object) or a bearer token (under paddock train: the environment variable "
+        "PADDOCK_SECRET_<NAME>); the secret itself never sits in the spec",
+    )
 
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        return _check_http_url(v)
+        return http_url(v)
 
 
 class EnvSpec(_Section):
@@ -811,27 +912,44 @@ class EnvSpec(_Section):
 
 class TrainSpec(_Section):
     steps: int = Field(50, gt=0, le=MAX_STEPS)
-    prompts_per_step: int = Field(8, gt=0)
+    prompts_per_step: int = Field(8, gt=0, json_schema_extra=bound("train.prompts_per_step"))
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(64, gt=0, description="sequences per forward/backward")
+    micro_batch_size: int = Field(
+        64,
+        gt=0,
+        json_schema_extra=bound("train.micro_batch_size"),
+        description="sequences per forward/backward",
+    )
     logprob_chunk_size: int = Field(
         1024,
         gt=0,
+        json_schema_extra=bound("train.logprob_chunk_size"),
         description="token rows per chunk of the logits → logprobs computation",
     )
     eval_every: int = Field(10, ge=0, description="steps between eval/accuracy; 0 = only at end")
     mult_prob_error_samples: int = Field(
         8,
         ge=0,
+        json_schema_extra=bound("train.mult_prob_error_samples"),
         description="stale samples per step that a no-grad trainer forward checks under the "
         "adapter version that generated them, for token_mult_prob_error in async runs; "
         "0 = compare only tokens of the current version",
     )
-    log_samples: int = Field(4, ge=0, description="samples per step sent to the inspector")
-    threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
+    log_samples: int = Field(
+        4,
+        ge=0,
+        json_schema_extra=bound("train.log_samples"),
+        description="samples per step sent to the inspector",
+    )
+    threads: int | None = Field(
+        None,
+        gt=0,
+        json_schema_extra=bound("train.threads"),
+        description="torch CPU threads (default: all cores)",
+    )
     compile: bool = Field(
         False,
         description="on a GPU, compile each decoder layer with torch.compile (fuses the "
@@ -864,11 +982,21 @@ class ResourcesSpec(_Section):
     )
     trainer_gpus: int = Field(0, ge=0, description="in all; split evenly over trainer_actors")
     trainer_cpus: float = Field(1, gt=0, description="with executor ray: per trainer actor")
-    trainer_actors: int = Field(1, ge=1, description="FSDP ranks (executor ray)")
-    rollout_replicas: int = Field(1, ge=1)
+    trainer_actors: int = Field(
+        1,
+        ge=1,
+        json_schema_extra=bound("resources.trainer_actors"),
+        description="FSDP ranks (executor ray)",
+    )
+    rollout_replicas: int = Field(1, ge=1, json_schema_extra=bound("resources.rollout_replicas"))
     rollout_gpus: float = Field(0, ge=0, description="GPUs per rollout replica")
     rollout_cpus: float = Field(1, gt=0, description="CPUs per rollout replica (executor ray)")
-    max_restarts: int = Field(2, ge=0, description="actor restarts inside one job")
+    max_restarts: int = Field(
+        2,
+        ge=0,
+        json_schema_extra=bound("resources.max_restarts"),
+        description="actor restarts inside one job",
+    )
     release_on_pause: bool = Field(False, description="exit on pause, resume from checkpoint")
     engine_process: bool = Field(
         False,
@@ -968,6 +1096,15 @@ class RunSpec(_Section):
     seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
+    def _within_limits(self, info: ValidationInfo) -> RunSpec:
+        """Every size within its bound (workers/spec_limits.py), for a spec a user wrote."""
+        if not _stored(info):
+            errors = limit_errors(self.model_dump(by_alias=True))
+            if errors:
+                raise _field_error(*errors[0])
+        return self
+
+    @model_validator(mode="after")
     def _numbers_in_range(self) -> RunSpec:
         """Every integer of the spec within signed 64 bits and every float finite, whatever
         the field and however the value came (a YAML `1e400`, a string pydantic coerced):
@@ -1019,6 +1156,27 @@ class RunSpec(_Section):
                         f"must be <= rollout.max_new_tokens ({limit})",
                     )
         return self
+
+    def outbound_urls(self) -> list[tuple[str, str]]:
+        """(field, URL) of every address the run's job will call for the user: each is
+        reached under the egress policy (workers/egress.py), and a launch checks them."""
+        urls = [
+            (f"reward.functions.{i}.url", t.url)
+            for i, t in enumerate(self.reward.functions)
+            if isinstance(t, ServiceTerm)
+        ]
+        if self.logging.mlflow is not None:
+            urls.append(("logging.mlflow.tracking_uri", self.logging.mlflow.tracking_uri))
+        return urls
+
+    def secret_names(self) -> list[tuple[str, str]]:
+        """(field, name) of every team secret the spec names: what the run's job receives
+        at bootstrap, and nothing else."""
+        return [
+            (f"reward.functions.{i}.secret", t.secret)
+            for i, t in enumerate(self.reward.functions)
+            if isinstance(t, ServiceTerm) and t.secret is not None
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict with the public key names (`async`, not `async_`)."""
@@ -1098,6 +1256,19 @@ def spec_errors(data: Any) -> list[dict[str, str]]:
     except ValidationError as exc:
         return [{"field": _path(e), "message": _message(e)} for e in exc.errors()]
     return []
+
+
+def stored_spec(data: Any) -> RunSpec:
+    """A spec the platform stored earlier, read back (the control plane: dispatch, pools,
+    quotas). The admission checks of this release (its size bounds, `headers_secret`) are
+    not applied: a launch applied those of its own release, and a run launched under them
+    must still be dispatched, retried and counted; its job validates the spec as written
+    and fails naming what to change."""
+    return RunSpec.model_validate(data, context={"stored": True})
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
 
 
 def parse_spec(data: Any) -> RunSpec:

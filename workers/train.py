@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .grants import Grants
 from .loop import Outcome, run_training
 from .loop.control import ControlSource
 from .loop.events import EventHook, MetricsHook
@@ -36,6 +37,7 @@ def train(
     on_metrics: MetricsHook | None = None,
     progress: bool = True,
     on_event: EventHook | None = None,
+    grants: Grants | None = None,
 ) -> Outcome:
     """Train `spec` (a RunSpec, a dict, a YAML/JSON path or text) with `key.path=value`
     overrides. Writes OUT/spec.yaml, OUT/metrics.jsonl and OUT/checkpoints/step-N/.
@@ -43,7 +45,9 @@ def train(
     `control.desired_state()` (running | paused | aborted) is read between steps;
     `on_metrics(step, values)` gets every metric row; `on_event(event)` gets the ingest events
     (metric, log, status, checkpoint, samples: models of workers/events.py). Returns the
-    Outcome (state succeeded | paused | aborted, step, adapter_version, last checkpoint)."""
+    Outcome (state succeeded | paused | aborted, step, adapter_version, last checkpoint).
+    `grants`: the run's secrets and egress policy (workers/grants.py), which a job under the
+    platform receives at bootstrap; default: `paddock train`'s, from the environment."""
     resolved = resolve_spec(spec, overrides)
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     runner = run_training
@@ -57,5 +61,6 @@ def train(
             on_metrics=on_metrics,
             on_event=on_event,
             progress=progress,
+            grants=grants if grants is not None else Grants.standalone(),
         )
     )

@@ -66,7 +66,9 @@ def part_longtail(model_dir: Path, args, out: Path) -> dict:
             ways.insert(0, ("continuous batching", 0.75, True))
         for name, below, continuous in ways:
             backend = TorchBackend(spec, model_dir)
-            backend.compact_below, backend.continuous = below, continuous
+            backend.compact_below = below
+            if backend.decoder is not None:  # freed slots take new groups, or not
+                backend.source.refill = continuous
             if attention:
                 backend.decoder.attention = attention
             asyncio.run(

@@ -6,7 +6,8 @@
 Tokens a second at --batch rows (--batch / --group prompts of --prompt-len tokens, --group
 samples each, --new-tokens each; LoRA r=16 unmerged on every linear), side by side in one
 run: the single-adapter engine (TorchBackend, static decode with CUDA graphs) serving one
-adapter, and the pool engine (TorchPoolEngine) serving --adapters adapters of the same shape,
+adapter, and the pool engine (TorchPool, the same engine with a slot per run) serving
+--adapters adapters of the same shape,
 the prompts dealt round-robin to the runs, with each LoRA kernel of --kernels (segmented:
 rows sorted by slot, grouped GEMMs; gathered: every slot's x·A masked to the row's). Then
 the same pool with slots of rank 64 holding the rank-16 adapters (what padding costs), and
@@ -57,7 +58,7 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
     from workers.rollout import AdapterUpdate
     from workers.rollout.pool_engine import PoolRequest
     from workers.rollout.registry import make_backend
-    from workers.rollout.torch_pool import TorchPoolEngine
+    from workers.rollout.torch_engine import TorchPool
     from workers.spec import LoraSpec, parse_spec
 
     vocab, groups, n = args.vocab, args.batch // args.group, args.group
@@ -115,9 +116,7 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
     for kernel, rank in variants:
         name = f"{k} adapters, pool {kernel}, slots r{rank}, batch {args.batch}"
         try:
-            pool = TorchPoolEngine(
-                spec, model_dir, capacity=k, max_lora_rank=rank, lora_kernel=kernel
-            )
+            pool = TorchPool(spec, model_dir, capacity=k, max_lora_rank=rank, lora_kernel=kernel)
             for i, tensors in enumerate(adapters):
                 asyncio.run(pool.load_adapter(f"run{i}", AdapterUpdate(1, tensors=tensors), lora))
 
@@ -127,10 +126,10 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
 
             row = timed(name, generate)
             row["vs_single"] = row["tok_s"] / base["tok_s"]
-            with pool._lock:  # the decode thread is idle: the decoder alone
+            with pool.engine.between_turns():  # no decode turn runs: the decoder alone
                 slots = torch.arange(args.batch, device=pool.device) % k
                 steps.append((f"{k} adapters {kernel} r{rank}", step_time(
-                    pool.decoder, args.batch, p_len, vocab, adapters=slots
+                    pool.engine.decoder, args.batch, p_len, vocab, adapters=slots
                 )))  # fmt: skip
             asyncio.run(pool.close())
             del pool, generate

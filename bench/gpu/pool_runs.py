@@ -7,9 +7,10 @@ after the other, measured side by side in one run.
 Each run is the arithmetic task on the --shape model (random init, LoRA r=16 on every
 linear, torch backend), --steps steps of --groups prompts × --group rollouts × --new-tokens
 new tokens, each run its own seed. Pooled: the K runs admitted together to one PoolDriver
-(workers/pool/driver.py, the by-hand form of workers/pool/job.py) over the torch slot
-engine (workers/rollout/torch_pool.py: rows of every adapter in one CUDA-graph batch,
-rollout.max_batch_size K × groups × group) and one multi-adapter trainer. In sequence: the
+(workers/pool/driver.py, the by-hand form of workers/pool/job.py) over the torch engine
+with a slot per run (workers/rollout/torch_engine/, the static decoder's slot table on a
+GPU: rows of every adapter in one CUDA-graph batch, rollout.max_batch_size K × groups ×
+group; --decode picks rollout.decode) and one multi-adapter trainer. In sequence: the
 same K specs through `train()` one after the other (each run its own trainer and engine,
 batch groups × group).
 
@@ -50,6 +51,7 @@ def spec_for(model_dir: Path, args, seed: int, batch: int) -> dict:
             "checkpoint.every": 0,
             "async.enabled": True,
             "async.max_staleness": 1,
+            "rollout.decode": args.decode,
         },
     )
 
@@ -66,7 +68,7 @@ async def pooled(model_dir: Path, args, root: Path) -> float:
 
     batch = args.runs * args.groups * args.group
     t0 = time.perf_counter()
-    pool = PoolDriver(capacity=args.runs, torch_engine=args.torch_engine)
+    pool = PoolDriver(capacity=args.runs)
     for s in range(args.runs):
         pool.admit(f"run{s}", spec_for(model_dir, args, s, batch), root / f"run{s}")
     members = await pool.wait()
@@ -110,7 +112,7 @@ def part_pool_runs(model_dir: Path, args, out: Path) -> dict:
         "groups": args.groups,
         "group": args.group,
         "new_tokens": args.new_tokens,
-        "torch_engine": args.torch_engine,
+        "decode": args.decode,
     }
     reset_peak()
     pool_wall = asyncio.run(pooled(model_dir, args, root / "pool"))
@@ -154,7 +156,7 @@ def main() -> None:
         help="start no further solo run after this many seconds of both sides: the sequence's "
         "tokens/s is then that of the solo runs done (identical but for the seed)",
     )
-    ap.add_argument("--torch-engine", choices=("auto", "slots", "lanes"), default="auto")
+    ap.add_argument("--decode", choices=("auto", "static", "dynamic"), default="auto")
     run(part_pool_runs, ap.parse_args())
 
 

@@ -29,7 +29,7 @@ def test_abort_mode_resubmits_partial_chains_and_they_keep_their_versions(
     executor = RecordingExecutor(LoraPolicy(spec, chat_dir))
     backend = make_backend(spec, chat_dir)
     # chains take tens of decode steps: slowed down, publishes land while they are in flight
-    backend.model = SlowModel(backend.model, delay_s=0.03)
+    backend.source.model = SlowModel(backend.source.model, delay_s=0.03)
     calls = []
     generate = backend.generate
 

@@ -91,9 +91,13 @@ def _warnings(events) -> list[str]:
             if _field(e, "type") == "log" and _field(e, "level") == "warning"]  # fmt: skip
 
 
-def test_every_metric_reaches_mlflow_tensorboard_and_wandb_once(make_spec, tmp_path,
-                                                                mlflow_server):  # fmt: skip
+def test_every_metric_reaches_mlflow_tensorboard_and_wandb_once(
+    make_spec, tmp_path, mlflow_server, monkeypatch
+):
     from mlflow.tracking import MlflowClient
+
+    # the egress policy refuses loopback unless the operator allows it (docs/security.md)
+    monkeypatch.setenv("PADDOCK_EGRESS_ALLOW_NETWORKS", "127.0.0.1/32")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
@@ -154,6 +158,14 @@ def test_a_failing_sink_is_a_warning_and_the_run_goes_on(make_spec, tmp_path):
     # said before the final status, which the platform takes as the run's last event
     kinds = [(_field(e, "type"), _field(e, "state") or _field(e, "message")) for e in events]
     assert kinds.index(("log", warnings[0])) < kinds.index(("status", "succeeded"))
+
+
+def test_a_tracking_server_the_egress_policy_refuses_is_a_warning(make_spec, tmp_path):
+    logging = {"mlflow": {"tracking_uri": "http://169.254.169.254:8080", "experiment": "x"}}
+    outcome, rows, events = _run(make_spec, tmp_path / "run", logging)
+    assert outcome.state == "succeeded" and rows
+    (warning,) = [m for m in _warnings(events) if m.startswith("metric mirror mlflow")]
+    assert "open failed" in warning and "cloud metadata address" in warning
 
 
 def test_without_logging_no_mirror_library_is_imported(make_spec, tmp_path):

@@ -18,7 +18,7 @@ from workers.rollout import (
 )
 from workers.spec import parse_spec
 
-from .helpers import SlowModel
+from .helpers import Parked
 
 
 @pytest.fixture
@@ -58,16 +58,55 @@ def test_groups_do_not_depend_on_their_batch(setup):
     assert len({tuple(s.token_ids) for s in alone.samples}) > 1  # samples differ at T=4
 
 
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_groups_of_other_sampling_params_share_a_batch_and_sample_as_alone(make_spec, decode):
+    """One batch takes groups of any sampling params (a pool's runs, or eval's greedy rows
+    beside the producer's): each row is sampled at its own group's temperature, greedy rows
+    take the argmax, each its own budget, and every group gives what it gives alone."""
+    spec = parse_spec(make_spec("rollout.max_new_tokens=8", f"rollout.decode={decode}"))
+    policy = LoraPolicy(spec, spec.model.path)
+    backend = make_backend(spec, spec.model.path)
+    reqs = [
+        _req(policy, "hot", "12+3=", 11, temperature=4.0),
+        GroupRequest("greedy", policy.tokenizer.encode("4+5="), 2, 0,
+                     SamplingParams(0.7, 6, greedy=True)),
+        _req(policy, "cool", "40+41=", 5, temperature=0.7, max_new=5),
+    ]  # fmt: skip
+
+    async def go():
+        await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
+        together = await backend.generate(reqs)
+        return together, [(await backend.generate([r]))[0] for r in reqs]
+
+    together, alone = asyncio.run(go())
+    for t, a, req in zip(together, alone, reqs, strict=True):
+        for s, s_alone in zip(t.samples, a.samples, strict=True):
+            assert s.token_ids == s_alone.token_ids and s.finish_reason == s_alone.finish_reason
+            assert s.logprobs == pytest.approx(s_alone.logprobs, abs=1e-5)
+            assert len(s.token_ids) <= req.params.max_new_tokens
+    greedy = together[1].samples
+    assert greedy[0].token_ids == greedy[1].token_ids  # the argmax: both rows alike
+    assert len({tuple(s.token_ids) for s in together[0].samples}) > 1  # sampled: they differ
+
+
+def in_flight(backend, tokens: int = 4) -> Parked:
+    """The decode held once `tokens` more tokens were made (every row of a group of 4 has
+    its first), its rows then in flight until `release()`."""
+    start = backend.tokens_streamed
+    return Parked(backend, lambda: backend.tokens_streamed >= start + tokens)
+
+
 def test_abort_returns_partials_and_resubmission_keeps_token_versions(setup):
     _, policy, backend = setup
-    backend.model = SlowModel(backend.model, 0.05)
     request = _req(policy, "a", "1+2=", 3)
 
     async def go():
         await backend.load_adapter(AdapterUpdate(0, policy.adapter_tensors()))
+        held = in_flight(backend)
         task = asyncio.create_task(backend.generate([request]))
-        await asyncio.sleep(0.2)
+        await held.reached()
         await backend.pause("abort")
+        held.release()
         partial = (await task)[0]
         assert partial.aborted and all(s.finish_reason == "abort" for s in partial.samples
                                        if not s.done)  # fmt: skip
@@ -89,19 +128,26 @@ def test_abort_returns_partials_and_resubmission_keeps_token_versions(setup):
 
 def test_keep_freezes_and_wait_drains(setup):
     _, policy, backend = setup
-    backend.model = SlowModel(backend.model, 0.05)
 
     async def go():
         await backend.load_adapter(AdapterUpdate(0, policy.adapter_tensors()))
+        held = in_flight(backend)
         task = asyncio.create_task(backend.generate([_req(policy, "a", "1+2=", 3)]))
-        await asyncio.sleep(0.15)
+        await held.reached()
         await backend.pause("keep")
+        held.release()
         await backend.load_adapter(AdapterUpdate(1, policy.adapter_tensors()))
         await backend.resume()
         kept = (await task)[0]
+        held = in_flight(backend)
         task = asyncio.create_task(backend.generate([_req(policy, "b", "3+4=", 4)]))
-        await asyncio.sleep(0.1)
-        await backend.pause("wait")
+        await held.reached()
+        pausing = asyncio.create_task(backend.pause("wait"))
+        gate = backend._gate
+        await gate.wait(lambda: not gate.open)  # the pause has begun, the request in flight
+        assert not pausing.done() and not task.done()
+        held.release()
+        await pausing
         assert task.done()  # wait returned only after the in-flight request finished
         await backend.resume()
         return kept
@@ -114,7 +160,8 @@ def test_keep_freezes_and_wait_drains(setup):
 
 def test_missing_engine_names_its_package(make_spec, monkeypatch):
     # Stands for an engine this machine lacks (whether vLLM is installed here varies).
-    monkeypatch.setitem(BACKENDS, "trtllm", ("workers.rollout._no_such_engine", "TrtllmBackend"))
+    missing = ("workers.rollout._no_such_engine", "TrtllmBackend")
+    monkeypatch.setitem(BACKENDS, "trtllm", {"solo": missing, "pool": missing})
     spec = parse_spec(make_spec("rollout.backend=trtllm"))
     with pytest.raises(RuntimeError, match="needs the 'tensorrt_llm' package"):
         make_backend(spec, spec.model.path)
@@ -147,10 +194,10 @@ def test_finished_rows_leave_the_batch_and_the_others_sample_as_before(make_spec
     async def run(compact_below: float):
         backend = make_backend(spec, spec.model.path)
         backend.compact_below = compact_below
-        backend.model = RowCounter(backend.model)
+        backend.source.model = RowCounter(backend.source.model)
         await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
         (result,) = await backend.generate([request()])
-        return result, backend.model.rows
+        return result, backend.source.model.rows
 
     compacted, rows = asyncio.run(run(0.75))
     full, full_rows = asyncio.run(run(0.0))  # never compacts
@@ -261,11 +308,12 @@ def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make
         over = spec.rollout.model_copy(update={"decode": decode})
         backend = make_backend(spec.model_copy(update={"rollout": over}), spec.model.path)
         if backend.decoder is not None:
-            backend.decoder = DecoderLog(backend.decoder)
+            backend.source.decoder = DecoderLog(backend.decoder)
         await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
-        return await backend.generate(reqs), backend.decoder
+        return await backend.generate(reqs), backend.source
 
-    (static, log), (dynamic, _) = asyncio.run(run("static")), asyncio.run(run("dynamic"))
+    (static, source), (dynamic, _) = asyncio.run(run("static")), asyncio.run(run("dynamic"))
+    log = source.decoder
     for a, b in zip(static, dynamic, strict=True):
         for s, d in zip(a.samples, b.samples, strict=True):
             assert s.token_ids == d.token_ids and s.finish_reason == d.finish_reason
@@ -280,13 +328,14 @@ def test_freed_slots_take_the_next_groups_and_every_group_samples_as_before(make
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec, overlap):
-    """A kept request's rows are re-prefilled under a new adapter. With continuous batching
-    they were admitted at different times, so they have made different counts of tokens:
-    padded to the longest, each still needs room for its own budget. The budget is chosen so
-    the first reservation is exactly full (a 40-token prompt + 24 = 64 positions); the
-    version is bumped with the same weights, so the tokens must equal an uninterrupted
-    decode's. `overlap`: the step run ahead of the host (the GPU's loop) is dropped at the
-    change, and the rows' last steps run ahead fit the exactly full cache."""
+    """An adapter load takes the rows in flight out of the batch and re-prefills them under
+    the new adapter. With continuous batching they were admitted at different times, so
+    they have made different counts of tokens: padded to the longest, each still needs room
+    for its own budget. The budget is chosen so the first reservation is exactly full (a
+    40-token prompt + 24 = 64 positions); the load is of the same weights as a new version,
+    so the tokens must equal an uninterrupted decode's. `overlap`: the step run ahead of
+    the host (the GPU's loop) is dropped at the change, and the rows' last steps run ahead
+    fit the exactly full cache."""
     long = "12345678+87654321=1234567+7654321=123456"
     spec = parse_spec(make_spec("rollout.temperature=2.0", "rollout.max_batch_size=4",
                                 "rollout.decode=static"))  # fmt: skip
@@ -302,21 +351,21 @@ def test_an_adapter_change_mid_decode_recomputes_rows_of_every_age(make_spec, ov
     # r0 ends after 4 tokens and r2 takes its slots, 4 tokens behind r1's long prompt
     reqs = [group("r0", "1+1=", 0, held=budget - 4), group("r1", long, 1), group("r2", "4+5=", 2)]
 
-    class BumpAfter(DecoderLog):
-        def step(self, tokens):
-            if self.steps == 10:  # rows of two ages: r1 11 tokens made, r2 7
-                self.backend._version += 1
-            return super().step(tokens)
-
     async def run(bump: bool):
         backend = make_backend(spec, spec.model.path)
         backend.overlap = overlap
         backend.eos_ids = frozenset()  # every row makes its whole budget
-        if bump:
-            backend.decoder = BumpAfter(backend.decoder)
-            backend.decoder.backend = backend
+        log = backend.source.decoder = DecoderLog(backend.decoder)
         await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
-        return await backend.generate(reqs)
+        if not bump:
+            return await backend.generate(reqs)
+        # after 10 steps: rows of two ages, r1 11 tokens made, r2 7
+        held = Parked(backend, lambda: log.steps == 10)
+        task = asyncio.create_task(backend.generate(reqs))
+        await held.reached()
+        await backend.load_adapter(AdapterUpdate(8, policy.adapter_tensors()))
+        held.release()
+        return await task
 
     plain, bumped = asyncio.run(run(False)), asyncio.run(run(True))
     for a, b in zip(plain, bumped, strict=True):
@@ -348,9 +397,9 @@ def test_steps_run_ahead_of_the_host_sample_as_the_serial_loop(make_spec, slots)
     async def run(overlap: bool):
         backend = make_backend(spec, spec.model.path)
         backend.overlap = overlap
-        backend.decoder = DecoderLog(backend.decoder)
+        log = backend.source.decoder = DecoderLog(backend.decoder)
         await backend.load_adapter(AdapterUpdate(7, policy.adapter_tensors()))
-        return await backend.generate(reqs), backend.decoder.steps
+        return await backend.generate(reqs), log.steps
 
     (serial, steps), (ahead, ahead_steps) = asyncio.run(run(False)), asyncio.run(run(True))
     for a, b in zip(ahead, serial, strict=True):

@@ -13,6 +13,7 @@ import ray
 
 from ..policy import TrainSample
 from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode
+from ..rollout.registry import engine_class
 from .fleet import ActorDied, Member, call, call_all
 
 
@@ -63,10 +64,12 @@ class RayRolloutBackend:
     acknowledged, and this proxy checks each new token's label against that actor's
     acknowledgements before the driver sees it."""
 
+    placeable = False  # its engines are the actors' own
+
     def __init__(self, actors: list[Member], name: str):
         self.actors = actors
         self.name = name
-        self.needs_probe = name != "torch"  # as the engines say (TorchBackend.needs_probe)
+        self.needs_probe = engine_class(name).needs_probe  # as the actors' engines declare
         self.acked: list[set[int]] = [set() for _ in actors]
         self._served = [-1] * len(actors)
         self.failure: ActorDied | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 import ray
 
 from ..events import Event, LogEvent, StatusEvent
+from ..grants import Grants
 from ..loop.checkpoint import latest_checkpoint
 from ..loop.control import ControlSource
 from ..loop.driver import Outcome
@@ -61,6 +62,7 @@ async def run_on_ray(
     on_metrics: MetricsHook | None = None,
     on_event: EventHook | None = None,
     progress: bool = True,
+    grants: Grants | None = None,
 ) -> Outcome:
     started = connect()
     try:
@@ -78,6 +80,7 @@ async def run_on_ray(
                     progress=progress,
                     executor=RayTrainerExecutor(fleet.trainers),
                     backend=RayRolloutBackend(fleet.rollouts, spec.rollout.backend),
+                    grants=grants,
                 )
             except ActorDied as exc:
                 if restarts >= spec.resources.max_restarts:

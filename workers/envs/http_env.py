@@ -14,9 +14,11 @@ A turn with tool calls is answered call by call through /tools/{name} (a malform
 answered by the job itself, as an error observation, and never sent); a turn without one
 goes to /verify, which ends the episode with its reward or answers with messages (a user
 simulator) to go on. `turn` lets a server recognise a retried request. Every request goes
-through the shared client (workers/http_json.py): `timeout_s` an attempt, retries on
-connection errors, timeouts, 429 and 5xx, then a failure naming the URL, which fails the
-episode, not the run. A reply that is not what the contract says fails it too.
+through the shared client (workers/http_json.py) on a session that keeps the run's egress
+policy (workers/egress.py), with the headers of the team secret `secret` names
+(workers/grants.py): `timeout_s` an attempt, retries on connection errors, timeouts, 429
+and 5xx, then a failure naming the URL (never the reply's body), which fails the episode,
+not the run. A reply that is not what the contract says fails it too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from typing import Any
 import aiohttp
 
 from ..data.tasks import Example
-from ..http_json import post_json, secret_headers
+from ..egress import EgressRefused, egress_session
+from ..grants import Grants
+from ..http_json import post_json
 from ..spec import EnvServerSpec
 from .base import ModelTurn, Observation, Toolbox
 from .tool_calls import function_schema
@@ -44,7 +48,9 @@ def _object(url: str, payload: bytes) -> dict[str, Any]:
     except ValueError:
         data = None
     if data is None:
-        raise EnvServerError(f"environment server {url}: the reply is not JSON: {payload[:200]!r}")
+        raise EnvServerError(
+            f"environment server {url}: the reply is not JSON ({len(payload)} bytes)"
+        )
     if not isinstance(data, dict):
         raise EnvServerError(f"environment server {url}: the reply is not a JSON object")
     return data
@@ -112,13 +118,18 @@ class HttpSession:
 class HttpEnvironment:
     name = "http"
 
-    def __init__(self, spec: EnvServerSpec):
+    def __init__(self, spec: EnvServerSpec, grants: Grants):
         self.spec = spec
         self.url = spec.url.rstrip("/")
-        # read now: a missing secret fails the run at its start
+        self.egress = grants.egress
+        what = f"environment server {self.url}"
+        try:  # checked now: a refused URL or a missing secret fails the run at its start
+            self.egress.check_url(spec.url)
+        except EgressRefused as exc:
+            raise EnvServerError(f"{what}: {exc}") from None
         self.headers = {
             "Content-Type": "application/json",
-            **secret_headers(f"environment server {self.url}", spec.headers_secret, EnvServerError),
+            **grants.secret_headers(what, spec.secret, EnvServerError),
         }
         self.tools: tuple[dict, ...] = ()
         self.schemas: dict[str, dict] = {}  # tool name → its schema
@@ -127,7 +138,7 @@ class HttpEnvironment:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self.headers)
+            self._session = egress_session(self.egress, headers=self.headers)
         return self._session
 
     async def post(self, path: str, body: dict, retries: int | None = None) -> dict[str, Any]:
@@ -147,10 +158,10 @@ class HttpEnvironment:
         try:
             async with self._client().get(url, timeout=timeout) as resp:
                 payload, status = await resp.read(), resp.status
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, aiohttp.ClientError, EgressRefused) as exc:
             raise EnvServerError(f"environment server {url}: {type(exc).__name__}: {exc}") from None
         if status != 200:
-            raise EnvServerError(f"environment server {url}: HTTP {status}: {payload[:200]!r}")
+            raise EnvServerError(f"environment server {url}: HTTP {status}")
         tools = _object(url, payload).get("tools", [])
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise EnvServerError(f'environment server {url}: "tools" must be a list of schemas')

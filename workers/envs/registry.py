@@ -19,6 +19,7 @@ import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
+from ..grants import Grants
 from ..names import BUILTIN_ENVIRONMENTS, ENVIRONMENT_GROUP, installed_environments
 from ..spec import EnvSpec
 from .base import Environment
@@ -66,13 +67,15 @@ def adapt(factory: Callable[..., Any], name: str, spec: EnvSpec) -> Environment:
     )
 
 
-async def make_environment(spec: EnvSpec) -> Environment:
-    """The environment `env.name` names, with its `env.args`."""
+async def make_environment(spec: EnvSpec, grants: Grants | None = None) -> Environment:
+    """The environment `env.name` names, with its `env.args`; `grants`: the run's secrets
+    and egress policy, which an environment server is reached under (default: `paddock
+    train`'s)."""
     if spec.name == SERVER:
         from .http_env import HttpEnvironment
 
         assert spec.server is not None  # the spec's validator requires it
-        env = HttpEnvironment(spec.server)
+        env = HttpEnvironment(spec.server, grants if grants is not None else Grants.standalone())
         await env.load_tools()  # the first prompt is rendered with them
         return env
     if spec.name in BUILTIN:

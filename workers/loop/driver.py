@@ -244,9 +244,7 @@ class Driver:
         is labelled with a version only after the engine confirmed it serves it."""
         # the probe costs a trainer forward: only for engines that check it (not torch's,
         # which loads the trainer's tensors as they are)
-        update = await self.executor.adapter_update(
-            with_probe=getattr(self.backend, "needs_probe", True)
-        )
+        update = await self.executor.adapter_update(with_probe=self.backend.needs_probe)
         mode = self.spec.async_.weight_update if self.is_async else "wait"
         await self.backend.pause(mode)
         try:

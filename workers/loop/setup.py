@@ -11,6 +11,7 @@ from ..data import load_task
 from ..envs import ChatRenderer, EpisodeLimits, format_for_template
 from ..envs.base import Environment
 from ..envs.registry import make_environment
+from ..grants import Grants
 from ..models import tiny_model_dir
 from ..policy import LoraPolicy
 from ..policy.lora import load_tokenizer
@@ -75,7 +76,7 @@ def buffer_capacity(spec: RunSpec) -> int:
 
 
 async def episode_setup(
-    spec: RunSpec, tokenizer, model_dir: Path, template_kwargs: dict
+    spec: RunSpec, tokenizer, model_dir: Path, template_kwargs: dict, grants: Grants
 ) -> tuple[Environment | None, ChatRenderer, EpisodeLimits, str]:
     """The run's environment (None: one turn a sample), the renderer of its episodes (the
     model's template with the environment's tools), their budgets and tool-call format."""
@@ -87,7 +88,7 @@ async def episode_setup(
             f"env: {spec.env.name} plays multi-turn episodes, which need the model's chat "
             "template; the tokenizer has none (a base model)"
         )
-    env = await make_environment(spec.env)
+    env = await make_environment(spec.env, grants)
     e, r = spec.env, spec.rollout
     limits = EpisodeLimits(
         e.max_turns, e.max_episode_tokens or e.max_turns * r.max_new_tokens, e.step_timeout_s
@@ -115,16 +116,19 @@ async def run_training(
     executor: TrainerExecutor | None = None,
     backend: RolloutBackend | None = None,
     leave: Callable[[], bool] | None = None,
+    grants: Grants | None = None,
 ) -> Outcome:
     """Run `spec` to its end, a pause (with `release_on_pause`) or an abort. `executor` and
     `backend` default to the in-process ones; the Ray driver passes its actors' instead, a
     pool (workers/pool/) its shared trainer's and engine's, with `leave` saying when the
-    run is to leave the pool (checkpointed, no final status)."""
+    run is to leave the pool (checkpointed, no final status). `grants`: the run's secrets
+    and egress policy (workers/grants.py; default: `paddock train`'s)."""
     cpu_only = spec.resources.trainer_gpus <= 0 and spec.resources.rollout_gpus <= 0
     with held_switch_interval(SWITCH_INTERVAL_S if cpu_only else None):
         return await _run_training(
-            spec, out, control, on_metrics, on_event, progress, executor, backend, leave
-        )
+            spec, out, control, on_metrics, on_event, progress, executor, backend, leave,
+            grants if grants is not None else Grants.standalone(),
+        )  # fmt: skip
 
 
 async def _run_training(
@@ -137,6 +141,7 @@ async def _run_training(
     executor: TrainerExecutor | None,
     backend: RolloutBackend | None,
     leave: Callable[[], bool] | None,
+    grants: Grants,
 ) -> Outcome:
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.yaml").write_text(spec.to_yaml())
@@ -146,7 +151,7 @@ async def _run_training(
     model_dir = model_dir_for(spec)
     tokenizer = load_tokenizer(model_dir)
     env, renderer, limits, tool_format = await episode_setup(
-        spec, tokenizer, model_dir, spec.data.chat_template_kwargs
+        spec, tokenizer, model_dir, spec.data.chat_template_kwargs, grants
     )
     own = None
     if spec.data.task == "environment" and env is not None:
@@ -184,7 +189,7 @@ async def _run_training(
         task=task,
         tokenizer=tokenizer,
         backend=backend,
-        scorer=make_scorer(spec.reward),
+        scorer=make_scorer(spec.reward, grants),
         params=SamplingParams(r.temperature, r.max_new_tokens, tuple(r.stop)),
         seed=spec.seed,
         prompts_per_step=spec.train.prompts_per_step,
@@ -196,7 +201,7 @@ async def _run_training(
         tool_format=tool_format,
     )
     # the spec's `logging:` mirrors (none: no thread, no import of their libraries)
-    mirrors = open_mirrors(spec.logging, out, spec.to_dict())
+    mirrors = open_mirrors(spec.logging, out, spec.to_dict(), grants.egress)
     on_metrics, on_event = mirrors.hooks(on_metrics, on_event)
     emitter = Emitter(out, spec.train.steps, state.step, on_metrics, on_event, progress)
     if share is not None:

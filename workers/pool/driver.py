@@ -1,15 +1,16 @@
 """The pool driver: K runs in one process over one base model (docs/pools.md).
 
-One `MultiLoraTrainer` (workers/policy/multi.py) holds every member's adapter, one pool
-engine (workers/rollout/pool_engine.py) serves them, and each member is driven by the
-single-run loop (`run_training`, workers/loop/setup.py) over its side of both
-(workers/pool/members.py). So each member keeps what a run alone has: its own spec values
-where they may differ (data, reward, algorithm, LoRA rank, sampling, async settings), step
-counter, RNG, checkpoints, metrics and event stream, and its own control (pause, resume,
-abort). The trainer's time and the engine's generation turns go to the members by weighted
-fair share (workers/pool/gate.py; `resources.pool_weight`, equal by default); a trainer turn
-steps every member whose batch is waiting, in one forward and backward over the base model
-(`batched_trainer`, the default; MultiLoraTrainer.train_steps).
+One `LoraPolicy` (workers/policy/policy.py) holds every member's adapter, one pool
+engine (workers/rollout/pool_engine.py, the registry's `make_pool_engine`) serves them, a
+slot each, and each member is driven by the single-run loop (`run_training`,
+workers/loop/setup.py) over its side of both (workers/pool/members.py). So each member keeps
+what a run alone has: its own spec values where they may differ (data, reward, algorithm,
+LoRA rank, sampling, async settings), step counter, RNG, checkpoints, metrics and event
+stream, and its own control (pause, resume, abort). The trainer's time and the engine's
+generation turns go to the members by weighted fair share (workers/pool/gate.py;
+`resources.pool_weight`, equal by default); a trainer turn steps every member whose batch is
+waiting, in one forward and backward over the base model (`batched_trainer`, the default;
+LoraPolicy.train_steps).
 
 Members join while the pool lives (`admit`: a fresh adapter, or the one of `resume_from`)
 and leave (`leave`: checkpoint, the engine slot freed, no final status). A member's
@@ -25,17 +26,21 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..events import Event, StatusEvent
+from ..grants import Grants
 from ..loop.control import ControlSource, StaticControl
 from ..loop.driver import Outcome
 from ..loop.events import EventHook, MetricsHook
 from ..loop.setup import local_devices, model_dir_for, run_training
 from ..names import TERMINAL_RUN_STATES
-from ..policy.multi import MultiLoraTrainer
-from ..rollout.pool_engine import LanePool, PoolAdmissionError
+from ..policy import LoraPolicy
+from ..policy.adapter import Adapter
+from ..rollout.pool_engine import PoolAdmissionError, PoolEngine
+from ..rollout.registry import make_pool_engine
 from ..spec import RunSpec, parse_spec
 from .engine_process import ProcessPoolEngine
 from .gate import FairGate, TrainTurns
@@ -51,53 +56,13 @@ class Member:
     spec: RunSpec
     out: Path
     control: ControlSource
+    grants: Grants | None = None  # its own secrets: never another member's
     task: asyncio.Task | None = None
     leaving: bool = False
     ended: str | None = None  # the terminal status it reported, if any
     outcome: Outcome | None = None
     error: BaseException | None = None
     events: list[Event] = field(default_factory=list)  # kept only with `keep_events`
-
-
-TORCH_ENGINES = ("auto", "lanes", "slots")
-
-
-def make_pool_engine(
-    spec: RunSpec,
-    model_dir: Path,
-    capacity: int,
-    max_lora_rank: int | None,
-    device: torch.device,
-    torch_engine: str = "auto",
-) -> LanePool:
-    """The pool engine of the spec's backend: vLLM and TensorRT-LLM batch rows of every
-    adapter together; torch is time-sliced (`lanes`: workers/pool/torch_lanes.py) or the
-    static decoder's per-row adapter slots (`slots`: workers/rollout/torch_pool.py); `auto`:
-    slots on a GPU (rows of every adapter in one CUDA-graph batch), lanes on the CPU (the
-    PEFT forward, faster there than the eager slot decoder: bench/pool_cpu.py)."""
-    backend = spec.rollout.backend
-    torch_engine = resolve_torch_engine(torch_engine, device)
-    if backend == "torch" and torch_engine == "slots":
-        from ..rollout.torch_pool import TorchPoolEngine
-
-        return TorchPoolEngine(spec, model_dir, capacity, max_lora_rank, device=device)
-    if backend == "torch":
-        from .torch_lanes import TorchLanePool
-
-        return TorchLanePool(spec, model_dir, capacity, max_lora_rank, device=device)
-    if backend == "vllm":
-        from ..rollout.vllm_pool import VllmPoolEngine
-
-        return VllmPoolEngine(spec, model_dir, capacity, max_lora_rank)
-    from ..rollout.trtllm_pool import TrtllmPoolEngine
-
-    return TrtllmPoolEngine(spec, model_dir, capacity, max_lora_rank)
-
-
-def resolve_torch_engine(choice: str, device: torch.device) -> str:
-    if choice == "auto":
-        return "slots" if device.type == "cuda" else "lanes"
-    return choice
 
 
 class PoolDriver:
@@ -111,24 +76,23 @@ class PoolDriver:
         key: dict | None = None,
         cluster: str | None = None,
         keep_events: bool = False,
-        torch_engine: str = "auto",
         batched_trainer: bool = True,
         engine_process: bool | None = None,
     ):
         """`batched_trainer`: each trainer turn steps every member whose batch is waiting in
-        one forward and backward (MultiLoraTrainer.train_steps); False: one member's step a
+        one forward and backward (LoraPolicy.train_steps); False: one member's step a
         turn (bench/pool_cpu.py measures both). `engine_process`: the pool engine in a child
         process (workers/pool/engine_process.py), so that decoding and training each have
         an interpreter of their own (13 % off a CPU pool's wall-clock, docs/pools.md); None
-        (the default): in this process."""
-        if torch_engine not in TORCH_ENGINES:
-            raise ValueError(f"torch_engine must be one of {TORCH_ENGINES}, got {torch_engine!r}")
-        self.torch_engine = torch_engine
+        (the default): in this process. `capacity` (default: the first member's
+        `rollout.max_loras`) and `max_lora_rank` (default: the engine's) fix the engine's
+        adapter slots when it starts."""
         self.capacity, self.max_lora_rank = capacity, max_lora_rank
         self.key, self.cluster = key, cluster
         self.keep_events = keep_events
-        self.trainer: MultiLoraTrainer | None = None
-        self.engine: LanePool | ProcessPoolEngine | None = None
+        self.trainer: LoraPolicy | None = None
+        self.adapters: dict[str, Adapter] = {}  # each member's, on the trainer
+        self.engine: PoolEngine | None = None
         self.trainer_gate = FairGate(slots=1)
         self.batched_trainer = batched_trainer
         self.engine_process = engine_process
@@ -146,15 +110,11 @@ class PoolDriver:
     def _start(self, spec: RunSpec) -> None:
         model_dir = model_dir_for(spec)
         trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
-        # the host's placeholder adapter is never trained: rank 1, no optimizer steps
+        # the policy's own adapter is a placeholder no member trains (rank 1): each member
+        # gets one of its own (add_adapter), made and dropped as it joins and leaves
         host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
-        self.torch_engine = resolve_torch_engine(self.torch_engine, engine_device)
-        trainer = MultiLoraTrainer(host, model_dir, trainer_device, batched=self.batched_trainer)
-        capacity = self.capacity or getattr(spec.rollout, "max_loras", 8)
-        # engines with slots of one rank: the founding member's unless the pool was told
-        # (a later member of a higher rank is refused, naming it); time-sliced lanes: any
-        rank = self.max_lora_rank or (None if self._sliced(spec) else spec.lora.r)
-        args = (spec, model_dir, capacity, rank, engine_device, self.torch_engine)
+        trainer = LoraPolicy(host, model_dir, trainer_device)
+        args = (spec, model_dir, self.capacity, self.max_lora_rank, engine_device)
         if self.engine_process is None:  # opt-in: see fork_is_safe for what a fork risks
             self.engine_process = False
         if self.engine_process:
@@ -164,19 +124,17 @@ class PoolDriver:
         self.trainer = trainer  # both started, or neither: a failed start is tried again
         # one generation turn at a time where the engine decodes one adapter at a time;
         # engines that batch every adapter's rows take every member's calls together
-        slots = 1 if self._sliced(spec) else self.engine.capacity
+        slots = self.engine.capacity if self.engine.batches_adapters else 1
         self.gen_gate = FairGate(slots=slots)
         self.key = self.key or pool_key(spec)
 
-    def _train_steps(self, batches: dict) -> dict:
+    def _train_steps(self, works: dict[str, tuple[Adapter, Any]]) -> dict:
+        """A batched turn: each waiting member's (adapter, batch) → its metrics or error."""
         t0 = time.thread_time()  # in the trainer's thread: its own CPU, not its wall-clock
         try:
-            return self.trainer.train_steps(batches)
+            return dict(zip(works, self.trainer.train_steps(list(works.values())), strict=True))
         finally:
             self.trainer_cpu_s += time.thread_time() - t0
-
-    def _sliced(self, spec: RunSpec) -> bool:
-        return spec.rollout.backend == "torch" and self.torch_engine == "lanes"
 
     def check(self, run_id: str, spec: RunSpec) -> None:
         """Raise PoolAdmissionError unless the run may join now, with the reason."""
@@ -202,6 +160,7 @@ class PoolDriver:
         resume_from: str | None = None,
         weight: float | None = None,
         progress: bool = False,
+        grants: Grants | None = None,
     ) -> Member:
         """Start the run in the pool (its loop a task of this event loop): a fresh adapter,
         or `resume_from`'s checkpoint (a pooled or a solo run's). Raises
@@ -216,7 +175,7 @@ class PoolDriver:
         self.check(run_id, spec)
         if self.trainer is None:
             self._start(spec)
-        member = Member(run_id, spec, Path(out), control or StaticControl())
+        member = Member(run_id, spec, Path(out), control or StaticControl(), grants)
         w = weight if weight is not None else spec.resources.pool_weight
         self.trainer_gate.join(run_id, w)
         self.gen_gate.join(run_id, w)
@@ -279,7 +238,8 @@ class PoolDriver:
             # reseeds the global RNG for its init: never while another member's step runs in
             # the trainer's thread, so it takes the trainer's turn like a checkpoint does.
             async with self.trainer_gate.exclusive(m.run_id):
-                await asyncio.to_thread(self.trainer.add_run, m.run_id, m.spec)
+                adapter = await asyncio.to_thread(self.trainer.add_adapter, m.spec)
+                self.adapters[m.run_id] = adapter
             m.outcome = await run_training(
                 m.spec,
                 m.out,
@@ -288,10 +248,16 @@ class PoolDriver:
                 on_event=on_event,
                 progress=progress,
                 executor=PooledExecutor(
-                    self.trainer, m.run_id, self.trainer_gate, self.gen_gate, self.train_turns
+                    self.trainer,
+                    adapter,
+                    m.run_id,
+                    self.trainer_gate,
+                    self.gen_gate,
+                    self.train_turns,
                 ),
                 backend=LaneBackend(self.engine, m.run_id, m.spec.lora, self.gen_gate),
                 leave=leaving,
+                grants=m.grants,
             )
         except Exception as exc:  # this member fails alone; the pool goes on
             m.error = exc
@@ -302,13 +268,15 @@ class PoolDriver:
         finally:
             self.trainer_gate.leave(m.run_id)
             self.gen_gate.leave(m.run_id)
-            if m.run_id in self.trainer.runs:
+            adapter = self.adapters.pop(m.run_id, None)
+            if adapter is not None:
                 async with self.trainer_gate.exclusive(m.run_id):
-                    await asyncio.to_thread(self.trainer.remove_run, m.run_id)
+                    await asyncio.to_thread(self.trainer.remove_adapter, adapter)
             if m.run_id in self.engine.served_versions():  # its loop's close normally did it
                 await self.engine.unload_adapter(m.run_id)
 
 
-def _tokens(batch) -> float:
-    """A train batch's cost in a shared turn: its tokens (prompt and response)."""
+def _tokens(work) -> float:
+    """A member's step's cost in a shared turn: its batch's tokens (prompt and response)."""
+    _, batch = work
     return float(batch.attention_mask.sum())

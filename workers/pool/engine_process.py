@@ -25,28 +25,31 @@ import torch
 from ..rollout.base import AdapterUpdate, GroupResult, PauseMode
 from ..rollout.pool_engine import PoolRequest, require_admissible
 from ..rollout.process_backend import EngineChannel, serve
-from ..spec import LoraSpec, RunSpec
+from ..rollout.registry import make_pool_engine
+from ..spec import LoraSpec, RunSpec, parse_spec
 
 
 class ProcessPoolEngine:
     """A pool engine (`make_pool_engine`'s) in a child process, behind the same protocol."""
 
+    placeable = True  # the device is handed to the engine the child builds
+
     def __init__(
         self,
         spec: RunSpec,
         model_dir: str | Path,
-        capacity: int,
+        capacity: int | None,
         max_lora_rank: int | None,
         device: torch.device,
-        torch_engine: str,
     ):
         args = (spec.model_dump(mode="json", by_alias=True), str(model_dir), capacity,
-                max_lora_rank, device, torch_engine)  # fmt: skip
+                max_lora_rank, device)  # fmt: skip
         what = f"pool engine process ({spec.rollout.backend})"
         start = "fork" if fork_is_safe(device) else "spawn"
         self._channel = EngineChannel(_serve, args, what, start)
         hello = self._channel.hello
         self.name, self.needs_probe = hello["name"], hello["needs_probe"]
+        self.batches_adapters = hello["batches_adapters"]
         self.capacity, self.max_lora_rank = hello["capacity"], hello["max_lora_rank"]
         self._versions: dict[str, int] = {}  # the runs served, each at its acknowledged version
         self._joining: set[str] = set()  # runs whose first load is on its way
@@ -104,20 +107,18 @@ class ProcessPoolEngine:
         self._versions.clear()
 
 
-def _serve(conn, spec_data: dict, model_dir: str, capacity: int, max_lora_rank: int | None,
-           device: torch.device, torch_engine: str) -> None:  # fmt: skip
+def _serve(conn, spec_data: dict, model_dir: str, capacity: int | None,
+           max_lora_rank: int | None, device: torch.device) -> None:  # fmt: skip
     def build():
-        from ..spec import parse_spec
-        from .driver import make_pool_engine
-
         spec = parse_spec(spec_data)
         if spec.train.threads:
             torch.set_num_threads(spec.train.threads)
-        return make_pool_engine(spec, model_dir, capacity, max_lora_rank, device, torch_engine)
+        return make_pool_engine(spec, model_dir, capacity, max_lora_rank, device)
 
     def describe(engine) -> dict:
         return {"name": engine.name, "needs_probe": engine.needs_probe,
-                "capacity": engine.capacity, "max_lora_rank": engine.max_lora_rank}  # fmt: skip
+                "batches_adapters": engine.batches_adapters, "capacity": engine.capacity,
+                "max_lora_rank": engine.max_lora_rank}  # fmt: skip
 
     serve(conn, build, describe)
 

@@ -39,7 +39,7 @@ from ..job_replies import ListedMember, PoolBootstrap, PoolMembers
 from ..loop.control import FileControl, StaticControl
 from ..report import Reporter, ReporterConfig
 from ..spec import load_spec
-from .driver import TORCH_ENGINES, PoolDriver
+from .driver import PoolDriver
 
 log = logging.getLogger("workers.pool.job")
 
@@ -148,6 +148,7 @@ class PoolJob:
                 on_event=reporter.emit,
                 resume_from=a.resume_from,
                 weight=m.weight,
+                grants=a.grants,
             )
         except Exception as exc:  # a misfit (PoolAdmissionError), a bad spec, a failed start
             log.warning("member %s cannot join: %s: %s", run_id, type(exc).__name__, exc)
@@ -186,9 +187,7 @@ class _EventFile:
         self.file.flush()
 
 
-def run_specs(
-    specs: list[str], out: Path, progress: bool = False, torch_engine: str = "auto"
-) -> dict[str, dict[str, Any]]:
+def run_specs(specs: list[str], out: Path, progress: bool = False) -> dict[str, dict[str, Any]]:
     """Every spec a run of one pool, to their ends; a summary per run."""
     names: list[str] = []
     for path in specs:
@@ -201,7 +200,7 @@ def run_specs(
 
     async def main() -> dict[str, dict[str, Any]]:
         rank = max(s.lora.r for s in loaded.values())
-        driver = PoolDriver(capacity=len(loaded), max_lora_rank=rank, torch_engine=torch_engine)
+        driver = PoolDriver(capacity=len(loaded), max_lora_rank=rank)
         files = {}
         try:
             for name, spec in loaded.items():
@@ -240,17 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spec", action="append", help="a run's spec file (once per run)")
     parser.add_argument("--out", help="output directory (with --spec)")
-    parser.add_argument(
-        "--torch-engine",
-        choices=TORCH_ENGINES,
-        default="auto",
-        help="torch backend: time-sliced lanes, the static decoder's per-row adapter slots, "
-        "or auto (slots on a GPU, lanes on the CPU)",
-    )
     args = parser.parse_args(argv)
     if args.spec:
         out = Path(args.out or f"runs/pool-{time.strftime('%Y%m%d-%H%M%S')}")
-        summary = run_specs(args.spec, out, torch_engine=args.torch_engine)
+        summary = run_specs(args.spec, out)
         print(json.dumps(summary))
         return 0 if all(s["state"] == "succeeded" for s in summary.values()) else 1
     env = os.environ

@@ -22,13 +22,13 @@ from ..spec import RunSpec, _RolloutBase
 
 KEY_VERSION = 1  # bump when the key's entries change: a stored key of another version never fits
 
-# The rollout settings a request carries (each run its own); the rest of `rollout` is the
-# engine's. `max_loras` is the pool's capacity, chosen by whoever starts the pool.
-_PER_REQUEST = frozenset(_RolloutBase.model_fields) | {"max_loras"}
+# The rollout settings a request carries (each run its own) and `max_loras` (the pool's
+# capacity, chosen by whoever starts the pool); the rest of `rollout` is the engine's.
+_PER_REQUEST = frozenset(_RolloutBase.model_fields)
 
 
 def trainer_key(spec: RunSpec) -> dict[str, Any]:
-    """What every run of one trainer (workers/policy/multi.py) must share: the base model
+    """What every run of one trainer (workers/policy/policy.py) must share: the base model
     and what the host sets up for every adapter."""
     return {
         "model.path": spec.model.path,

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..grants import Grants
 from ..grpo.registry import Registry
 from ..spec import RewardSpec
 from .base import RewardError, Role, SampleScore, ScoreItem, TermScore, TermScorer, run_all
@@ -29,22 +30,25 @@ class LocalTerm:
         pass
 
 
-TermFactory = Callable[[Any], TermScorer]
+# a term's scorer from its spec and the run's grants (secrets, egress policy)
+TermFactory = Callable[[Any, Grants], TermScorer]
 TERMS: Registry[TermFactory] = Registry("reward")
 for _name in VERIFIERS.names():
-    TERMS.register(_name)(lambda term, _n=_name: LocalTerm(VERIFIERS.get(_n), term, ROLES[_n]))
-TERMS.register("math_verify")(MathVerifyScorer)
+    TERMS.register(_name)(
+        lambda term, grants, _n=_name: LocalTerm(VERIFIERS.get(_n), term, ROLES[_n])
+    )
+TERMS.register("math_verify")(lambda term, grants: MathVerifyScorer(term))
 TERMS.register("service")(ServiceScorer)
 
 
 class Scorer:
-    def __init__(self, spec: RewardSpec):
+    def __init__(self, spec: RewardSpec, grants: Grants):
         self.keys = [t.key for t in spec.functions]
         self.weights = [t.weight for t in spec.functions]
         self.terms: list[TermScorer] = []
         try:
             for t in spec.functions:
-                self.terms.append(TERMS.get(t.name)(t))
+                self.terms.append(TERMS.get(t.name)(t, grants))
         except BaseException:
             for built in self.terms:  # a later term failed: stop what already started
                 _close_soon(built)
@@ -112,6 +116,7 @@ def _close_soon(term: TermScorer) -> None:
         pass
 
 
-def make_scorer(spec: RewardSpec) -> Scorer:
-    """The scorer of `spec`: `await scorer.score(items)` → one SampleScore per item."""
-    return Scorer(spec)
+def make_scorer(spec: RewardSpec, grants: Grants | None = None) -> Scorer:
+    """The scorer of `spec`: `await scorer.score(items)` → one SampleScore per item. `grants`:
+    the run's secrets and egress policy (default: `paddock train`'s, from the environment)."""
+    return Scorer(spec, grants if grants is not None else Grants.standalone())

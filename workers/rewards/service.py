@@ -7,6 +7,11 @@ A connection error, a timeout (`timeout_s` for one attempt), a 429 or a 5xx is r
 `max_retries` times with exponential backoff; then, or at once on any other status or on a
 malformed reply, the step fails with an error naming the URL and the reason (the client is
 workers/http_json.py, shared with environment servers). A reward is never made up.
+
+The URL is reached under the run's egress policy (workers/egress.py: no private, loopback,
+link-local or metadata address unless the operator allows it, no redirect), with the headers
+of the team secret that `secret` names (workers/grants.py). An error quotes the status, never
+the reply's body: a body may come from a service the run's users must not read.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from typing import Any
 
 import aiohttp
 
-from ..http_json import post_json, secret_headers
+from ..egress import EgressRefused, egress_session
+from ..grants import Grants
+from ..http_json import post_json
 from ..spec import ServiceTerm
 from .base import RewardError, Role, ScoreItem, TermScore, run_all
 
@@ -27,13 +34,6 @@ _DETAILS_MAX = 2000  # characters of one item's details kept for the inspector
 
 class RewardServiceError(RewardError):
     pass
-
-
-def service_headers(term: ServiceTerm, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Request headers from the environment variable that `headers_secret` names."""
-    return secret_headers(
-        f"reward service {term.url}", term.headers_secret, RewardServiceError, environ
-    )
 
 
 def _json_safe(value: Any) -> Any:
@@ -50,9 +50,9 @@ def parse_reply(url: str, body: bytes, n: int) -> list[TermScore]:
     try:
         data = json.loads(body)
     except ValueError:
-        raise RewardServiceError(f"{where}: the reply is not JSON: {body[:200]!r}") from None
+        raise RewardServiceError(f"{where}: the reply is not JSON ({len(body)} bytes)") from None
     if not isinstance(data, dict) or not isinstance(data.get("rewards"), list):
-        raise RewardServiceError(f'{where}: the reply has no "rewards" list: {body[:200]!r}')
+        raise RewardServiceError(f'{where}: the reply has no "rewards" list')
     rewards = data["rewards"]
     if len(rewards) != n:
         raise RewardServiceError(f"{where}: {len(rewards)} rewards for a batch of {n} items")
@@ -76,18 +76,27 @@ def parse_reply(url: str, body: bytes, n: int) -> list[TermScore]:
 
 
 class ServiceScorer:
-    def __init__(self, term: ServiceTerm):
+    def __init__(self, term: ServiceTerm, grants: Grants):
         self.term = term
         self.role: Role = "shaping" if term.correct_threshold is None else "verifier"
-        # read now, so that a missing secret fails the run at its start, not at step 1
-        self.headers = {"Content-Type": "application/json", **service_headers(term)}
+        self.egress = grants.egress
+        # checked now, so that a refused URL or a missing secret fails the run at its start,
+        # not at step 1
+        try:
+            self.egress.check_url(term.url)
+        except EgressRefused as exc:
+            raise RewardServiceError(f"reward service {term.url}: {exc}") from None
+        secret = grants.secret_headers(
+            f"reward service {term.url}", term.secret, RewardServiceError
+        )
+        self.headers = {"Content-Type": "application/json", **secret}
         self.requests = 0  # attempts made, for tests and logs
 
     async def score(self, items: list[ScoreItem]) -> list[TermScore]:
         n = self.term.batch_size
         batches = [items[i : i + n] for i in range(0, len(items), n)]
         gate = asyncio.Semaphore(self.term.max_concurrency)
-        async with aiohttp.ClientSession(headers=self.headers) as session:
+        async with egress_session(self.egress, headers=self.headers) as session:
 
             async def one(batch: list[ScoreItem]) -> list[TermScore]:
                 async with gate:

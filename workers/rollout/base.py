@@ -130,6 +130,9 @@ class RolloutBackend(Protocol):
     name: str
     # whether load_adapter checks the update's probe (the trainer computes one only then)
     needs_probe: bool
+    # whether the constructor takes a `device` (an in-process engine: make_backend may name
+    # an in-process run's second GPU; the others place themselves by their own settings)
+    placeable: bool
 
     @property
     def served_version(self) -> int: ...

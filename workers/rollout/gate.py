@@ -1,6 +1,6 @@
 """The gate in front of an asynchronous engine (vLLM, TensorRT-LLM): the state that pause,
-resume and abort share with the generate() calls in flight. The torch backend runs its own
-decode loop in a thread and keeps the same states with a threading.Condition instead."""
+resume and abort share with the generate() calls in flight (the torch engine's runs keep
+theirs here too; their decode thread is the engine's)."""
 
 from __future__ import annotations
 
@@ -33,16 +33,24 @@ class RequestGate:
         requests: list[GroupRequest],
         group: Callable[[GroupRequest], Awaitable[GroupResult]],
     ) -> list[GroupResult]:
-        """`group` over the requests, once admitted. Held while paused; under an abort,
-        back at once with the requests as they came (`unfinished`): the caller may be
-        stopping and must not block here."""
+        """`group` over the requests, each on its own, once admitted (see `run_all`)."""
+        return await self.run_all(requests, lambda reqs: asyncio.gather(*(group(r) for r in reqs)))
+
+    async def run_all(
+        self,
+        requests: list[GroupRequest],
+        generate: Callable[[list[GroupRequest]], Awaitable[list[GroupResult]]],
+    ) -> list[GroupResult]:
+        """`generate` over the requests together, once admitted. Held while paused; under
+        an abort, back at once with the requests as they came (`unfinished`): the caller
+        may be stopping and must not block here."""
         async with self.cond:
             await self.cond.wait_for(lambda: self.open or self.cut)
             if not self.open or self.aborting:
                 return [unfinished(r) for r in requests]
             self.inflight += 1
         try:
-            results = list(await asyncio.gather(*(group(r) for r in requests)))
+            results = list(await generate(requests))
             self.aborted += [r for r in results if r.aborted]
             return results
         finally:

@@ -51,12 +51,22 @@ class PoolRequest:
 @runtime_checkable
 class PoolEngine(Protocol):
     name: str
+    # whether load_adapter checks the update's probe (the trainer computes one only then)
     needs_probe: bool
-    capacity: int  # adapter slots (vLLM `max_loras`, TensorRT-LLM `LoraConfig.max_loras`)
+    # whether the constructor takes a `device` (an in-process engine; the others place
+    # themselves by their own settings)
+    placeable: bool
+    # whether rows of several adapters share a decode batch; if not, the engine decodes one
+    # adapter's rows at a time and a pool gives its runs generation turns one at a time
+    batches_adapters: bool
+    capacity: int  # adapter slots (`rollout.max_loras` unless the pool says)
     max_lora_rank: int
 
     def served_versions(self) -> dict[str, int]:
         """Run id → the adapter version the engine acknowledged for it."""
+
+    def check_admission(self, run_id: str, lora: LoraSpec) -> None:
+        """Raise PoolAdmissionError unless `run_id` could join now."""
 
     async def load_adapter(self, run_id: str, update: AdapterUpdate, lora: LoraSpec) -> int:
         """Admit the run (first call: takes a slot) or update its adapter (the run must be
@@ -84,6 +94,8 @@ class LanePool:
 
     name = "pool"
     needs_probe = True
+    placeable = False
+    batches_adapters = True
 
     ranks: tuple[int, ...] = (1,)  # the LoRA ranks the engine supports
 
@@ -98,7 +110,7 @@ class LanePool:
         (default `spec.lora.r`, rounded up to one of the engine's `ranks`); `spec` gives
         what the runs share (model, dtype, seed, the engine's settings)."""
         self.spec, self.model_dir = spec, str(model_dir)
-        self.capacity = capacity or getattr(spec.rollout, "max_loras", 1)
+        self.capacity = capacity or spec.rollout.max_loras
         self.max_lora_rank = adapter_files.supported_rank(max_lora_rank or spec.lora.r, self.ranks)
         self.lanes: dict[str, RolloutBackend] = {}
         self._lora: dict[str, LoraSpec] = {}

@@ -133,6 +133,8 @@ class EngineChannel:
 
 
 class ProcessBackend:
+    placeable = True  # the device is handed to the engine the child builds
+
     def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
         self.name = spec.rollout.backend
         self._channel = EngineChannel(
@@ -217,7 +219,7 @@ def _serve(conn, spec_data: dict, model_dir: str, device: torch.device | None) -
             torch.set_num_threads(spec.train.threads)
         return make_backend(spec, model_dir, device=device)
 
-    serve(conn, build, lambda backend: {"needs_probe": getattr(backend, "needs_probe", True)})
+    serve(conn, build, lambda backend: {"needs_probe": backend.needs_probe})
 
 
 def serve(conn, build: Callable[[], Any], describe: Callable[[Any], dict]) -> None:

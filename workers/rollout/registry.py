@@ -1,5 +1,12 @@
-"""Backends by name. Engines are imported only when chosen, so a cluster without vLLM can
-still run the torch backend, and a missing engine fails with its package name."""
+"""Engines by name, a run alone's and a pool's in one table. Engines are imported only when
+chosen, so a cluster without vLLM can still run the torch backend, and a missing engine
+fails with its package name.
+
+What an engine can do is declared on its class, as the protocols say (base.py's
+`RolloutBackend`, pool_engine.py's `PoolEngine`): whether it checks the trainer's probe
+(`needs_probe`), takes a device (`placeable`), and, pooled, batches rows of several
+adapters (`batches_adapters`) in how many slots (`capacity`, `rollout.max_loras` unless the
+pool says) of which LoRA rank (`max_lora_rank`)."""
 
 from __future__ import annotations
 
@@ -12,25 +19,32 @@ from ..names import BACKEND_MODULES, names_check
 from ..names import BACKENDS as NAMES
 from ..spec import RunSpec
 from .base import RolloutBackend
+from .pool_engine import PoolEngine
 
-# name → (module, class)
-BACKENDS: dict[str, tuple[str, str]] = {
-    "torch": ("workers.rollout.torch_engine", "TorchBackend"),
-    "vllm": ("workers.rollout.vllm_backend", "VllmBackend"),
-    "trtllm": ("workers.rollout.trtllm_backend", "TrtllmBackend"),
+# name → {"solo": (module, class), "pool": (module, class)}: the engine of a run alone and
+# the one that serves a pool's runs, each a slot of its own
+BACKENDS: dict[str, dict[str, tuple[str, str]]] = {
+    "torch": {
+        "solo": ("workers.rollout.torch_engine", "TorchBackend"),
+        "pool": ("workers.rollout.torch_engine", "TorchPool"),
+    },
+    "vllm": {
+        "solo": ("workers.rollout.vllm_backend", "VllmBackend"),
+        "pool": ("workers.rollout.vllm_pool", "VllmPoolEngine"),
+    },
+    "trtllm": {
+        "solo": ("workers.rollout.trtllm_backend", "TrtllmBackend"),
+        "pool": ("workers.rollout.trtllm_pool", "TrtllmPoolEngine"),
+    },
 }
 names_check("rollout backends of workers/rollout/registry.py", BACKENDS, NAMES)
 
 
-def make_backend(
-    spec: RunSpec, model_dir: str | Path, device: torch.device | None = None
-) -> RolloutBackend:
-    """The engine `rollout.backend` names. `device` places an in-process engine that takes a
-    device (`placeable`); the others pick theirs by their own settings."""
-    name = spec.rollout.backend
+def engine_class(name: str, kind: str = "solo") -> type:
+    """The class of backend `name`: a run alone's (`solo`) or a pool's (`pool`)."""
     if name not in BACKENDS:
         raise KeyError(f"unknown rollout backend {name!r}; known: {', '.join(BACKENDS)}")
-    module_name, cls_name = BACKENDS[name]
+    module_name, cls_name = BACKENDS[name][kind]
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -38,7 +52,31 @@ def make_backend(
             f"rollout.backend {name!r} needs the {BACKEND_MODULES[name][0]!r} package (and "
             f"{module_name}); import failed: {exc}"
         ) from exc
-    cls = getattr(module, cls_name)
-    if device is not None and getattr(cls, "placeable", False):
-        return cls(spec, model_dir, device=device)
-    return cls(spec, model_dir)
+    return getattr(module, cls_name)
+
+
+def _placed(cls: type, device: torch.device | None) -> dict:
+    # an in-process engine takes the device it is given; the others pick theirs
+    return {"device": device} if device is not None and cls.placeable else {}
+
+
+def make_backend(
+    spec: RunSpec, model_dir: str | Path, device: torch.device | None = None
+) -> RolloutBackend:
+    """The engine `rollout.backend` names, for a run alone."""
+    cls = engine_class(spec.rollout.backend)
+    return cls(spec, model_dir, **_placed(cls, device))
+
+
+def make_pool_engine(
+    spec: RunSpec,
+    model_dir: str | Path,
+    capacity: int | None = None,
+    max_lora_rank: int | None = None,
+    device: torch.device | None = None,
+) -> PoolEngine:
+    """The engine `rollout.backend` names, for a pool: `capacity` adapter slots (default
+    `rollout.max_loras`) of LoRA rank up to `max_lora_rank` (the engine's default: the
+    founding run's `lora.r`, or any rank where adapters need not share one)."""
+    cls = engine_class(spec.rollout.backend, "pool")
+    return cls(spec, model_dir, capacity, max_lora_rank, **_placed(cls, device))

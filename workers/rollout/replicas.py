@@ -13,12 +13,14 @@ from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, RolloutBa
 
 
 class ReplicaSet:
+    placeable = False  # made of engines already placed
+
     def __init__(self, engines: list[RolloutBackend]):
         if not engines:
             raise ValueError("a replica set needs at least one engine")
         self.engines = engines
         self.name = engines[0].name
-        self.needs_probe = any(getattr(e, "needs_probe", True) for e in engines)
+        self.needs_probe = any(e.needs_probe for e in engines)
 
     @property
     def served_version(self) -> int:

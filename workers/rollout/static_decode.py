@@ -34,7 +34,8 @@ one grouped GEMM for A and one for B: each row pays its own rank only, but the s
 grouped GEMMs cost more than they save at 8 slots of rank 16).
 
 Supported: the Llama-style decoders (llama, mistral, qwen2, qwen3: RMSNorm, RoPE, GQA, SwiGLU,
-optional q/k/v bias and per-head q/k norms). `supports(model)` says whether a model is one.
+optional q/k/v bias and per-head q/k norms). `supports(model)` says whether a model (or its
+config) is one.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import re
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from transformers import PretrainedConfig
 
 from ..policy.lora import ADAPTER_NAME
 from . import kv_budget
@@ -65,9 +67,9 @@ def _on(t: Tensor | None, like: Tensor) -> Tensor | None:
     return None if t is None else t.to(device=like.device, dtype=like.dtype)
 
 
-def supports(model: nn.Module) -> str | None:
-    """None if `model` (a PeftModel or a causal LM) can run here, else why not."""
-    config = _causal_lm(model).config
+def supports(model: nn.Module | PretrainedConfig) -> str | None:
+    """None if `model` (a PeftModel, a causal LM or its config) can run here, else why not."""
+    config = _causal_lm(model).config if isinstance(model, nn.Module) else model
     if config.model_type not in SUPPORTED_TYPES:
         return f"model type {config.model_type!r} (supported: {', '.join(SUPPORTED_TYPES)})"
     # mistral's sliding window is on whenever set; qwen2/3's only with use_sliding_window

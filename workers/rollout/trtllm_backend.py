@@ -97,6 +97,7 @@ async def start_engine(
 class TrtllmBackend:
     needs_probe = True  # the version handshake checks the trainer's probe
     name = "trtllm"
+    placeable = False  # the engine places itself (its own settings and Ray)
     # A lane of a pool engine (TrtllmLane) pauses its own requests, never the engine.
     _pauses_engine = True
 
@@ -147,8 +148,8 @@ class TrtllmBackend:
                 self.model_dir,
                 self.dtype,
                 max_lora_rank=adapter_files.supported_rank(self.spec.lora.r, TRTLLM_RANKS),
-                max_loras=getattr(r, "max_loras", 2),
-                max_cpu_loras=getattr(r, "max_cpu_loras", 4),
+                max_loras=r.max_loras,
+                max_cpu_loras=r.max_cpu_loras,
             )
         return self._llm
 

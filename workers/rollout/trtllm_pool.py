@@ -76,9 +76,7 @@ class TrtllmPoolEngine(LanePool):
                 self.dtype,
                 max_lora_rank=self.max_lora_rank,
                 max_loras=self.capacity,
-                max_cpu_loras=max(
-                    getattr(self.spec.rollout, "max_cpu_loras", 4), 2 * self.capacity
-                ),
+                max_cpu_loras=max(self.spec.rollout.max_cpu_loras, 2 * self.capacity),
             )
         return TrtllmLane(self, run_id, self.spec.model_copy(update={"lora": lora}), self.llm)
 

@@ -194,6 +194,7 @@ def delta_logprobs(output: Any) -> list:
 class VllmBackend:
     needs_probe = True  # the version handshake checks the trainer's probe
     name = "vllm"
+    placeable = False  # the engine places itself (gpu_memory_utilization, its own devices)
     # A lane of a pool engine (VllmLane) cannot freeze its own requests alone, and an
     # engine without weight versions (vLLM 0.26) cannot label the tokens of a request that
     # ran across an adapter change: both cut the requests at a keep pause and continue
@@ -204,7 +205,7 @@ class VllmBackend:
         vllm, engine, dtype = _start_engine(
             spec,
             str(model_dir),
-            max_loras=getattr(spec.rollout, "max_loras", 1),
+            max_loras=spec.rollout.max_loras,
             max_lora_rank=adapter_files.supported_rank(spec.lora.r),
             # only the adapter's layers: unrestricted, vLLM also wraps the output head, whose
             # LoRA costs a vocabulary-wide product a step, and whose warm-up adapter vLLM

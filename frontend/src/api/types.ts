@@ -103,6 +103,23 @@ export type LaunchResponse =
   | (Omit<Schemas["ValidationReport"], "errors"> & { errors: SpecError[] })
   | { experiment: Experiment; runs: Run[] };
 
+/** A sweep (docs/sweeps.md); `params` is the search space as the server stored it. */
+export type SweepParam = { values: (number | string | boolean | null)[] }
+  | { min: number; max: number; log: boolean; int: boolean };
+export type SweepStopping = { rule: "median"; min_steps: number; min_members: number }
+  | { rule: "threshold"; min_steps: number; threshold: number };
+export type Sweep = Omit<Sent<Schemas["Sweep"]>, "params" | "stopping"> & {
+  params: Record<string, SweepParam>; stopping: SweepStopping | null;
+};
+export type SweepMember = Omit<Schemas["SweepMember"], "settings"> & {
+  settings: Record<string, number | string | boolean | null>;
+};
+export type SweepDetail = Sweep & { members: SweepMember[] };
+export type SweepState = Schemas["SweepStateEnum"];
+export type SweepMemberState = Schemas["SweepMemberStateEnum"];
+export type SweepCreateRequest = Schemas["SweepCreateRequest"];
+export type SweepValidation = Omit<Schemas["SweepValidation"], "errors"> & { errors: (SpecError & { member?: number })[] };
+
 export type Member = Sent<Schemas["Member"]>;
 
 export type ApiTokenRow = Sent<Schemas["Token"]>;

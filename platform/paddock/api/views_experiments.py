@@ -106,7 +106,7 @@ class ExperimentViewSet(ActorViewSet):
 def experiment_page_answer(*, actor, params: dict, paginator, request) -> dict:
     """A page of the experiment list (ExperimentFilterSerializer's `params`): rows, not
     models, built by hand (experiment_rows), its tags in one query; the view and
-    api/lean.py's path around DRF both answer with it."""
+    the fast reads (api/fast_reads.py) both answer with it."""
     source = experiment_rows_source(actor=actor, filters=_renamed(params))
     page = paginator.paginate_queryset(source, request)
     tags = experiment_tags([row["id"] for row in page])

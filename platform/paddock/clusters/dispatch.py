@@ -214,12 +214,22 @@ def _queue_reason(run: Run, reason: str) -> None:
         transaction.on_commit(lambda: broadcast_state(run.pk))
 
 
+def operator_policy_env() -> dict[str, str]:
+    """The operator's egress policy and spec limits, handed to every job: its clients keep
+    the same policy the launch checked, and it accepts the specs its platform accepted."""
+    env = settings.PADDOCK_EGRESS.to_env()
+    if settings.PADDOCK_SPEC_LIMITS:
+        env["PADDOCK_SPEC_LIMITS"] = settings.PADDOCK_SPEC_LIMITS
+    return env
+
+
 def _order(run: Run, cluster: RayCluster) -> DispatchOrder:
     env = {
         "PADDOCK_PUBLIC_URL": settings.PADDOCK_PUBLIC_URL,
         "PADDOCK_RUN_ID": str(run.pk),
         "PADDOCK_DISPATCH": str(run.dispatch_count),
         "PADDOCK_BOOTSTRAP_TOKEN": bootstrap_token_for(run_id=run.pk, dispatch=run.dispatch_count),
+        **operator_policy_env(),
     }
     if cluster.labels.get("embedded"):
         # the platform's own machine: share its model cache instead of rebuilding per job
@@ -292,6 +302,7 @@ def _pool_order(pool: Pool, run: Run) -> DispatchOrder:
         "PADDOCK_BOOTSTRAP_TOKEN": pools.bootstrap_token_for(
             pool_id=pool.pk, dispatch=pool.dispatch_count
         ),
+        **operator_policy_env(),
     }
     if pool.cluster.labels.get("embedded"):
         env["PADDOCK_HOME"] = str(settings.PADDOCK_HOME)

@@ -10,7 +10,7 @@ from django.db import models
 
 from paddock.core.errors import DomainError, ErrorCode
 from workers import names
-from workers.spec import RunSpec
+from workers.spec import RunSpec, stored_spec
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[models.TextChoices]:
@@ -52,8 +52,9 @@ class ConfigVersion(models.Model):
     def run_spec(self) -> RunSpec:
         """The stored spec read by the spec's own models, so the control plane holds none of
         its defaults (a key that a spec stored by an older release lacks reads as the spec's
-        default). Parsed once per loaded row: a config version never changes."""
-        return RunSpec.model_validate(self.spec)
+        default), without this release's admission checks (`stored_spec`). Parsed once per
+        loaded row: a config version never changes."""
+        return stored_spec(self.spec)
 
     def __str__(self) -> str:
         return f"config {self.pk} ({self.hash[:12]})"

@@ -4,14 +4,18 @@ server each fail the episode with an error naming the URL, never the run."""
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 
 from workers import http_json
 from workers.data.tasks import Example
+from workers.egress import EgressPolicy
 from workers.envs import EpisodeLimits, EpisodeRunner, GroupProgress, parse_tool_calls
 from workers.envs.base import ModelTurn
 from workers.envs.http_env import EnvServerError, HttpEnvironment
 from workers.envs.registry import make_environment
+from workers.grants import Grants
 from workers.rollout import SamplingParams
 from workers.spec import EnvServerSpec, EnvSpec
 
@@ -29,9 +33,13 @@ def quick_backoff(monkeypatch):
     monkeypatch.setattr(http_json, "BACKOFF_S", 0.02)
 
 
+# the reference server listens on loopback, which the egress policy refuses unless allowed
+LOOPBACK = Grants(egress=EgressPolicy(allow_networks=(ipaddress.ip_network("127.0.0.0/8"),)))
+
+
 async def env_for(url: str, **kw) -> HttpEnvironment:
     spec = EnvSpec(name="http", server=EnvServerSpec(url=url, **kw))
-    return await make_environment(spec)  # type: ignore[return-value]
+    return await make_environment(spec, LOOPBACK)  # type: ignore[return-value]
 
 
 def turn(text: str, index: int) -> ModelTurn:
@@ -117,7 +125,7 @@ async def test_a_server_dying_mid_episode_fails_the_episodes_not_the_run(server,
                 srv.stop()  # dies once the first session is open
             return session
 
-    env = Dying(EnvServerSpec(url=srv.url, max_retries=1))
+    env = Dying(EnvServerSpec(url=srv.url, max_retries=1), LOOPBACK)
     await env.load_tools()
     tok = policy.tokenizer
     runner = EpisodeRunner(
@@ -129,3 +137,15 @@ async def test_a_server_dying_mid_episode_fails_the_episodes_not_the_run(server,
     for state, sample in zip(group.states, group.result.samples, strict=True):
         assert "environment server" in state.error and srv.url in state.error
         assert not any(sample.loss_mask or [])  # no gradient of its own
+
+
+async def test_the_egress_policy_and_the_secret_hold(server):
+    srv = server()
+    with pytest.raises(EnvServerError, match="environment server"):
+        await make_environment(EnvSpec(name="http", server=EnvServerSpec(url=srv.url)), Grants())
+    spec = EnvSpec(name="http", server=EnvServerSpec(url=srv.url, secret="ENV_TOKEN"))
+    with pytest.raises(EnvServerError, match="the secret 'ENV_TOKEN' is not set"):
+        await make_environment(spec, LOOPBACK)
+    env = await make_environment(spec, Grants(secrets={"ENV_TOKEN": "t0k"}, egress=LOOPBACK.egress))
+    assert env.headers["Authorization"] == "Bearer t0k"
+    await env.close()

@@ -1,8 +1,8 @@
-"""The torch pool engine on a GPU in bf16: rows of three runs' adapters (ranks 8, 16 and 32,
-padded to the pool's 32) decode in one batch with CUDA graphs, and each run's sampled
-logprobs match a trainer forward of that run's own adapter (token_mult_prob_error ≤ 1.05,
-as for the single-adapter engine); both LoRA kernels. The version handshake's probe (a bf16
-trainer forward) passes for each run.
+"""The torch engine with a slot per run (a pool) on a GPU in bf16: rows of three runs'
+adapters (ranks 8, 16 and 32, padded to the pool's 32) decode in one batch with CUDA graphs,
+and each run's sampled logprobs match a trainer forward of that run's own adapter
+(token_mult_prob_error ≤ 1.05, as for the single-adapter engine); both LoRA kernels. The
+version handshake's probe (a bf16 trainer forward) passes for each run.
 
 Self-contained (no conftest fixtures), so the GPU machine runs them as they are:
     python3 -m pytest -c /dev/null --noconftest -p no:cacheprovider -q tests/workers/gpu
@@ -21,7 +21,7 @@ from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout import GroupRequest, SamplingParams
 from workers.rollout.pool_engine import PoolRequest
-from workers.rollout.torch_pool import TorchPoolEngine
+from workers.rollout.torch_engine import TorchPool
 from workers.spec import parse_spec
 
 from .small_qwen3 import build_small_qwen3
@@ -56,8 +56,10 @@ def test_each_runs_rows_match_its_own_adapters_trainer_forward(model_dir, kernel
 
 
 async def _check(model_dir: Path, kernel: str) -> None:
-    pool = TorchPoolEngine(make_spec(model_dir, 32), model_dir, capacity=3, lora_kernel=kernel)
-    assert pool.decoder.lora_kernel == kernel and pool.decoder.graphs
+    pool = TorchPool(make_spec(model_dir, 32), model_dir, capacity=3, lora_kernel=kernel)
+    decoder = pool.engine.decoder  # the static decoder, its slot table of rank 32
+    assert decoder.lora_kernel == kernel and decoder.graphs and decoder.max_rank == 32
+    assert pool.batches_adapters
     policies = {}
     for k, (run, r) in enumerate(RANKS.items()):
         policy = LoraPolicy(make_spec(model_dir, r), model_dir)
@@ -66,10 +68,10 @@ async def _check(model_dir: Path, kernel: str) -> None:
             for name, p in policy.model.named_parameters():
                 if "lora_B" in name:
                     p.copy_(torch.randn(p.shape, generator=g).to(p.dtype) * 0.05)
-        policy.adapter_version = 1
+        policy.adapter.version = 1
         update = await LocalExecutor(policy).adapter_update(with_probe=True)
         assert await pool.load_adapter(run, update, policy.spec.lora) == 1
-        assert pool.lanes[run].handshakes[-1]["probe_err"] <= pool.probe_atol
+        assert pool.lanes[run].handshakes[-1]["probe_err"] <= pool.engine.probe_atol
         policies[run] = policy
     params = SamplingParams(temperature=0.9, max_new_tokens=24)
     g = torch.Generator().manual_seed(5)

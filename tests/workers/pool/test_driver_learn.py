@@ -27,7 +27,7 @@ def test_every_run_of_a_pool_learns(make_spec, tmp_path):
     }
 
     async def pooled():
-        pool = PoolDriver()
+        pool = PoolDriver(capacity=len(specs))
         for run, spec in specs.items():
             pool.admit(run, spec, tmp_path / run)
         members = await pool.wait()

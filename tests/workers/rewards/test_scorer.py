@@ -10,14 +10,18 @@ import pytest
 
 from workers.data import Example, Task
 from workers.envs import EpisodeState, GroupEpisodes
+from workers.grants import Grants
 from workers.loop.scoring import accuracy, eval_correct, score_groups, term_metrics
 from workers.rewards import RewardServiceError, ScoreItem, make_scorer
 from workers.rollout.base import GroupResult, Sample, SamplingParams
 from workers.spec import RewardSpec, RunSpec, spec_errors
 
+from .test_service import LOOPBACK, free_port
+
 
 def scorer(*terms):
-    return make_scorer(RewardSpec.model_validate({"functions": list(terms)}))
+    grants = Grants(egress=LOOPBACK)
+    return make_scorer(RewardSpec.model_validate({"functions": list(terms)}), grants)
 
 
 async def test_weighted_sum_and_its_parts():
@@ -70,9 +74,9 @@ async def test_two_terms_of_one_name_are_logged_by_their_labels():
 
 async def test_a_failing_term_fails_the_whole_batch():
     # a dead service next to a local term: no partial reward comes back
-    s = scorer({"name": "exact_match"}, {"name": "service", "url": "http://127.0.0.1:9/",
-                                         "max_retries": 0})  # fmt: skip
-    with pytest.raises(RewardServiceError, match=r"127\.0\.0\.1:9"):
+    url = f"http://127.0.0.1:{free_port()}/"
+    s = scorer({"name": "exact_match"}, {"name": "service", "url": url, "max_retries": 0})
+    with pytest.raises(RewardServiceError, match=url):
         await s.score([ScoreItem("p", "a", "a")])
 
 
@@ -144,8 +148,8 @@ def test_the_schema_describes_every_term():
                      "boxed_match", "math_verify", "overlong_penalty", "service", "env",
                      "reasoning_gym"}  # fmt: skip
     service = defs["ServiceTerm"]["properties"]
-    assert {"url", "timeout_s", "batch_size", "max_retries", "headers_secret"} <= set(service)
-    assert all(service[k].get("description") for k in ("url", "timeout_s", "headers_secret"))
+    assert {"url", "timeout_s", "batch_size", "max_retries", "secret"} <= set(service)
+    assert all(service[k].get("description") for k in ("url", "timeout_s", "secret"))
 
 
 # ------------------------------------------------------------------- in the loop

@@ -3,12 +3,15 @@ examples/reward_service/, started on a free port with its fault-injection flags.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import time
 
 import pytest
 
 from workers import http_json
+from workers.egress import EgressPolicy
+from workers.grants import Grants
 from workers.rewards import RewardServiceError, ScoreItem, make_scorer
 from workers.rewards import service as service_mod
 from workers.spec import RewardSpec, spec_errors
@@ -26,9 +29,14 @@ def quick_backoff(monkeypatch):
     monkeypatch.setattr(http_json, "BACKOFF_S", 0.05)
 
 
-def scorer(url: str, **kw):
+# the reference server listens on loopback, which the egress policy refuses unless allowed
+LOOPBACK = EgressPolicy(allow_networks=(ipaddress.ip_network("127.0.0.0/8"),))
+
+
+def scorer(url: str, secrets: dict[str, str] | None = None, **kw):
     spec = {"functions": [{"name": "service", "url": url, **kw}]}
-    return make_scorer(RewardSpec.model_validate(spec))
+    grants = Grants(secrets=secrets or {}, egress=LOOPBACK)
+    return make_scorer(RewardSpec.model_validate(spec), grants)
 
 
 def items(n: int) -> list[ScoreItem]:
@@ -127,26 +135,35 @@ def test_bad_replies_are_named(body, message):
         service_mod.parse_reply("http://x", body, 2)
 
 
-async def test_the_token_comes_from_the_named_environment_variable(server, monkeypatch):
+async def test_the_token_comes_from_the_named_team_secret(server, monkeypatch):
     srv = server("--token", "s3cret")
-    monkeypatch.delenv("PADDOCK_TEST_RM_TOKEN", raising=False)
-    with pytest.raises(RewardServiceError, match=r"PADDOCK_TEST_RM_TOKEN, which is not set"):
-        scorer(srv.url, headers_secret="PADDOCK_TEST_RM_TOKEN")  # at the start, not at step 1
-    monkeypatch.setenv("PADDOCK_TEST_RM_TOKEN", "wrong")
+    monkeypatch.setenv("rm_token", "s3cret")  # an environment variable is never read
+    with pytest.raises(RewardServiceError, match=r"the secret 'rm_token' is not set"):
+        scorer(srv.url, secret="rm_token")  # at the start, not at step 1
     with pytest.raises(RewardServiceError, match=r"HTTP 401"):
-        await scorer(srv.url, headers_secret="PADDOCK_TEST_RM_TOKEN").score(items(1))
-    monkeypatch.setenv("PADDOCK_TEST_RM_TOKEN", "s3cret")
-    got = await scorer(srv.url, headers_secret="PADDOCK_TEST_RM_TOKEN").score(items(1))
+        await scorer(srv.url, {"rm_token": "wrong"}, secret="rm_token").score(items(1))
+    got = await scorer(srv.url, {"rm_token": "s3cret"}, secret="rm_token").score(items(1))
     assert got[0].reward == 1.0
-    monkeypatch.setenv("PADDOCK_TEST_RM_TOKEN", '{"Authorization": "Bearer s3cret"}')
-    got = await scorer(srv.url, headers_secret="PADDOCK_TEST_RM_TOKEN").score(items(1))
+    headers = {"rm_token": '{"Authorization": "Bearer s3cret"}'}
+    got = await scorer(srv.url, headers, secret="rm_token").score(items(1))
     assert got[0].reward == 1.0
 
 
-def test_a_bad_secret_value_is_not_echoed(monkeypatch):
-    monkeypatch.setenv("PADDOCK_TEST_RM_HEADERS", '{"X-Key": 12345}')
+def test_paddock_train_reads_a_secret_from_its_own_variable_only(monkeypatch):
+    spec = RewardSpec.model_validate(
+        {"functions": [{"name": "service", "url": "http://127.0.0.1:8123", "secret": "rm-key"}]}
+    )
+    monkeypatch.setenv("PADDOCK_EGRESS_ALLOW_NETWORKS", "127.0.0.1/32")
+    monkeypatch.setenv("rm-key", "x")
+    with pytest.raises(RewardServiceError, match=r"PADDOCK_SECRET_RM_KEY"):
+        make_scorer(spec)
+    monkeypatch.setenv("PADDOCK_SECRET_RM_KEY", "s3cret")
+    assert make_scorer(spec).terms[0].headers["Authorization"] == "Bearer s3cret"
+
+
+def test_a_bad_secret_value_is_not_echoed():
     with pytest.raises(RewardServiceError) as err:
-        scorer("http://127.0.0.1:1", headers_secret="PADDOCK_TEST_RM_HEADERS")
+        scorer("http://127.0.0.1:1", {"rm": '{"X-Key": 12345}'}, secret="rm")
     assert "12345" not in str(err.value)
 
 
@@ -157,7 +174,8 @@ def test_a_bad_secret_value_is_not_echoed(monkeypatch):
         ({"url": "http://x", "timeout_s": 0}, "reward.functions.0.timeout_s"),
         ({"url": "http://x", "batch_size": 0}, "reward.functions.0.batch_size"),
         ({"url": "http://x", "max_retries": -1}, "reward.functions.0.max_retries"),
-        ({"url": "http://x", "headers_secret": "Bearer abc"}, "reward.functions.0.headers_secret"),
+        ({"url": "http://x", "secret": "Bearer abc"}, "reward.functions.0.secret"),
+        ({"url": "http://x", "headers_secret": "TOKEN"}, "reward.functions.0.headers_secret"),
         ({}, "reward.functions.0.url"),
     ],
 )

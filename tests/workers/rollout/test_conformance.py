@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ import torch
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
+from workers.rollout.process_backend import ProcessBackend
 from workers.rollout.torch_engine import TorchBackend
 
+from ..helpers import Parked
 from .conftest import engine_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -57,7 +60,7 @@ class Trainer:
                     p.copy_(
                         torch.randn(p.shape, generator=gen) * (1.0 if version >= WILD else 0.05)
                     )
-        self.policy.adapter_version = version
+        self.policy.adapter.version = version
 
     async def update(self, version: int) -> AdapterUpdate:
         self.set_version(version)
@@ -80,9 +83,8 @@ class Trainer:
                 "rollout": self.policy.spec.rollout.model_copy(update={"temperature": temperature})
             }
         )
-        self.policy.spec = spec
         self.policy.model.eval()
-        lp, _ = self.policy.token_logprobs(batch)
+        lp, _ = self.policy.token_logprobs(batch, spec=spec)
         return [lp[i, : len(s.response_ids)].tolist() for i, s in enumerate(samples)]
 
 
@@ -128,21 +130,43 @@ def check_shapes(results: list[GroupResult], reqs: list[GroupRequest]) -> None:
             assert all(lp <= 0 for lp in s.logprobs)
 
 
-async def generating(engine, reqs, monkeypatch) -> asyncio.Task:
-    """Start a generate call and give it time to get going; an engine that counts the
-    tokens it streams (vLLM) until the first came back, so that some tokens precede the
-    interruption however slowly the engine starts. The torch engines' rows ignore EOS here,
-    so every row runs to its budget: whether a locally built tiny model samples EOS early is
-    its own trajectory, and a batch that stopped early could not be interrupted."""
+async def until(made: Callable[[], Awaitable[int]], at_least: int) -> None:
+    """Until `made()` reaches `at_least` (bounded, for a hang; not a delay)."""
+    async with asyncio.timeout(120):
+        while await made() < at_least:
+            await asyncio.sleep(0.01)
+
+
+async def generating(engine, reqs, monkeypatch) -> tuple[asyncio.Task, Callable[[], None]]:
+    """Start a generate call and return once its rows are decoding, with the call and what
+    lets the decode go on. The in-process torch engine is held between two decode steps
+    once every row has its first token, and its rows ignore EOS, so every row is still in
+    flight when the test's pause, abort or load lands (`release` lets it go on after);
+    the other engines decode on their own (vLLM, the stand-in, the engine process) and are
+    waited for until their first tokens, which leaves the rest of the 160-token budget."""
+    n = sum(r.n for r in reqs)
     if isinstance(engine, TorchBackend):
         monkeypatch.setattr(engine, "eos_ids", frozenset())
-    streamed = getattr(engine, "tokens_streamed", None)
+        start = engine.tokens_streamed
+        held = Parked(engine, lambda: engine.tokens_streamed >= start + n)
+        task = asyncio.create_task(engine.generate(reqs))
+        await held.reached()
+        return task, held.release
+    if isinstance(engine, ProcessBackend):
+        made = lambda: engine._channel.call("tokens")  # noqa: E731
+    elif engine.name == "vllm":
+        made = lambda: _now(engine.tokens_streamed)  # noqa: E731
+    else:  # the stand-in decodes on this event loop
+        made = lambda: _now(sum(engine._llm.tokens_out.values()))  # noqa: E731
+    start = await made()
     task = asyncio.create_task(engine.generate(reqs))
-    await asyncio.sleep(0.05)
-    while streamed is not None and engine.tokens_streamed == streamed and not task.done():
-        await asyncio.sleep(0.01)
+    await until(made, start + 1)
     assert not task.done(), "generation finished before the test could interrupt it"
-    return task
+    return task, lambda: None
+
+
+async def _now(value: int) -> int:
+    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,9 +232,9 @@ async def test_version_handshake(engine, trainer):
     await serve(engine, trainer, 2)
     results = await engine.generate(requests(trainer, SamplingParams(max_new_tokens=4), tag="v2"))
     assert {v for r in results for s in r.samples for v in s.versions} == {2}
-    if engine.name == "torch":
-        return  # in-process: the trainer's tensors are the engine's; there is no probe
-    # An adapter that does not produce the trainer's probe logprobs is never acknowledged.
+    # An adapter that does not produce the trainer's probe logprobs is never acknowledged
+    # (the torch engine needs no probe, loading the trainer's tensors as they are, but
+    # checks one that an update carries all the same).
     update = await trainer.update(3)
     wrong = dataclasses.replace(
         update,
@@ -224,14 +248,16 @@ async def test_version_handshake(engine, trainer):
     with pytest.raises(RuntimeError, match="unusable"):
         await engine.generate(requests(trainer, SamplingParams(max_new_tokens=4), tag="x"))
     await serve(engine, trainer, 3)  # a version that passes the handshake heals it
-    assert engine.handshakes[-1]["version"] == 3
+    if not isinstance(engine, ProcessBackend):  # (the proxy keeps no record of them)
+        assert engine.handshakes[-1]["version"] == 3
 
 
 async def test_pause_abort_returns_partials_that_resubmit(engine, trainer, monkeypatch):
     await serve(engine, trainer, 4)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="abort")
-    task = await generating(engine, reqs, monkeypatch)
+    task, release = await generating(engine, reqs, monkeypatch)
     await engine.pause("abort")
+    release()
     results = await task
     check_shapes(results, reqs)
     cut = [s for r in results for s in r.samples if s.finish_reason == "abort"]
@@ -254,8 +280,9 @@ async def test_pause_abort_returns_partials_that_resubmit(engine, trainer, monke
 async def test_abort_returns_partials(engine, trainer, monkeypatch):
     await serve(engine, trainer, 4)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="abort-call")
-    task = await generating(engine, reqs, monkeypatch)
+    task, release = await generating(engine, reqs, monkeypatch)
     partial = await engine.abort()
+    release()
     results = await task
     assert partial and all(r.aborted for r in partial)
     assert {r.request_id for r in partial} == {r.request_id for r in results if r.aborted}
@@ -267,9 +294,9 @@ async def test_abort_returns_partials(engine, trainer, monkeypatch):
 async def test_pause_keep_continues_in_flight_under_the_new_version(engine, trainer, monkeypatch):
     await serve(engine, trainer, 5)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="keep")
-    task = await generating(engine, reqs, monkeypatch)
+    task, release = await generating(engine, reqs, monkeypatch)
     await engine.pause("keep")
-    await asyncio.sleep(0.2)
+    release()
     assert not task.done()  # frozen, not ended
     update = await trainer.update(6)
     assert await engine.load_adapter(update) == 6
@@ -301,7 +328,8 @@ async def test_pause_keep_continues_in_flight_under_the_new_version(engine, trai
 async def test_pause_wait_lets_in_flight_finish_and_holds_new(engine, trainer, monkeypatch):
     await serve(engine, trainer, 7)
     reqs = requests(trainer, LONG, n=LONG_N[engine.name], tag="wait")
-    task = await generating(engine, reqs, monkeypatch)
+    task, release = await generating(engine, reqs, monkeypatch)
+    release()  # wait lets the rows in flight finish: they must decode on
     await engine.pause("wait")
     assert task.done()
     reasons = Counter(s.finish_reason for r in task.result() for s in r.samples)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ...egress import EgressPolicy
 from ...names import TERMINAL_RUN_STATES
 from ...spec import LoggingSpec
 
@@ -51,9 +52,10 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def sinks_for(spec: LoggingSpec, out_dir: Path, config: dict) -> list[Sink]:
+def sinks_for(spec: LoggingSpec, out_dir: Path, config: dict, egress: EgressPolicy) -> list[Sink]:
     """The sinks a `logging:` section asks for; each module (and its library) imported only
-    when asked for. `config` is the run's spec as a dict, for the sinks that record it."""
+    when asked for. `config` is the run's spec as a dict, for the sinks that record it;
+    `egress` the policy a tracking server's address is checked against."""
     sinks: list[Sink] = []
     run_name = out_dir.name
     if spec.tensorboard is not None:
@@ -63,7 +65,7 @@ def sinks_for(spec: LoggingSpec, out_dir: Path, config: dict) -> list[Sink]:
     if spec.mlflow is not None:
         from .mlflow_sink import MlflowSink
 
-        sinks.append(MlflowSink(spec.mlflow, spec.mlflow.run_name or run_name, config))
+        sinks.append(MlflowSink(spec.mlflow, spec.mlflow.run_name or run_name, config, egress))
     if spec.wandb is not None:
         from .wandb_sink import WandbSink
 
@@ -175,6 +177,10 @@ class Mirrors:
         return True
 
 
-def open_mirrors(spec: LoggingSpec, out_dir: Path, config: dict) -> Mirrors:
-    """The mirrors of a run (none: a `Mirrors` that does nothing and starts no thread)."""
-    return Mirrors(sinks_for(spec, out_dir, config))
+def open_mirrors(
+    spec: LoggingSpec, out_dir: Path, config: dict, egress: EgressPolicy | None = None
+) -> Mirrors:
+    """The mirrors of a run (none: a `Mirrors` that does nothing and starts no thread);
+    `egress`: the run's policy (default: from the environment, as `paddock train`'s)."""
+    policy = egress if egress is not None else EgressPolicy.from_env()
+    return Mirrors(sinks_for(spec, out_dir, config, policy))

@@ -1,205 +1,197 @@
-"""The torch rollout backend: batched sampling with a KV cache in plain PyTorch + PEFT.
+"""The torch engine's runs: a lane per adapter (the rollout protocol of base.py over the
+engine), the engine with one adapter for a run alone (`TorchBackend`), and with a slot per
+run for a pool (`TorchPool`, the pool protocol of pool_engine.py).
 
-The embedded default and the reference the other engines are compared with. Its model is a
-separate copy from the trainer's, so an adapter reaches it only through `load_adapter` —
-exactly like a remote engine. Work runs in a thread (torch releases the GIL), so the async
-driver's trainer can run beside it.
-
-This class holds the protocol, the pause and abort state and the step lock; the decoding is
-loop.py's over a step source (sources.py). pause("keep") freezes in-flight requests between
-two decode steps; if an adapter is loaded meanwhile they continue under it, their KV cache
-first recomputed under the new adapter (see loop.py), which is what the trainer's rollout
-correction and token_mult_prob_error assume.
+A lane's pause touches its own rows only: `abort` ends them now (their partial tokens come
+back), `wait` lets them finish while its new requests wait, `keep` takes them out of the
+batch with their tokens and puts them back once it resumes, under the adapter it then has
+(their prefix prefilled anew: each token is what a trainer forward of the version it is
+labelled with gives, which the rollout correction and token_mult_prob_error assume). An
+adapter load takes the lane's rows out the same way first, so a token is labelled with the
+version that made it whether or not the run paused.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig
 
 from ...policy import lora as lora_io
-from ...spec import RunSpec, TorchRolloutSpec
+from ...spec import LoraSpec, RunSpec
 from ..base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
-from ..eos import eos_token_ids
-from .loop import batches, decode
-from .rows import Rows, Stops
-from .sampling import draw
-from .sources import CachedForward, StaticSource, StepSource, static_decoder
+from ..gate import RequestGate, unfinished
+from ..pool_engine import LanePool
+from .engine import TorchEngine, engine_device
+from .rows import Adapter
+from .sources import decodes_static
 
 
-class TorchBackend:
+def _settler(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
+    """What the decode thread calls with a group's result (or the error that ended it)."""
+
+    def settle(result: GroupResult | BaseException) -> None:
+        loop.call_soon_threadsafe(_set, future, result)
+
+    return settle
+
+
+def _set(future: asyncio.Future, result: GroupResult | BaseException) -> None:
+    if future.done():  # its caller was cancelled
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+class TorchLane:
+    """One adapter of the torch engine as a rollout backend: its request gate, version,
+    handshake and pause; the decoding is the engine's."""
+
     name = "torch"
-    placeable = True  # make_backend may name the device (an in-process run's second GPU)
-    needs_probe = False  # loads the trainer's tensors as they are: no handshake to check
-    # finished rows leave the decode batch once they are this share of it (see loop.py)
-    compact_below = 0.75
+    # loads the trainer's tensors as they are: no handshake needed (a probe an update
+    # carries is checked all the same)
+    needs_probe = False
+    placeable = True  # the engine takes a device (an in-process run's second GPU)
 
-    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
-        rollout = spec.rollout
-        if not isinstance(rollout, TorchRolloutSpec):
-            raise ValueError(f"torch backend: the spec's rollout.backend is {rollout.backend!r}")
-        use_gpu = spec.resources.rollout_gpus > 0 and torch.cuda.is_available()
-        self.device = device or torch.device("cuda" if use_gpu else "cpu")
-        self.max_batch_size = rollout.max_batch_size
-        self.continuous = rollout.continuous
-        self.tokenizer = lora_io.load_tokenizer(model_dir)
-        self.eos_id = self.tokenizer.eos_token_id
-        # every EOS id the model declares ends a sample (an instruct model has two)
-        self.eos_ids = frozenset(eos_token_ids(model_dir, self.eos_id))
-        self.pad_id = self.tokenizer.pad_token_id
-        self.model = lora_io.load_spec_model(model_dir, spec, self.device)
-        self.model.eval()
-        self.decoder = static_decoder(self.model, rollout, self.device)
-        # rollout.compile on a GPU: sampling's passes over [rows, vocab] fused into two
-        self.draw = draw
-        if self.decoder is not None and self.decoder.compiled:
-            self.draw = torch.compile(draw)
-        # the static decoder on a GPU launches the next decode step while the host records
-        # this one's tokens (loop.py): 49.6k tokens/s against 44.8k at batch 256 on an H200
-        # (docs/performance.md); the PEFT forward keeps the serial loop
-        self.overlap = self.device.type == "cuda" and self.decoder is not None
-        # The engine's own CUDA stream: in one process with the trainer (the embedded async
-        # run on one GPU) its kernels can then run beside the trainer's instead of queueing
-        # behind them on the default stream.
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._version = -1  # nothing acknowledged yet: generate() refuses to run
-        self._step_lock = threading.Lock()  # one decode step or one adapter load at a time
-        self._cond = threading.Condition()  # guards _admitting and _inflight
-        self._admitting = True
-        self._inflight = 0
-        self._running = threading.Event()  # cleared by pause("keep"): decode steps wait
-        self._running.set()
-        self._abort = threading.Event()
-        self._aborted: list[GroupResult] = []
+    def __init__(self, engine: TorchEngine, adapter: Adapter, lora: LoraSpec, who: str):
+        self.engine, self.adapter, self.lora, self.who = engine, adapter, lora, who
+        self._gate = RequestGate()
+        self.unusable: str | None = None  # why the last handshake failed
+        self.handshakes: list[dict[str, float]] = []  # {version, probe_err} (for tests)
         self.served_log: list[int] = []  # every version acknowledged, in order (for tests)
 
     @property
     def served_version(self) -> int:
-        return self._version
+        return self.adapter.version
 
-    def use_stream(self, stream: torch.cuda.Stream) -> None:
-        """Decode and load adapters on `stream` instead of the engine's own (one that shares
-        the GPU with the trainer on a plan: workers/loop/gpu_share.py). Before generating."""
-        self._stream = stream
-
-    # ---------------------------------------------------------------- protocol
+    @property
+    def tokens_streamed(self) -> int:
+        """Tokens decoded under this adapter so far."""
+        return self.adapter.tokens
 
     async def generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
-        return await asyncio.to_thread(self._generate, requests)
+        if self.unusable is not None:
+            raise RuntimeError(f"{self.who} is unusable: {self.unusable}")
+        if self.adapter.version < 0:
+            raise RuntimeError(f"{self.who}: no adapter acknowledged yet; call load_adapter first")
+        self.engine.check(requests)
+        return await self._gate.run_all(requests, self._decode)
+
+    async def _decode(self, requests: list[GroupRequest]) -> list[GroupResult]:
+        if self._gate.cut:  # an abort began between admission and here
+            return [unfinished(r) for r in requests]
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in requests]
+        self.engine.submit(self.adapter, requests, [_settler(loop, f) for f in futures])
+        return list(await asyncio.gather(*futures))
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
-        return await asyncio.to_thread(self._load_adapter, update)
+        try:
+            err = await asyncio.to_thread(self._load, update)
+        except RuntimeError as exc:
+            self.unusable = str(exc)
+            raise
+        self.unusable = None  # a later version that passes the handshake heals the run
+        if err is not None:
+            self.handshakes.append({"version": update.version, "probe_err": err})
+        self.served_log.append(update.version)
+        return self.adapter.version
+
+    def _load(self, update: AdapterUpdate) -> float | None:
+        tensors = lora_io.update_tensors(update)
+        return self.engine.load(
+            self.adapter, tensors, self.lora, update.version, update.probe, self.who
+        )
 
     async def pause(self, mode: PauseMode) -> None:
         pause_mode_check(mode)
-        if mode == "abort":
-            self._abort.set()
-        elif mode == "keep":
-            self._running.clear()
-        with self._cond:
-            self._admitting = False
-            self._cond.notify_all()
-        if mode != "keep":  # abort: in-flight requests end at their next step; wait: finish
-            await asyncio.to_thread(self._wait_idle)
+        await self._gate.close(mode)
+        if mode == "keep":
+            await asyncio.to_thread(self.engine.hold, self.adapter)
+        elif mode == "abort":
+            await asyncio.to_thread(self.engine.cut, self.adapter)
+            await self._gate.idle()
+        else:
+            await self._gate.idle()
 
     async def resume(self) -> None:
-        self._abort.clear()
-        self._running.set()
-        with self._cond:
-            self._admitting = True
-            self._cond.notify_all()
+        await self._gate.reopen()
+        if self.adapter.held:  # paused with keep: its groups wait out of the batch
+            await asyncio.to_thread(self.engine.release, self.adapter)
 
     async def abort(self) -> list[GroupResult]:
-        self._aborted = []
-        self._abort.set()
-        self._running.set()
-        with self._cond:
-            self._cond.notify_all()  # frozen requests must wake up to end
-        await asyncio.to_thread(self._wait_idle)
-        self._abort.clear()
-        return list(self._aborted)
+        await self._gate.change(aborting=True, aborted=[])
+        await asyncio.to_thread(self.engine.cut, self.adapter)
+        await self._gate.idle()
+        await self._gate.change(aborting=False)
+        return list(self._gate.aborted)
 
     async def close(self) -> None:
+        """Abort this adapter's requests; a pool's run then leaves its slot."""
         await self.abort()
-        self.model = None  # type: ignore[assignment]
+        await asyncio.to_thread(self.engine.leave, self.adapter)
 
-    # ---------------------------------------------------------------- internals
 
-    def _wait_idle(self) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._inflight == 0)
+class TorchBackend(TorchEngine, TorchLane):
+    """A run alone: the torch engine with one adapter, the spec's own (the static decoder
+    folds it into its weights), serving it as its own lane."""
 
-    def _load_adapter(self, update: AdapterUpdate) -> int:
-        tensors = lora_io.update_tensors(update)
-        with self._step_lock, self._on_stream():  # between two decode steps, never inside one
-            if self._stream is not None:  # a trainer's copy of the tensors may be in flight
-                self._stream.wait_stream(torch.cuda.default_stream(self.device))
-            lora_io.load_adapter_tensors(self.model, tensors)
-            if self.decoder is not None:
-                self.decoder.refresh()
-            self._version = update.version
-            self.served_log.append(update.version)
-        return self._version
+    def __init__(self, spec: RunSpec, model_dir: str | Path, device: torch.device | None = None):
+        TorchEngine.__init__(self, spec, model_dir, device)
+        TorchLane.__init__(self, self, Adapter(None), spec.lora, "torch backend")
 
-    def _on_stream(self):
-        """Run the caller's block on the engine's stream (a no-op on the CPU)."""
-        return torch.cuda.stream(self._stream) if self._stream is not None else nullcontext()
+    async def tokens(self) -> int:
+        """Tokens decoded so far (what a test waits on, here or across an engine process)."""
+        return self.tokens_streamed
 
-    def _generate(self, requests: list[GroupRequest]) -> list[GroupResult]:
-        if self._version < 0:
-            raise RuntimeError(
-                "torch backend: no adapter acknowledged yet; call load_adapter first"
-            )
-        with self._cond:
-            # Held while paused; but under an abort, come back at once with the requests as
-            # aborted partials (the caller may be stopping and must not block here).
-            self._cond.wait_for(lambda: self._admitting or self._abort.is_set())
-            self._inflight += 1
-        try:
-            # on the static decoder, one batch whose freed slots take the next groups
-            # (continuous batching); else batches of at most max_batch_size rows
-            limit = None if self.decoder is not None and self.continuous else self.max_batch_size
-            with self._on_stream():
-                results = [r for chunk in batches(requests, limit) for r in self._decode(chunk)]
-            aborted = [r for r in results if r.aborted]
-            if aborted:
-                self._aborted += aborted
-            return results
-        finally:
-            with self._cond:
-                self._inflight -= 1
-                self._cond.notify_all()
+    async def close(self) -> None:
+        if self.model is not None:
+            await TorchLane.close(self)
+            await asyncio.to_thread(self.shutdown)
 
-    def _source(self) -> StepSource:
-        # built for each batch from the engine's model or decoder as they are now
-        if self.decoder is not None:
-            return StaticSource(self.decoder, self.pad_id, self.device)
-        return CachedForward(self.model, self.pad_id, self.device)
 
-    def _decode(self, requests: list[GroupRequest]) -> list[GroupResult]:
-        source = self._source()
-        state = Rows(requests, self.device, slots=source.slots)
-        if state.rows:
-            stops = Stops(self.eos_ids, self._text)
-            decode(state, source, self._turns(state), draw=self.draw, stops=stops,
-                   compact_below=self.compact_below, overlap=self.overlap)  # fmt: skip
-        return state.results(self._text)
+class TorchPool(LanePool):
+    """A pool's runs on one torch engine, a slot each: in the static decoder's table (every
+    run's rows in one decode step and one CUDA graph; a load is a copy into the slot, zero-
+    padded to the pool's rank) or, with the PEFT forward (the CPU's default), a named PEFT
+    adapter each (one run's rows a batch, any ranks side by side)."""
 
-    def _text(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+    name = "torch"
+    needs_probe = False
+    placeable = True
+    ranks = tuple(range(1, 1025))  # any rank: slots are zero-padded to the pool's
 
-    def _turns(self, state: Rows):
-        """Each decode step's turn: waits while paused ("keep"), ends on an abort or once
-        every row has finished, and yields the adapter version to decode under. The body
-        of the loop's turn runs under the step lock (an adapter load waits for it to end;
-        a static decoder's logits are a CUDA graph's buffer until sampled)."""
-        while state.any_active():
-            self._running.wait()
-            with self._step_lock:
-                if self._abort.is_set():
-                    return
-                yield self._version
+    def __init__(
+        self,
+        spec: RunSpec,
+        model_dir: str | Path,
+        capacity: int | None = None,
+        max_lora_rank: int | None = None,
+        device: torch.device | None = None,
+        lora_kernel: str | None = None,
+    ):
+        self.device = device or engine_device(spec)
+        self.lora_kernel = lora_kernel
+        config = AutoConfig.from_pretrained(str(model_dir))
+        self.batches_adapters = decodes_static(spec.rollout, self.device, config)
+        # the slot table is sized by one rank: the founding run's unless told (a later run
+        # above it is refused); PEFT adapters of any rank sit side by side
+        rank = max_lora_rank or (None if self.batches_adapters else self.ranks[-1])
+        super().__init__(spec, model_dir, capacity, rank)
+
+    def _start(self) -> None:
+        self.engine = TorchEngine(
+            self.spec, self.model_dir, self.device, adapters=self.capacity,
+            max_lora_rank=self.max_lora_rank, lora_kernel=self.lora_kernel,
+        )  # fmt: skip
+
+    async def _new_lane(self, run_id: str, lora: LoraSpec, slot: int) -> TorchLane:
+        adapter = await asyncio.to_thread(self.engine.join, slot - 1, lora)
+        return TorchLane(self.engine, adapter, lora, f"torch pool run {run_id!r}")
+
+    async def _shutdown(self) -> None:
+        await asyncio.to_thread(self.engine.shutdown)

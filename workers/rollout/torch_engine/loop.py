@@ -1,61 +1,50 @@
-"""The decode loop: one batch of rows (rows.py) decoded over a step source (sources.py).
+"""The decode loop: the engine's batch (rows.py) decoded over a step source (sources.py), for
+a run alone and for a pool of runs alike: each group decodes under its own adapter.
 
-Each turn (one decode step, under the engine's step lock):
-1. the live rows advance by one token; after an adapter change (the turn's versions differ
-   from those the cache was computed under) their whole prefix is recomputed instead, as
-   vLLM does for running requests when its prefix cache is reset, so each token is exactly
-   what a trainer forward of the version it is labelled with would give;
-2. pending groups are admitted into free slots (finished rows' first) once enough are free,
-   prefilled, and their first tokens sampled: the first turn admits the batch's first
-   groups, a source of as many slots as rows all of them;
-3. finished rows leave the batch once they are a quarter of it and no group waits (their
-   cache goes too), else they keep their slots and stop advancing.
+Each turn (one decode step, under the engine's step lock; between two turns the engine
+queues new groups and takes the rows of a paused run out of the batch):
+1. the rows advance by one token, each sampled from its own group's random stream at its
+   group's temperature and labelled with its adapter's version;
+2. waiting groups are admitted into free positions (finished or cut rows', first) once
+   enough are free, prefilled (a group cut from the batch with the tokens it holds: the
+   whole prefix under the adapter it now has, as vLLM recomputes running requests after a
+   prefix-cache reset), and their first tokens sampled. A source that cannot take rows
+   into a running batch (the PEFT forward) admits into an empty one only;
+3. free positions leave the batch once the live rows are at most `compact_below` of it and
+   no group is about to take them (their cache goes too), else they stop advancing.
 
-With `overlap` (on a GPU), once no group waits for a slot the next step is launched as soon
-as this one's tokens are sampled, before the host reads and records them: the step reads
-the tokens from device memory, so the GPU computes it while the host copies the tokens out,
-checks the stops and appends them. A row that finishes with those tokens has had one step
-too many (its cache has room for it: a row never writes past its own budget; the step's
-logits of it are never sampled) and stops advancing at the retire or compaction below;
-after an adapter change the step run ahead is dropped with the rest of the cache.
+With `overlap` (on a GPU), once no group waits for a position the next step is launched as
+soon as this one's tokens are sampled, before the host reads and records them: the step
+reads the tokens from device memory, so the GPU computes it while the host copies the
+tokens out, checks the stops and appends them. A row that finishes with those tokens has had
+one step too many (its cache has room for it: a row never writes past its own budget; the
+step's logits of it are never sampled) and stops advancing at the retire or compaction
+below; a row cut meanwhile leaves its logits of that step unsampled too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 
 import torch
 
-from ..base import GroupRequest
-from .rows import Rows, Stops
+from .rows import Group, Rows, Stops
 from .sources import StepSource
 
 
-def batches(requests: list[GroupRequest], max_rows: int | None) -> Iterator[list[GroupRequest]]:
-    """The requests in batches of at most `max_rows` rows (None: no limit, for a source
-    whose freed slots take the next groups), split where the sampling params change. By
-    whole groups, so a group's samples share one batch (and its random stream)."""
-    chunk: list[GroupRequest] = []
-    for req in requests:
-        if chunk and (
-            req.params != chunk[0].params
-            or (max_rows is not None and sum(r.n for r in chunk) + req.n > max_rows)
-        ):
-            yield chunk
-            chunk = []
-        chunk.append(req)
-    if chunk:
-        yield chunk
-
-
-def _sample(logits, state: Rows, rows: list[int], draw: Callable):
-    """One token a row of `rows` and its logprob: greedy, or from the softmax at the
-    temperature with noise from each request's own stream."""
-    u = index = None
-    if not state.params.greedy:
-        u, index = state.uniform(logits.shape[1], rows)
-    return draw(logits, state.params.temperature, u, index)
+def _sample(logits, state: Rows, positions: list[int], draw: Callable):
+    """One token a row at `positions` and its logprob: from the softmax at its group's
+    temperature with noise from its group's own stream, or the argmax for greedy groups
+    (logprobs still under the temperature)."""
+    temperature, u, index, greedy = state.sampling(logits.shape[1], positions)
+    if greedy is True or u is None:
+        return draw(logits, temperature)
+    tokens, logprobs = draw(logits, temperature, u, index)
+    if greedy is not None:  # greedy and sampled rows in one step
+        top, top_lp = draw(logits, temperature)
+        tokens, logprobs = torch.where(greedy, top, tokens), torch.where(greedy, top_lp, logprobs)
+    return tokens, logprobs
 
 
 def _to_host(tokens: torch.Tensor, logprobs: torch.Tensor):
@@ -76,54 +65,52 @@ def _to_host(tokens: torch.Tensor, logprobs: torch.Tensor):
     return wait
 
 
-def _ahead(state: Rows, live: list[int]) -> bool:
+def _ahead(state: Rows) -> bool:
     """Whether the next step may be launched before this one's tokens are recorded: no
-    group waits for a slot (an admission would change the next step's rows) and some row
-    may go on after them (one that is not at its last token)."""
-    return not state.pending and any(state.active[k] and state.left(k) > 1 for k in live)
+    group waits for a position (an admission would change the next step's rows) and some
+    row may go on after them (one that is not at its last token)."""
+    return not state.admissible() and any(r is not None and r[0].left(r[1]) > 1 for r in state.live)
 
 
 @torch.no_grad()
 def decode(
     state: Rows,
     source: StepSource,
-    turns: Generator,
+    turns: Iterator,
     *,
     draw: Callable,
     stops: Stops,
     compact_below: float,
     overlap: bool = False,
 ) -> None:
-    """Decode every row of `state` to its end, or until `turns` ends (an abort: the rows
-    still going are marked so). `turns` yields, once a decode step may run, the adapter
-    versions to decode under (an int, or a mapping adapter slot → version for rows that
-    name one); the step runs before the next is asked for. `draw`: sampling.draw or its
-    compiled form; `compact_below`: the share of live rows at or under which the finished
-    ones leave the batch; `overlap`: run the next step ahead of the host's recording (see
-    the module docstring)."""
-    source.start(state.widest(), max(map(len, state.prompts)) + state.steps)
-    tokens, cache_versions = None, None
-    ahead = None  # the logits of the step launched ahead, not yet sampled
+    """Decode the groups of `state` until `turns` ends. `turns` yields once a turn may run
+    (the step runs before the next is asked for); `draw`: sampling.draw or its compiled
+    form; `compact_below`: the share of live rows at or under which the free positions
+    leave the batch; `overlap`: run the next step ahead of the host's recording (see the
+    module docstring)."""
+    tokens = ahead = None  # each position's next input; the logits of a step run ahead
     with closing(turns):  # the step lock goes with an error
-        for versions in turns:
+        for _ in turns:
+            if state.trim():  # every row of the batch was cut between two turns
+                tokens = ahead = None
             if tokens is not None:
-                live = state.live
-                if versions != cache_versions:  # a kept request after an adapter change
-                    seqs = [state.sequence(k) for k in live]
-                    room = max(map(state.left, live))
-                    logits = source.recompute(seqs, room, [state.adapter[k] for k in live])
-                else:
-                    logits = source.step(tokens) if ahead is None else ahead
-                ahead = None
-                tokens, logprobs = _sample(logits, state, live, draw)
+                positions = list(range(len(state.live)))
+                logits = source.step(tokens) if ahead is None else ahead
+                tokens, logprobs = _sample(logits, state, positions, draw)
                 host = _to_host(tokens, logprobs)
-                if overlap and _ahead(state, live):
-                    ahead = source.step(tokens)
-                state.record(*host(), versions, live, stops)
-            if state.pending and state.room() >= state.admit_at():
-                tokens = _admit(state, source, versions, tokens, draw, stops)
-            cache_versions = versions
-            keep = state.compaction(compact_below)
+                ahead = source.step(tokens) if overlap and _ahead(state) else None
+                state.record(*host(), positions, stops)
+                if state.trim():  # every row has finished
+                    tokens = ahead = None
+            chosen = state.choose(source.slots, source.one_adapter, source.fits, source.refill)
+            if chosen:
+                tokens = _admit(state, source, chosen, tokens, draw, stops)
+            if state.trim():  # nothing decodes on: the batch's cache goes
+                tokens = ahead = None
+                source.start(0)
+                continue
+            refilling = source.refill and bool(state.admissible())
+            keep = state.compaction(compact_below, refilling)
             if keep is not None:
                 index = torch.tensor(keep, device=state.device)
                 source.compact(index)
@@ -131,21 +118,23 @@ def decode(
                 if ahead is not None:  # the kept rows' logits of the step run ahead
                     ahead = ahead[index]
             else:
-                source.retire(state.finished())
-    state.abort_unfinished()
+                source.retire(state.free())
 
 
-def _admit(state: Rows, source: StepSource, versions, tokens, draw, stops: Stops):
-    """Prefill the next pending groups that fit into the batch's free slots, sample their
-    first tokens, and return the tokens every slot decodes next."""
-    slots, new = state.admit()
-    prompts = [state.prompts[k] for k in new]
-    logits = source.prefill(prompts, slots, [state.adapter[k] for k in new])
-    first, logprobs = _sample(logits, state, new, draw)
-    state.record(first, logprobs, versions, new, stops)
-    if tokens is None:
+def _admit(state: Rows, source: StepSource, groups: list[Group], tokens, draw, stops: Stops):
+    """Prefill `groups` into free positions (a new batch when it is empty: its cache sized
+    for every group waiting), sample their first tokens, and return the tokens every
+    position decodes next."""
+    if not state.live:
+        source.start(state.extent(state.admissible()))
+    positions, rows = state.admit(groups)
+    prompts = [g.sequence(j) for g, j in rows]
+    logits = source.prefill(prompts, positions, [g.adapter.slot for g, _ in rows])
+    first, logprobs = _sample(logits, state, positions, draw)
+    state.record(first, logprobs, positions, stops)
+    if tokens is None:  # a new batch: these are all its rows
         return first
     grown = torch.zeros(len(state.live), dtype=tokens.dtype, device=state.device)
     grown[: tokens.shape[0]] = tokens
-    grown[torch.tensor(slots, device=state.device)] = first
+    grown[torch.tensor(positions, device=state.device)] = first
     return grown

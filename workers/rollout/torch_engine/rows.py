@@ -1,6 +1,11 @@
-"""The bookkeeping of one decode batch: which (request, sample) each row is, which rows hold
-a slot of the batch (live, in batch order) and which have not finished (active), which groups
-still wait for slots, each request's random stream, and each row's adapter."""
+"""The bookkeeping of the engine's decode batch: the groups waiting for slots, the row each
+batch position holds, each group's samples, random stream and sampling params, and the
+adapter each group decodes under.
+
+A group is one request (one prompt × n samples) of one adapter. It is admitted whole: its
+unfinished samples become rows of the batch together, and leave it together when its
+adapter's run is paused (`cut`), to be admitted again later with the tokens they hold.
+"""
 
 from __future__ import annotations
 
@@ -38,189 +43,304 @@ class Stops:
         return any(text.endswith(s) for s in stop)
 
 
-class Rows:
-    """One row per sample still to generate (finished partial samples are carried over as
-    they are). `slots`: the batch's slots, which groups take as `admit()` gives them (None:
-    as many as rows, so every group is admitted at once). `adapters`: each request's adapter
-    slot, passed on to the step source (None: the engine's one adapter)."""
+@dataclass(eq=False)
+class Adapter:
+    """One adapter of the engine as the decode loop sees it: its slot in the step source
+    (None: the engine's one adapter), the version it serves (each token is labelled with
+    it), whether its groups are held out of the batch (its run paused with keep), and how
+    many tokens were decoded under it."""
+
+    slot: int | None
+    version: int = -1
+    held: bool = False
+    tokens: int = 0
+
+
+class Group:
+    """One request in the engine: its samples (a partial request's kept as they are), the
+    samples still to decode (`todo`, each a row while admitted), its random stream, and
+    `settle`, which takes its result once every sample has finished or it was cut short."""
 
     def __init__(
         self,
-        requests: list[GroupRequest],
+        req: GroupRequest,
+        adapter: Adapter,
         device: torch.device,
-        slots: int | None = None,
-        adapters: list[int | None] | None = None,
+        settle: Callable[[GroupResult], None],
     ):
-        params = requests[0].params
-        if any(r.params != params for r in requests):
-            raise ValueError("torch backend: one batch must share sampling params")
-        self.requests, self.params, self.device = requests, params, device
-        self.samples: list[list[Sample]] = []
-        self.rows: list[tuple[int, int]] = []  # (request index, sample index)
-        self.prompts: list[list[int]] = []  # each row's prompt and partial tokens
-        self.adapter: list[int | None] = []
-        self.gens: list[torch.Generator] = []
-        for i, req in enumerate(requests):
-            group = [
-                Sample(list(s.token_ids), list(s.logprobs), list(s.versions), None, s.text)
-                for s in (req.partial or [Sample() for _ in range(req.n)])
-            ]
-            self.samples.append(group)
-            already = sum(len(s.token_ids) for s in group)
-            # On a GPU the noise is drawn there: a CPU draw of [rows, vocab] a step, copied
-            # over, cost more than the forward (issue 10).
-            gen = torch.Generator(device=device)
-            self.gens.append(gen.manual_seed(req.seed + _RESUME_STRIDE * already))
-            for j, s in enumerate(group):
-                if req.partial is not None and req.partial[j].done:
-                    s.finish_reason = req.partial[j].finish_reason
-                    continue
-                self.rows.append((i, j))
-                self.prompts.append(req.prompt_ids + s.token_ids)
-                self.adapter.append(None if adapters is None else adapters[i])
-        budget = [params.max_new_tokens - len(self.samples[i][j].token_ids) for i, j in self.rows]
-        self.steps = max(budget, default=0)
-        self.active = [b > 0 for b in budget]
-        for k, (i, j) in enumerate(self.rows):
-            if not self.active[k]:
-                self.samples[i][j].finish_reason = "length"
-        # Rows of each request, to draw that request's noise from its own generator: a
-        # group's samples then do not depend on which other groups share the batch.
-        self.by_req: dict[int, list[int]] = {}
-        for k, (i, _) in enumerate(self.rows):
-            self.by_req.setdefault(i, []).append(k)
-        self._plan: tuple | None = None
-        self.slots = slots or len(self.rows)
-        self.live: list[int] = []  # the row in each batch position
-        self.pending: list[int] = list(self.by_req)  # requests whose rows wait for slots
+        self.req, self.params, self.adapter, self.settle = req, req.params, adapter, settle
+        self.samples = [
+            Sample(list(s.token_ids), list(s.logprobs), list(s.versions), None, s.text)
+            for s in (req.partial or [Sample() for _ in range(req.n)])
+        ]
+        for j, s in enumerate(self.samples):
+            if req.partial is not None and req.partial[j].done:
+                s.finish_reason = req.partial[j].finish_reason
+            elif len(s.token_ids) >= self.params.max_new_tokens:
+                s.finish_reason = "length"
+        already = sum(len(s.token_ids) for s in self.samples)
+        # On a GPU the noise is drawn there: a CPU draw of [rows, vocab] a step, copied
+        # over, cost more than the forward (issue 10).
+        self.gen = torch.Generator(device=device).manual_seed(req.seed + _RESUME_STRIDE * already)
+        self.todo = [j for j, s in enumerate(self.samples) if s.finish_reason is None]
+        self.live = 0  # its rows in the batch now
+
+    def sequence(self, j: int) -> list[int]:
+        """Sample j's prompt and every token it holds (what its row is prefilled with)."""
+        return self.req.prompt_ids + self.samples[j].token_ids
+
+    def left(self, j: int) -> int:
+        """Tokens sample j may still make."""
+        return self.params.max_new_tokens - len(self.samples[j].token_ids)
+
+    def finished(self) -> bool:
+        return all(s.finish_reason is not None for s in self.samples)
+
+    def result(self, text: Callable[[list[int]], str]) -> GroupResult:
+        for s in self.samples:
+            s.text = text(s.token_ids)
+        return GroupResult(self.req.request_id, self.req.prompt_ids, self.samples)
+
+
+Row = tuple[Group, int]  # (group, sample index)
+
+
+class Rows:
+    """The batch and the queue. `live`: the row each batch position holds (None: a free
+    position, its row finished or cut; the step source still computes it until the
+    position is taken or compacted away). `pending`: groups waiting for positions, in
+    order; those of a held adapter stay there until it is released."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.pending: list[Group] = []
+        self.live: list[Row | None] = []
+        self._plan: tuple | None = None  # the noise plan of the positions as they are
+        self._moved = 0  # bumped whenever a position changes hands (invalidates the plan)
+
+    # ---------------------------------------------------------------- the queue
+
+    def admissible(self) -> list[Group]:
+        return [g for g in self.pending if not g.adapter.held]
+
+    def empty(self) -> bool:
+        """No row in the batch and no group waiting (held ones included)."""
+        return not self.pending and not any(self.live)
+
+    def busy(self) -> bool:
+        """A row to decode or a group to admit."""
+        return any(self.live) or any(not g.adapter.held for g in self.pending)
+
+    def free(self) -> list[int]:
+        """Free positions (finished or cut rows'), in order."""
+        return [p for p, r in enumerate(self.live) if r is None]
+
+    def any_live(self) -> bool:
+        return any(self.live)  # a row is a tuple, a free position None
 
     # ---------------------------------------------------------------- admission
 
-    def widest(self) -> int:
-        """The most rows one group needs at once."""
-        return max((len(ks) for ks in self.by_req.values()), default=0)
-
-    def room(self) -> int:
-        """Slots a group could take now: finished rows' and those past the last live row."""
-        return sum(not self.active[k] for k in self.live) + self.slots - len(self.live)
-
-    def admit_at(self) -> int:
-        """Free slots worth a prefill: the next group's rows, and an eighth of the batch
-        (one prefill for several groups) unless fewer rows wait or no live row is active."""
-        need = len(self.by_req[self.pending[0]])
-        if not any(self.active[k] for k in self.live):
-            return need
-        waiting = sum(len(self.by_req[i]) for i in self.pending)
-        return max(need, min(self.slots // 8, waiting))
-
-    def admit(self) -> tuple[list[int], list[int]]:
-        """Give the next pending groups that fit (in order; at least one) slots: finished
-        rows' first, then past the last live row. Returns (slots, rows), aligned."""
-        free = [p for p, k in enumerate(self.live) if not self.active[k]]
-        free += range(len(self.live), self.slots)
-        slots, new = [], []
-        while self.pending:
-            group = self.by_req[self.pending[0]]
-            if new and len(new) + len(group) > len(free):
+    def choose(
+        self, slots: int, one_adapter: bool, fits: Callable[[int], bool], refill: bool
+    ) -> list[Group]:
+        """The next admissible groups that fit the batch now, in order: whole groups into
+        free positions (or, into an empty batch, up to `slots` rows: at least one group).
+        A source that takes rows into a running batch (`refill`) admits once the free
+        positions are worth a prefill: the next group's rows, and an eighth of the batch
+        unless fewer rows wait or no row is left decoding. `one_adapter`: rows of one
+        adapter a batch. `fits(length)`: whether rows of `length` positions fit the batch's
+        cache as it is (a group that does not waits for the batch to drain)."""
+        waiting = self.admissible()
+        if not waiting:
+            return []
+        running = self.any_live()
+        if running and not refill:
+            return []
+        adapter = None
+        if one_adapter:
+            adapter = next((r[0].adapter for r in self.live if r is not None), None)
+            adapter = adapter or waiting[0].adapter
+            waiting = [g for g in waiting if g.adapter is adapter]
+            if not waiting:
+                return []
+        # free positions and those past the last live row
+        room = self.live.count(None) + slots - len(self.live) if running else slots
+        if running:
+            rows = sum(len(g.todo) for g in waiting)
+            if room < max(len(waiting[0].todo), min(slots // 8, rows)):
+                return []
+        chosen, taken = [], 0
+        width = left = 0
+        for g in waiting:
+            if chosen and taken + len(g.todo) > room:
                 break
-            self.pending.pop(0)
-            for k in group:
-                p = free[len(new)] if len(new) < len(free) else len(self.live)
-                if p < len(self.live):
-                    self.live[p] = k
-                else:
-                    self.live.append(k)
-                slots.append(p)
-                new.append(k)
-        return slots, new
+            if running:
+                w = max(width, max(len(g.sequence(j)) for j in g.todo))
+                lf = max(left, max(map(g.left, g.todo)))
+                if not fits(w + lf):
+                    break
+                width, left = w, lf
+            chosen.append(g)
+            taken += len(g.todo)
+        return chosen
+
+    def admit(self, groups: list[Group]) -> tuple[list[int], list[Row]]:
+        """Give `groups` batch positions: free ones first, then past the last live row.
+        Returns (positions, rows), aligned."""
+        free = self.free()
+        positions, rows = [], []
+        for g in groups:
+            self.pending.remove(g)
+            for j in g.todo:
+                p = free[len(rows)] if len(rows) < len(free) else len(self.live)
+                if p == len(self.live):
+                    self.live.append(None)
+                self.live[p] = (g, j)
+                positions.append(p)
+                rows.append((g, j))
+            g.live = len(g.todo)
+        self._moved += 1
+        return positions, rows
 
     # ---------------------------------------------------------------- decoding
 
-    def any_active(self) -> bool:
-        return any(self.active)
-
-    def left(self, k: int) -> int:
-        """Tokens row k may still make."""
-        i, j = self.rows[k]
-        return self.params.max_new_tokens - len(self.samples[i][j].token_ids)
-
-    def sequence(self, k: int) -> list[int]:
-        """Row k's prompt and every token it holds (to recompute its KV cache)."""
-        i, j = self.rows[k]
-        return self.requests[i].prompt_ids + self.samples[i][j].token_ids
-
-    def record(self, tokens, logprobs, versions, rows: list[int], stops: Stops) -> None:
-        """Append a step's tokens ([len(rows)], with their logprobs) to the samples of the
-        active ones of `rows` and end those that stop. A token is labelled with the adapter
-        version it was decoded under: `versions` itself for a row of the engine's one
-        adapter, versions[adapter] for a row of an adapter slot."""
+    def record(self, tokens, logprobs, positions: list[int], stops: Stops) -> None:
+        """Append a step's tokens ([len(positions)], with their logprobs) to the samples of
+        the rows at `positions`, each labelled with its adapter's version, and free the
+        positions of rows that end; a group whose samples have all ended is settled."""
         step_tokens, step_lps = tokens.tolist(), logprobs.tolist()  # one copy each
-        for p, k in enumerate(rows):
-            if not self.active[k]:
+        for p, tok, lp in zip(positions, step_tokens, step_lps, strict=True):
+            row = self.live[p]
+            if row is None:
                 continue
-            i, j = self.rows[k]
-            s, tok = self.samples[i][j], step_tokens[p]
+            g, j = row
+            s = g.samples[j]
             s.token_ids.append(tok)
-            s.logprobs.append(step_lps[p])
-            adapter = self.adapter[k]
-            s.versions.append(versions if adapter is None else versions[adapter])
-            reason = stops.reason(s, tok, self.params)
+            s.logprobs.append(lp)
+            s.versions.append(g.adapter.version)
+            g.adapter.tokens += 1
+            reason = stops.reason(s, tok, g.params)
             if reason is not None:
-                s.finish_reason, self.active[k] = reason, False
+                # its position is free; the noise plan keeps it (its group draws for all
+                # its rows anyway) until positions move: no rebuild a finished row
+                s.finish_reason = reason
+                self.live[p] = None
+                g.live -= 1
+                if not g.live:
+                    g.settle(g.result(stops.text))
 
-    def compaction(self, below: float) -> list[int] | None:
-        """The batch positions to keep when finished rows should leave the batch (they are
-        at least 1 - `below` of it, and no group waits for a slot: their KV cache then goes
-        too), the live rows cut to them; else None."""
-        if self.pending:
+    def trim(self) -> bool:
+        """An empty batch forgets its positions (the source starts anew at the next
+        admission); True if it was empty."""
+        if self.any_live():
+            return False
+        self.live = []
+        self._moved += 1
+        return True
+
+    def compaction(self, below: float, refilling: bool) -> list[int] | None:
+        """The positions to keep when the free ones should leave the batch (the live rows
+        are at most `below` of it, and no group is about to take the free positions:
+        `refilling`), the batch cut to them; else None."""
+        if refilling:
             return None
-        keep = [p for p, k in enumerate(self.live) if self.active[k]]
+        keep = [p for p, r in enumerate(self.live) if r is not None]
         if keep and len(keep) <= below * len(self.live):
             self.live = [self.live[p] for p in keep]
+            self._moved += 1
             return keep
         return None
 
-    def finished(self) -> list[int]:
-        """Batch positions whose rows have finished but keep their slots."""
-        return [p for p, k in enumerate(self.live) if not self.active[k]]
+    # ---------------------------------------------------------------- cuts
 
-    def abort_unfinished(self) -> None:
-        for k, (i, j) in enumerate(self.rows):
-            if self.active[k]:  # cut short by an abort
-                self.samples[i][j].finish_reason = "abort"
+    def cut(self, adapter: Adapter, keep: bool) -> list[Group]:
+        """Take `adapter`'s groups out of the batch. `keep`: back to the front of the queue
+        with the tokens they hold (admitted again, prefilled with them, once the adapter may
+        decode); else their unfinished samples end ("abort") and they leave the queue too.
+        Returns the groups that ended."""
+        out: dict[int, Group] = {}
+        for p, row in enumerate(self.live):
+            if row is not None and row[0].adapter is adapter:
+                self.live[p] = None
+                out.setdefault(id(row[0]), row[0])
+        self._moved += 1
+        cut = list(out.values())
+        for g in cut:
+            g.live = 0
+            g.todo = [j for j, s in enumerate(g.samples) if s.finish_reason is None]
+        if keep:
+            self.pending[:0] = cut
+            return []
+        queued = [g for g in self.pending if g.adapter is adapter]
+        self.pending = [g for g in self.pending if g.adapter is not adapter]
+        for g in cut + queued:
+            for s in g.samples:
+                if s.finish_reason is None:
+                    s.finish_reason = "abort"
+        return cut + queued
 
-    def results(self, text: Callable[[list[int]], str]) -> list[GroupResult]:
-        for group in self.samples:
-            for s in group:
-                s.text = text(s.token_ids)
-        return [
-            GroupResult(r.request_id, r.prompt_ids, g)
-            for r, g in zip(self.requests, self.samples, strict=True)
-        ]
+    def extent(self, groups: list[Group]) -> int:
+        """Cache positions the rows of `groups` need when prefilled together: the widest
+        sequence (they are padded to it) and the most tokens any of them may still make."""
+        rows = [(g, j) for g in groups for j in g.todo]
+        return max(len(g.sequence(j)) for g, j in rows) + max(g.left(j) for g, j in rows)
 
-    # ---------------------------------------------------------------- noise
+    def groups(self) -> list[Group]:
+        """Every group in the engine (batch and queue)."""
+        seen = {id(g): g for g in self.pending}
+        for row in self.live:
+            if row is not None:
+                seen.setdefault(id(row[0]), row[0])
+        return list(seen.values())
 
-    def uniform(self, vocab: int, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Uniform draws for `rows`, for draw()'s Gumbel noise: [total, vocab] and the draw
-        each row takes (in their order). Each request with a row among them draws for all
-        its rows from its own generator, whichever have finished, so a row's draws depend
-        neither on the other groups in the batch nor on when its group's other rows
-        finished or its group was admitted. All draws land in one buffer: one launch a
-        request."""
-        if self._plan is None or self._plan[0] != rows:
-            position = {k: p for p, k in enumerate(rows)}
-            drawing, index, at = [], [0] * len(rows), 0
-            for i, ks in self.by_req.items():
-                if not any(k in position for k in ks):
-                    continue  # finished or not admitted: its stream is not needed now
-                drawing.append((i, at, len(ks)))
-                for n, k in enumerate(ks):
-                    if k in position:
-                        index[position[k]] = at + n
-                at += len(ks)
-            self._plan = (list(rows), drawing, at, torch.tensor(index, device=self.device))
-        _, drawing, total, index = self._plan
+    # ---------------------------------------------------------------- sampling
+
+    def sampling(self, vocab: int, positions: list[int]):
+        """What a step's draw needs for the rows at `positions`: (temperature, u, index,
+        greedy). temperature: one float when the rows share it, else [n, 1]; u, index:
+        draw()'s uniform draws and each row's (None when no row samples); greedy: None,
+        or a [n] mask of the rows that take the argmax (True: all of them).
+
+        Each group with a row among them draws for all its rows from its own generator, so
+        a row's draws depend neither on the other groups in the batch nor on when its
+        group's other rows finished or when it was admitted. All draws land in one buffer:
+        one launch a group."""
+        key = (self._moved, positions)
+        if self._plan is None or self._plan[0] != key:
+            self._plan = ((self._moved, list(positions)), *self._make_plan(positions))
+        _, temperature, drawing, total, index, greedy = self._plan
+        if not drawing:
+            return temperature, None, None, greedy
         u = torch.empty((total, vocab), device=self.device)
-        for i, at, n in drawing:
-            u[at : at + n].uniform_(generator=self.gens[i])
-        return u, index
+        for g, at in drawing:
+            u[at : at + len(g.todo)].uniform_(generator=g.gen)
+        return temperature, u, index, greedy
+
+    def _make_plan(self, positions: list[int]):
+        rows = [self.live[p] for p in positions]  # None: free (taken again only by admit)
+        groups = [r[0] for r in rows if r is not None]
+        temps = {g.params.temperature for g in groups} or {1.0}
+        drawing: dict[int, tuple[Group, int]] = {}
+        index, at = [0] * len(rows), 0
+        greedy = [True] * len(rows)
+        for i, row in enumerate(rows):
+            if row is None or row[0].params.greedy:
+                continue
+            g, j = row
+            greedy[i] = False
+            if id(g) not in drawing:
+                drawing[id(g)] = (g, at)
+                at += len(g.todo)
+            index[i] = drawing[id(g)][1] + g.todo.index(j)
+        if len(temps) == 1:
+            temperature = temps.pop()
+        else:
+            per_row = [r[0].params.temperature if r is not None else 1.0 for r in rows]
+            temperature = torch.tensor(per_row, device=self.device)[:, None]
+        mask = None
+        if all(greedy):
+            mask = True
+        elif any(g and r is not None for g, r in zip(greedy, rows, strict=True)):
+            mask = torch.tensor(greedy, device=self.device)
+        index_t = torch.tensor(index, device=self.device) if drawing else None
+        return temperature, list(drawing.values()), at, index_t, mask

@@ -1,15 +1,21 @@
-"""Step sources: what computes a decode batch's logits for the decode loop (loop.py).
+"""Step sources: what computes the decode batch's logits for the decode loop (loop.py), and
+holds the engine's adapters.
 
-A source holds the batch's KV cache, one row a batch position. The loop tells it which rows
-to prefill into which slots (`prefill`), to advance every live row by one token (`step`), to
-rebuild the live rows' cache from their whole sequences (`recompute`, after an adapter
-change), to drop finished rows (`compact`) or to stop advancing finished rows that keep
-their slots (`retire`). Each row comes with its adapter slot (None: the engine's one adapter),
-for a source that decodes rows of several adapters in one batch.
+A source holds the batch's KV cache, one row a batch position. The loop tells it to begin an
+empty batch (`start`), which rows to prefill into which positions (`prefill`, each row with
+its adapter slot), to advance every row by one token (`step`), to drop free positions
+(`compact`) or to stop advancing those that keep their place (`retire`). The engine loads
+adapters into it (`load`; `join` and `leave` for a pool's runs) and scores the version
+handshake's probe under one of them (`score`).
 
-- `CachedForward`: the PEFT model's own forward and its dynamic KV cache (any model).
+Adapters: a run alone has one, the model's own (slot None). A pool has a slot per run: the
+static decoder's slot table (rows of every adapter in one batch), or for the PEFT forward a
+named PEFT adapter each (one adapter's rows a batch, as PEFT's forward runs one adapter).
+
+- `CachedForward`: the PEFT model's own forward and its dynamic KV cache (any model). Every
+  row of a batch is admitted at once; the next batch starts when it has finished.
 - `StaticSource`: the static decoder of static_decode.py (a preallocated cache, a CUDA graph a
-  step on a GPU), whose freed slots take new groups while the other rows decode on.
+  step on a GPU), whose freed positions take new groups while the other rows decode on.
 """
 
 from __future__ import annotations
@@ -17,81 +23,111 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+from peft.utils import get_peft_model_state_dict
 from torch import Tensor, nn
+from transformers import PretrainedConfig
 
-from ...spec import TorchRolloutSpec
+from ...policy import lora as lora_io
+from ...policy.batch import left_pad
+from ...spec import LoraSpec, TorchRolloutSpec
 from ..static_decode import StaticDecoder, supports
 
 
 class StepSource(Protocol):
-    # batch slots the rows share (None: as many as the batch has rows, all admitted at once)
-    slots: int | None
+    slots: int  # rows a batch holds (a group wider than that is refused or decoded alone)
+    refill: bool  # freed positions take new groups while the other rows decode on
+    one_adapter: bool  # a batch's rows share one adapter (else rows of any adapters mix)
 
-    def start(self, widest: int, length: int) -> None:
-        """A new batch: groups of up to `widest` rows, sequences of up to `length` tokens."""
+    def start(self, length: int) -> None:
+        """A new, empty batch whose rows need up to `length` positions (0: none yet, the
+        last batch's cache let go)."""
 
-    def prefill(self, prompts: list[list[int]], slots: list[int], adapters: list) -> Tensor:
-        """Rows with these token sequences take these batch positions; their last logits."""
+    def fits(self, length: int) -> bool:
+        """Whether rows of `length` positions fit the running batch's cache."""
+
+    def check(self, rows: int) -> None:
+        """Raise ValueError if a group of `rows` rows could never be admitted."""
+
+    def prefill(self, prompts: list[list[int]], positions: list[int], adapters: list) -> Tensor:
+        """Rows with these token sequences take these batch positions (free ones, or one
+        past the last); their last logits. `adapters`: each row's adapter slot."""
 
     def step(self, tokens: Tensor) -> Tensor:
-        """Append one token to each live row; the next logits ([live rows, vocab])."""
-
-    def recompute(self, seqs: list[list[int]], room: int, adapters: list) -> Tensor:
-        """The live rows' cache rebuilt from their whole sequences (under the adapter now
-        loaded), each row still to make up to `room` tokens; their last logits."""
+        """Append one token to each row; the next logits ([rows, vocab])."""
 
     def compact(self, keep: Tensor) -> None:
         """Keep only the rows at batch positions `keep` (ascending), moved to the front."""
 
     def retire(self, positions: list[int]) -> None:
-        """Rows at these positions have finished but keep their slots."""
+        """The rows at these positions have left (finished or cut) but keep their places."""
+
+    def load(self, slot: int | None, tensors: dict[str, Tensor], lora: LoraSpec) -> None:
+        """Copy an adapter (PEFT file keys) into `slot`, never while a row of it decodes."""
+
+    def score(self, ids: list[int], slot: int | None) -> Tensor:
+        """The logits after every token of one sequence ([len, vocab]) under `slot`, the
+        batch left as it is."""
+
+    def join(self, slot: int, lora: LoraSpec) -> None:
+        """A pool's run takes `slot`, with its LoRA settings."""
+
+    def leave(self, slot: int) -> None:
+        """A pool's run leaves `slot`, its adapter emptied."""
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Token sequences as [N, longest] ids padded on the left, and their mask."""
-    width = max(len(p) for p in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    for u, p in enumerate(seqs):
-        ids[u, width - len(p) :] = torch.tensor(p)
-        attn[u, width - len(p) :] = 1
-    return ids.to(device), attn.to(device)
-
-
-def shared_prompts(prompts: list[list[int]], pad_id: int, device: torch.device):
-    """The n samples of a group share their prompt: each distinct prompt once, left padded
-    ([U, P] ids and mask), and each row's prompt index ([R]: prefix sharing)."""
-    distinct: dict[tuple[int, ...], int] = {}
-    owner = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    ids, attn = left_pad([list(p) for p in distinct], pad_id, device)
-    return ids, attn, torch.tensor(owner, device=device)
+def shared_prompts(prompts: list[list[int]], pad_id: int, device: torch.device, adapters=None):
+    """The n samples of a group share their prompt: each distinct (prompt, adapter) once,
+    left padded ([U, P] ids and mask), each row's index among them ([R]: prefix sharing),
+    and each distinct one's adapter."""
+    adapters = adapters or [None] * len(prompts)
+    distinct: dict[tuple, int] = {}
+    owner = [
+        distinct.setdefault((tuple(p), a), len(distinct))
+        for p, a in zip(prompts, adapters, strict=True)
+    ]
+    ids, attn = left_pad([list(p) for p, _ in distinct], pad_id, device)
+    return ids, attn, torch.tensor(owner, device=device), [a for _, a in distinct]
 
 
 def _positions(attn: Tensor) -> Tensor:
     return (attn.cumsum(-1) - 1).clamp(min=0)
 
 
-def _one_adapter(adapters: list) -> None:
-    if any(a is not None for a in adapters):
-        raise ValueError("this step source serves one adapter: rows must name none")
-
-
 class CachedForward:
     """The PEFT model's forward with its dynamic cache: every row of the batch is admitted
-    in one prefill (of its distinct prompts, fanned out to the rows), then decodes on."""
+    in one prefill (of its distinct prompts, fanned out to the rows), then decodes on. A
+    pool's adapters are named PEFT adapters on the model, one active a batch."""
 
-    slots = None
+    refill = False
+    one_adapter = True
 
-    def __init__(self, model: nn.Module, pad_id: int, device: torch.device):
-        self.model, self.pad_id, self.device = model, pad_id, device
+    def __init__(self, model: nn.Module, pad_id: int, device: torch.device, slots: int):
+        self.model, self.pad_id, self.device, self.slots = model, pad_id, device, slots
         self.past = None
         self.attn: Tensor | None = None  # [rows, tokens so far]
         self.pos: Tensor | None = None  # [rows, 1]: each row's last position
+        self.adapter: int | None = None  # the batch's adapter slot
+        self._names: dict[int, str] = {}  # a pool's slots: their PEFT adapter names
+        self._index: dict[int, dict[str, Tensor]] = {}  # their parameters by file key
+        self._active = lora_io.ADAPTER_NAME
 
-    def start(self, widest: int, length: int) -> None:
+    def start(self, length: int) -> None:
         self.past = self.attn = self.pos = None
 
+    def fits(self, length: int) -> bool:
+        return True
+
+    def check(self, rows: int) -> None:
+        pass  # a group wider than the batch is decoded alone
+
+    def _use(self, slot: int | None) -> None:
+        name = lora_io.ADAPTER_NAME if slot is None else self._names[slot]
+        if name != self._active:
+            self.model.set_adapter(name)
+            self._active = name
+
     def _forward(self, ids: Tensor, attn: Tensor, pos: Tensor) -> Tensor:
+        self._use(self.adapter)  # a probe may have switched it between two steps
         out = self.model(
             input_ids=ids,
             attention_mask=attn,
@@ -103,11 +139,13 @@ class CachedForward:
         self.past = out.past_key_values
         return out.logits[:, -1, :]
 
-    def prefill(self, prompts: list[list[int]], slots: list[int], adapters: list) -> Tensor:
-        _one_adapter(adapters)
-        if self.past is not None or slots != list(range(len(prompts))):
+    def prefill(self, prompts: list[list[int]], positions: list[int], adapters: list) -> Tensor:
+        if self.past is not None or positions != list(range(len(prompts))):
             raise RuntimeError("the PEFT forward admits every row of a batch at once")
-        ids, attn, own = shared_prompts(prompts, self.pad_id, self.device)
+        if len(set(adapters)) != 1:
+            raise ValueError("the PEFT forward decodes one adapter's rows a batch")
+        self.adapter = adapters[0]
+        ids, attn, own, _ = shared_prompts(prompts, self.pad_id, self.device)
         pos = _positions(attn)
         logits = self._forward(ids, attn, pos)
         self.past.reorder_cache(own)  # the U distinct prompts' cache fanned out to R rows
@@ -119,15 +157,6 @@ class CachedForward:
         self.attn, self.pos = torch.cat([self.attn, ones], 1), self.pos + 1
         return self._forward(tokens.unsqueeze(1), self.attn, self.pos)
 
-    def recompute(self, seqs: list[list[int]], room: int, adapters: list) -> Tensor:
-        _one_adapter(adapters)
-        ids, attn = left_pad(seqs, self.pad_id, self.device)
-        pos = _positions(attn)
-        self.past = None
-        logits = self._forward(ids, attn, pos)
-        self.attn, self.pos = attn, pos[:, -1:]
-        return logits
-
     def compact(self, keep: Tensor) -> None:
         self.past.reorder_cache(keep)
         self.attn, self.pos = self.attn[keep], self.pos[keep]
@@ -135,57 +164,128 @@ class CachedForward:
     def retire(self, positions: list[int]) -> None:
         pass  # finished rows decode on (their tokens unused) until a compaction drops them
 
+    def load(self, slot: int | None, tensors: dict[str, Tensor], lora: LoraSpec) -> None:
+        if slot is None:
+            lora_io.load_adapter_tensors(self.model, tensors)
+        else:
+            lora_io.copy_into(self._index[slot], tensors, f"adapter slot {slot}: ")
+
+    @torch.no_grad()
+    def score(self, ids: list[int], slot: int | None) -> Tensor:
+        self._use(slot)
+        return self.model(input_ids=torch.tensor([ids], device=self.device)).logits[0]
+
+    def join(self, slot: int, lora: LoraSpec) -> None:
+        name = f"slot{slot}"  # PEFT module keys: no dots, nothing like "lora_"
+        # its initial weights are never served (the run's first load replaces them): the
+        # init draws from a forked RNG, so the process's stays as it was
+        with torch.random.fork_rng(devices=[]):
+            self.model.add_adapter(name, lora_io.lora_config(lora))
+        self.model.set_adapter(self._active)  # add_adapter may activate the new one
+        self._names[slot] = name
+        self._index[slot] = get_peft_model_state_dict(self.model, adapter_name=name)
+
+    def leave(self, slot: int) -> None:
+        name = self._names.pop(slot)
+        del self._index[slot]
+        if self._active == name:
+            self.model.set_adapter(lora_io.ADAPTER_NAME)
+            self._active = lora_io.ADAPTER_NAME
+        self.model.delete_adapter(name)
+
 
 class StaticSource:
-    """The static decoder (static_decode.py): rows take slots of its fixed batch, finished
-    rows' slots take new groups while the others decode on (continuous batching)."""
+    """The static decoder (static_decode.py): rows take positions of its fixed batch, and
+    with `refill` the positions of finished rows take new groups while the others decode
+    on (continuous batching). A run alone's adapter is folded into the decoder's weights;
+    a pool's adapters are its slot table, one slot a run, rows of every slot in one step."""
 
-    def __init__(self, decoder: StaticDecoder, pad_id: int, device: torch.device):
-        self.decoder, self.pad_id, self.device = decoder, pad_id, device
-        self.slots = decoder.max_batch
+    one_adapter = False
 
-    def start(self, widest: int, length: int) -> None:
-        if widest > self.slots:  # it could never take its slots
-            raise ValueError(
-                f"torch backend: a group of {widest} samples exceeds rollout.max_batch_size "
-                f"({self.slots}); raise it or use rollout.decode: dynamic"
-            )
+    def __init__(self, model: nn.Module, decoder: StaticDecoder, pad_id: int, refill: bool):
+        self.model, self.decoder, self.pad_id, self.refill = model, decoder, pad_id, refill
+        self.device, self.slots = decoder.device, decoder.max_batch
+        self.empty = True  # no row holds a sequence (the cache may be regrown)
+
+    def start(self, length: int) -> None:
         self.decoder.reset()
         self.decoder.reserve(length)
+        self.empty = True
 
-    def prefill(self, prompts: list[list[int]], slots: list[int], adapters: list) -> Tensor:
-        _one_adapter(adapters)
-        ids, attn, own = shared_prompts(prompts, self.pad_id, self.device)
-        return self.decoder.prefill(ids, attn, fan=own, slots=slots)
+    def fits(self, length: int) -> bool:
+        return length <= self.decoder.length
+
+    def check(self, rows: int) -> None:
+        if rows > self.slots:  # it could never take its positions
+            raise ValueError(
+                f"torch backend: a group of {rows} samples exceeds rollout.max_batch_size "
+                f"({self.slots}); raise it or use rollout.decode: dynamic"
+            )
+
+    def _slots(self, adapters: list) -> list[int] | None:
+        return [a or 0 for a in adapters] if self.decoder.adapters else None
+
+    def prefill(self, prompts: list[list[int]], positions: list[int], adapters: list) -> Tensor:
+        ids, attn, own, slots = shared_prompts(prompts, self.pad_id, self.device, adapters)
+        self.empty = False
+        adapters = self._slots(slots)
+        return self.decoder.prefill(ids, attn, fan=own, slots=positions, adapters=adapters)
 
     def step(self, tokens: Tensor) -> Tensor:
         return self.decoder.step(tokens)
-
-    def recompute(self, seqs: list[list[int]], room: int, adapters: list) -> Tensor:
-        _one_adapter(adapters)
-        # rows admitted at different times have made different counts of tokens: padded to
-        # the longest, each still needs its own budget
-        self.decoder.reset()
-        self.decoder.reserve(max(map(len, seqs)) + room)
-        return self.decoder.prefill(*left_pad(seqs, self.pad_id, self.device))
 
     def compact(self, keep: Tensor) -> None:
         self.decoder.compact(keep)
 
     def retire(self, positions: list[int]) -> None:
-        # finished rows that keep their slots stop walking the cache
+        # left rows that keep their positions stop walking the cache
         self.decoder.retire([p for p in positions if p not in self.decoder.retired])
 
+    def load(self, slot: int | None, tensors: dict[str, Tensor], lora: LoraSpec) -> None:
+        if slot is None:  # the model's own adapter, folded into the decoder's weights
+            lora_io.load_adapter_tensors(self.model, tensors)
+            self.decoder.refresh()
+        else:
+            self.decoder.set_adapter(slot, tensors, lora.alpha / lora.r)
 
-def static_decoder(
-    model: nn.Module, rollout: TorchRolloutSpec, device: torch.device
-) -> StaticDecoder | None:
-    """The static decoder rollout.decode asks for (auto: on a GPU, for a model it supports),
-    or None for the PEFT forward. StaticDecoder says why if it cannot take the model."""
-    if rollout.decode == "dynamic":
-        return None
-    if rollout.decode == "auto" and (device.type != "cuda" or supports(model) is not None):
-        return None
+    def score(self, ids: list[int], slot: int | None) -> Tensor:
+        if len(ids) > self.decoder.length and self.empty:
+            self.decoder.reserve(len(ids))
+        return self.decoder.score(ids, slot or 0)
+
+    def join(self, slot: int, lora: LoraSpec) -> None:
+        pass  # the slot table is sized by the pool's rank: admission checked the run's
+
+    def leave(self, slot: int) -> None:
+        self.decoder.set_adapter(slot, None, 1.0)
+
+
+def decodes_static(rollout: TorchRolloutSpec, device: torch.device, config: PretrainedConfig):
+    """Whether rollout.decode asks for the static decoder (auto: on a GPU, for a model it
+    supports) rather than the PEFT forward."""
+    if rollout.decode == "auto":
+        return device.type == "cuda" and supports(config) is None
+    return rollout.decode == "static"
+
+
+def make_source(
+    model: nn.Module,
+    rollout: TorchRolloutSpec,
+    device: torch.device,
+    pad_id: int,
+    adapters: int = 0,
+    max_rank: int = 0,
+    lora_kernel: str | None = None,
+) -> StepSource:
+    """The step source rollout.decode asks for: the static decoder (StaticDecoder says why
+    if it cannot take the model), with a slot table of `adapters` slots of rank up to
+    `max_rank` for a pool (0: the model's own adapter), or the PEFT forward."""
+    if not decodes_static(rollout, device, model.base_model.model.config):
+        return CachedForward(model, pad_id, device, rollout.max_batch_size)
     # a CPU run keeps the eager step (no C++ toolchain is assumed)
     compile = "inductor" if rollout.compile and device.type == "cuda" else None
-    return StaticDecoder(model, rollout.max_batch_size, compile=compile)
+    decoder = StaticDecoder(
+        model, rollout.max_batch_size, compile=compile, adapters=adapters, max_rank=max_rank,
+        lora_kernel=lora_kernel,
+    )  # fmt: skip
+    return StaticSource(model, decoder, pad_id, rollout.continuous)

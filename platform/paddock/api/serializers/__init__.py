@@ -50,6 +50,16 @@ from .runs import (
     SampleSetSerializer,
     run_rows,
 )
+from .sweeps import (
+    EarlyStoppingSerializer,
+    SweepBudgetSerializer,
+    SweepCreateSerializer,
+    SweepDetailSerializer,
+    SweepFilterSerializer,
+    SweepMemberSerializer,
+    SweepSerializer,
+    SweepValidationSerializer,
+)
 from .teams import (
     TEAM_COLUMNS,
     AuditEventSerializer,
@@ -60,6 +70,8 @@ from .teams import (
     MeSerializer,
     QuotaSerializer,
     QuotaUpdateSerializer,
+    SecretSerializer,
+    SecretSetSerializer,
     TeamCreateSerializer,
     TeamSerializer,
     TeamUpdateSerializer,
