@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 
-import torch
-
 from workers.envs import GroupProgress
 from workers.loop import StaticControl
+from workers.loop.checkpoint import BUFFER_CLASSES, BUFFER_FILE, read
 from workers.names import EPISODE_METRICS
 from workers.train import train
 
@@ -66,7 +65,7 @@ def test_a_pause_checkpoints_the_episodes_and_the_run_resumes(calc_dir, tmp_path
     )  # fmt: skip
     paused = train(spec, tmp_path, progress=False, control=control, on_metrics=on_metrics)
     assert paused.state == "paused" and paused.step == 1
-    buffer = torch.load(paused.checkpoint / "buffer.pt", weights_only=False)
+    buffer = read(paused.checkpoint / BUFFER_FILE, BUFFER_CLASSES)  # as a resume reads it
     for kept in buffer["pending"].values():  # what the producer had in flight
         assert all(isinstance(p, GroupProgress) for p in kept)
     done = train(

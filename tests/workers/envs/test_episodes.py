@@ -175,7 +175,7 @@ def test_the_loss_is_the_hand_built_reference_over_the_model_tokens(world, episo
     reference = total / count  # token_mean over the model's tokens only
     batch = collate(samples, policy.tokenizer.pad_token_id)
     assert policy.shares_prompts(batch)  # the forward that attends through resp_attn
-    metrics = policy.train_step(batch)
+    metrics = policy.train_step(policy.adapter, batch)
     assert metrics["loss/policy"] == pytest.approx(reference, rel=1e-4, abs=1e-6)
 
 
