@@ -399,6 +399,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/spec/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description A verl or NeMo-RL config (YAML, a command line, or both) as a run spec, with every key
+         *     it could not carry over: what the launcher's Import tab sends.
+         */
+        post: operations["spec_import_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/spec/schema": {
         parameters: {
             query?: never;
@@ -748,6 +768,13 @@ export interface components {
             /** @description multi-turn environments installed there besides the built-ins */
             environments?: string[];
         };
+        ConfigImportRequest: {
+            config?: string;
+            command?: string;
+            source?: (components["schemas"]["SourceEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** Format: int64 */
+            dataset?: number | null;
+        };
         ConfigVersion: {
             readonly id: number;
             team: number;
@@ -882,6 +909,8 @@ export interface components {
             x: string;
             runs: components["schemas"]["RunMetrics"][];
         };
+        /** @enum {unknown} */
+        NullEnum: null;
         /**
          * @description * `a` - a
          *     * `b` - b
@@ -1257,6 +1286,20 @@ export interface components {
             downsampled: boolean | null;
         };
         /**
+         * @description * `verl` - verl
+         *     * `nemo-rl` - nemo-rl
+         * @enum {string}
+         */
+        SourceEnum: "verl" | "nemo-rl";
+        SpecImport: {
+            source: components["schemas"]["SourceEnum"];
+            /** @description only the keys the import set */
+            spec: unknown;
+            /** @description base first */
+            files: string[];
+            unmapped: components["schemas"]["UnmappedKey"][];
+        };
+        /**
          * @description * `queued` - Queued
          *     * `dispatching` - Dispatching
          *     * `starting` - Starting
@@ -1514,6 +1557,13 @@ export interface components {
             last_used_at?: string | null;
             /** @description the secret: shown this once, never again */
             token: string;
+        };
+        UnmappedKey: {
+            key: string;
+            /** @description the file (or 'command line') that set it */
+            origin: string;
+            /** @description why it was left out, where known */
+            note: string | null;
         };
         UserBrief: {
             id: number;
@@ -2922,6 +2972,61 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SampleSetPage"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    spec_import_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConfigImportRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SpecImport"];
                 };
             };
             400: {

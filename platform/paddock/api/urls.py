@@ -31,5 +31,6 @@ urlpatterns = [
     path("me", views_teams.me, name="me"),
     path("metrics", views_runs.multi_metrics, name="metrics"),
     path("spec/schema", views_experiments.spec_schema, name="spec-schema"),
+    path("spec/import", views_experiments.spec_import, name="spec-import"),
     path("", include(router.urls)),
 ]

@@ -117,6 +117,10 @@ def cluster_resources_record(cluster: RayCluster) -> dict | None:
         snapshot = cluster_resources(address=cluster.address)
     except ClusterUnreachable:
         return None
+    return cluster_resources_store(cluster, snapshot)
+
+
+def cluster_resources_store(cluster: RayCluster, snapshot: dict | None) -> dict:
     RayCluster.objects.filter(pk=cluster.pk).update(resources=snapshot or {})
     cluster.resources = snapshot or {}
     return cluster.resources

@@ -21,6 +21,14 @@ class RayCluster(models.Model):
         "teams.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="clusters"
     )
     address = models.CharField(max_length=300, help_text="Jobs API, e.g. http://head:8265")
+    # the platform calls this address (with the deployment's Ray token) only when an
+    # operator approved it: set by a staff user or the operator on the server, who write
+    # rows; a team's registration through the API writes False, and is called only while its
+    # address lies in PADDOCK_CLUSTER_NETWORKS (approval.py)
+    address_approved = models.BooleanField(
+        default=True,
+        help_text="an operator approved this address: the platform sends the Ray token there",
+    )
     dashboard_url = models.CharField(max_length=300, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     capacity = models.JSONField(default=dict, blank=True)

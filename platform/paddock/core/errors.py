@@ -34,6 +34,7 @@ class ErrorCode(StrEnum):
     INVALID_CURSOR = "invalid_cursor", 400, "the list cursor is not one the API handed out"
     PARSE_ERROR = "parse_error", 400, "the body could not be parsed"
     SPEC_INVALID = "spec_invalid", 400, "the run spec does not validate"
+    IMPORT_INVALID = "import_invalid", 400, "a verl or NeMo-RL config could not be translated"
     PATH_NOT_ALLOWED = "path_not_allowed", 400, "a path in the spec is outside the allowed roots"
     URL_NOT_ALLOWED = "url_not_allowed", 400, "a URL in the spec is refused by the egress policy"
     SECRET_MISSING = "secret_missing", 400, "the spec names a secret the team does not have"
