@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("clusters", "0005_pool_name_per_team")]
+    dependencies = [("clusters", "0006_cluster_address_approved")]
 
     operations = [
         migrations.AddField(
