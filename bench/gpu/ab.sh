@@ -57,8 +57,9 @@ py=${PYTHON:-python3}
 case $py in */*) py=$(realpath -s "$py") ;; esac # each run starts in its own tree
 root=$(cd "$(dirname "$0")/../.." && pwd)
 
-# part: script, arguments on an H200, arguments with --small on a CPU, estimated seconds a
-# run on an H200 (one tree, one round). The estimates, from docs/performance.md:
+# part NAME SCRIPT SECONDS ARGS SMALL_ARGS: the estimated seconds of a run on an H200 (one
+# tree, one round), the arguments there, and those with --small on a CPU. The estimates,
+# from docs/performance.md's figures:
 #  rollout    ~15 s start and load; static+compile: 7.7 s warm-up (the compile) + 3 x 1.3 s
 #             (50k tokens/s) + the trainer's logprob check; static: 4.3 s + 3 x 2 s; sync
 #  train      ~15 s start; eager: 6 steps of 0.36 s; compiled: the first step compiles
@@ -68,26 +69,22 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 #  pool_runs  ~15 s start; the pool's 8 runs 35.7 s; one run alone 6.4-7.4 s
 #  longtail   ~15 s start; 4 rounds of 512 rows (a few s each)
 declare -A script args small_args est
-script[rollout]=rollout.py
-args[rollout]="--decodes static+compile,static --no-baseline --batch 256 --prompt-len 128 --new-tokens 256 --gen-reps 3 --reps 2"
-small_args[rollout]="--decodes static,dynamic --no-baseline --batch 8 --group 4 --prompt-len 8 --new-tokens 8 --gen-reps 2 --reps 2"
-est[rollout]=60
-script[train]=train.py
-args[train]="--seqs 16 --micro-batches 16 --compile --no-cast-row --no-baseline --reps 5"
-small_args[train]="--seqs 2 --micro-batches 2 --seq-len 64 --prompt-len 16 --compile --no-cast-row --reps 1 --warmup 0"
-est[train]=125
-script[pool]=pool.py
-args[pool]="--adapters 8 --kernels gathered"
-small_args[pool]="--adapters 2 --kernels gathered --batch 8 --group 4 --prompt-len 8 --new-tokens 8"
-est[pool]=60
-script[pool_runs]=pool_runs.py
-args[pool_runs]="--runs 8 --steps 3 --deadline-s 1"
-small_args[pool_runs]="--runs 2 --steps 2 --groups 2 --group 2 --new-tokens 8 --deadline-s 1"
-est[pool_runs]=60
-script[longtail]=longtail.py
-args[longtail]="--decodes static --batch 512 --slots 128 --prompt-len 128 --new-tokens 128 --reps 2"
-small_args[longtail]="--decodes static --batch 8 --group 4 --prompt-len 8 --new-tokens 8 --reps 1"
-est[longtail]=45
+part() { script[$1]=$2 est[$1]=$3 args[$1]=$4 small_args[$1]=$5; }
+part rollout rollout.py 60 \
+  "--decodes static+compile,static --no-baseline --batch 256 --prompt-len 128 --new-tokens 256 --gen-reps 3 --reps 2" \
+  "--decodes static,dynamic --no-baseline --batch 8 --group 4 --prompt-len 8 --new-tokens 8 --gen-reps 2 --reps 2"
+part train train.py 125 \
+  "--seqs 16 --micro-batches 16 --compile --no-cast-row --no-baseline --reps 5" \
+  "--seqs 2 --micro-batches 2 --seq-len 64 --prompt-len 16 --compile --no-cast-row --reps 1 --warmup 0"
+part pool pool.py 60 \
+  "--adapters 8 --kernels gathered" \
+  "--adapters 2 --kernels gathered --batch 8 --group 4 --prompt-len 8 --new-tokens 8"
+part pool_runs pool_runs.py 60 \
+  "--runs 8 --steps 3 --deadline-s 1" \
+  "--runs 2 --steps 2 --groups 2 --group 2 --new-tokens 8 --deadline-s 1"
+part longtail longtail.py 45 \
+  "--decodes static --batch 512 --slots 128 --prompt-len 128 --new-tokens 128 --reps 2" \
+  "--decodes static --batch 8 --group 4 --prompt-len 8 --new-tokens 8 --reps 1"
 build=20 # the random-init model, once for every run (a 0.6B model built and saved)
 
 total=$build
