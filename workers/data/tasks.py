@@ -150,13 +150,21 @@ def _within_limit(
     return kept, len(examples) - len(kept)
 
 
-def load_task(spec: DataSpec, tokenizer: Any = None, guard: PathGuard | None = None) -> Task:
+def load_task(
+    spec: DataSpec,
+    tokenizer: Any = None,
+    own: tuple[str, list[Example], list[Example]] | None = None,
+    guard: PathGuard | None = None,
+) -> Task:
     """The task of the data section: its source read, prompts put in chat form as the spec
     asks, and, with `tokenizer`, prompts over `max_prompt_tokens` dropped (or refused) and
-    message prompts checked against the tokenizer's chat template. `guard`: the run's roots
-    (under the platform), which its files must lie in."""
-    task = _source_task(spec, guard)
-    builtin = spec.task not in ("dataset", "jsonl")
+    message prompts checked against the tokenizer's chat template. `own`: the (name, train,
+    held-out) examples of `task: environment`, which the environment makes. `guard`: the
+    run's roots (under the platform), which its files must lie in."""
+    if spec.task == "environment" and own is None:
+        raise ValueError("data.task: environment: the environment made no examples")
+    task = Task(*own) if own is not None else _source_task(spec, guard)
+    builtin = spec.task not in ("dataset", "jsonl", "reasoning_gym")
 
     def prepared(ex: Example) -> Example:
         chat = as_chat(
@@ -187,6 +195,10 @@ def load_task(spec: DataSpec, tokenizer: Any = None, guard: PathGuard | None = N
 
 
 def _source_task(spec: DataSpec, guard: PathGuard | None = None) -> Task:
+    if spec.task == "reasoning_gym":
+        from .reasoning_gym_source import reasoning_gym_task
+
+        return reasoning_gym_task(spec)
     if spec.task == "reasoning":
         from .reasoning import reasoning_task
 

@@ -22,7 +22,7 @@ from paddock.core.errors import DomainError, ErrorCode, forbidden
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team
 from paddock.teams.services import audit_record
-from workers.names import BACKENDS
+from workers.names import BACKENDS, ENV_NAME
 
 from .approval import (
     ClusterNotApproved,
@@ -81,6 +81,17 @@ def _backends(value: list) -> list[str]:
     return list(dict.fromkeys(value))
 
 
+def _environments(value: list) -> list[str]:
+    bad = [e for e in value if not isinstance(e, str) or not ENV_NAME.fullmatch(e)]
+    if bad:
+        raise DomainError(
+            ErrorCode.INVALID,
+            f"{bad[0]!r} is not an environment name (lowercase letters, digits, _.-)",
+            field="environments",
+        )
+    return list(dict.fromkeys(value))
+
+
 def cluster_register(
     *,
     actor: Actor | None,
@@ -91,6 +102,7 @@ def cluster_register(
     labels: dict | None = None,
     capacity: dict | None = None,
     backends: list[str] | None = None,
+    environments: list[str] | None = None,
 ) -> RayCluster:
     """A new cluster; `actor=None` is the operator on the server."""
     operator = actor is None or actor.is_staff
@@ -109,6 +121,7 @@ def cluster_register(
         "labels": dict(labels or {}),
         "capacity": _capacity(capacity or {}),
         "backends": _backends(backends or []),
+        "environments": _environments(environments or []),
     }
     if not fields["name"]:
         raise DomainError(ErrorCode.INVALID, "a name", field="name")
