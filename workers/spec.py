@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
+import regex
 import yaml
 from pydantic import (
     BaseModel,
@@ -578,9 +579,10 @@ class _RewardTermBase(_Section):
 
 
 def _check_regex(v: str) -> str:
+    # compiled by the `regex` module, which the job matches with (under a time limit)
     try:
-        re.compile(v)
-    except re.error as exc:
+        regex.compile(v)
+    except regex.error as exc:
         raise ValueError(f"invalid regex: {exc}") from None
     return v
 
