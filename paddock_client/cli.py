@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from paddock_client import __version__, cli_local, cli_runs, cli_team
+from paddock_client import __version__, cli_local, cli_runs, cli_sweeps, cli_team
 from paddock_client.client import PaddockAPIError, PaddockClient
 from paddock_client.output import err
 from paddock_client.transfer import TransferError
@@ -23,6 +23,7 @@ app = typer.Typer(
 )
 cli_local.register(app)
 cli_runs.register(app)
+cli_sweeps.register(app)
 cli_team.register(app)
 
 

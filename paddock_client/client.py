@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -185,6 +186,24 @@ class PaddockClient:
             "POST", f"experiments/{experiment_id}/clone", json={"edits": edits or {}, **fields}
         )
 
+    def sweep_create(self, *, team: int | str | None, **fields: Any) -> dict:
+        """A sweep (POST /sweeps: name, spec, method, params, budget, parallel, metric,
+        mode, early_stopping, seed, cluster, validate_only; docs/sweeps.md); its detail, or
+        with validate_only {"valid", "errors", "members", "parallel"}."""
+        body = {"team": self.team_id(team), **{k: v for k, v in fields.items() if v is not None}}
+        return self.request("POST", "sweeps", json=body)
+
+    def sweeps(self, team: int | None = None) -> Iterator[dict]:
+        """Sweeps, newest first, across pages."""
+        return self._pages("sweeps", {"team": team})
+
+    def sweep(self, sweep_id: int) -> dict:
+        """One sweep with its members."""
+        return self.request("GET", f"sweeps/{sweep_id}")
+
+    def sweep_stop(self, sweep_id: int) -> dict:
+        return self.request("POST", f"sweeps/{sweep_id}/stop")
+
     def experiments(self, **filters: Any) -> Iterator[dict]:
         """Experiments matching team, tag, creator, search; newest first, across pages."""
         return self._pages("experiments", filters)
@@ -322,6 +341,18 @@ class PaddockClient:
 
     def revoke_token(self, team: int | str | None, token_id: int) -> dict:
         return self.request("DELETE", f"teams/{self.team_id(team)}/tokens/{token_id}")
+
+    def secrets(self, team: int | str | None) -> list[dict]:
+        """The team's secrets, masked (names and when they changed; never a value)."""
+        return self.request("GET", f"teams/{self.team_id(team)}/secrets")
+
+    def set_secret(self, team: int | str | None, name: str, value: str) -> dict:
+        """Create or replace a team secret (team admins): write-only."""
+        path = f"teams/{self.team_id(team)}/secrets/{quote(name, safe='')}"
+        return self.request("PUT", path, json={"value": value})
+
+    def delete_secret(self, team: int | str | None, name: str) -> None:
+        self.request("DELETE", f"teams/{self.team_id(team)}/secrets/{quote(name, safe='')}")
 
     def clusters(self) -> list[dict]:
         return self.request("GET", "clusters")

@@ -86,7 +86,8 @@ def test_the_seam_modules_load_without_torch_or_an_engine():
 # The control plane's apps, and the order they may import in: each only from those before it
 # (the project's wiring, settings/urls/asgi/celery, sits above them all and is not an app).
 PADDOCK = REPO / "platform" / "paddock"
-APPS = ("core", "teams", "experiments", "monitoring", "live", "clusters", "api", "ops", "embedded")
+APPS = ("core", "http", "teams", "experiments", "monitoring", "live", "clusters", "sweeps", "api",
+        "ops", "embedded")  # fmt: skip
 # Every import inside a function in the control plane, with why it is not at the top. None
 # may exist to break a cycle between apps: those are what the layering above forbids.
 READY = "AppConfig.ready(): the models are loaded only now"
@@ -96,6 +97,7 @@ SANS_IO = "optional: only under uvicorn's sans-I/O websockets"
 LAZY_IMPORTS = {
     ("api/apps.py", "paddock.api"): READY,
     ("clusters/apps.py", "paddock.clusters.subscribers"): READY,
+    ("sweeps/apps.py", "paddock.sweeps.subscribers"): READY,
     ("live/apps.py", "paddock.live.subscribers"): READY,
     ("teams/apps.py", "paddock.teams.models"): READY,
     ("teams/apps.py", "paddock.teams.services"): "a signal receiver, connected in ready()",
@@ -119,8 +121,7 @@ LAZY_IMPORTS = {
     ("experiments/metrics_export.py", "pyarrow.parquet"): HEAVY_ARROW,
     ("live/handshake.py", "channels.auth"): "needs the apps loaded (asgi.py loads them first)",
     ("live/handshake.py", "django.contrib.auth.models"): "needs the apps loaded",
-    ("live/handshake.py", "uvicorn.protocols.websockets"): SANS_IO,
-    ("live/wscompression.py", "uvicorn.protocols.websockets"): SANS_IO,
+    ("live/uvicorn_ws.py", "uvicorn.protocols.websockets"): SANS_IO,
 }
 
 

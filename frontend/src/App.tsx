@@ -16,6 +16,7 @@ const launch = preloadable(() => import("./launcher/LauncherPage"));
 const compare = preloadable(() => import("./compare/ComparePage"));
 const team = preloadable(() => import("./teams/TeamAdminPage"));
 const pool = preloadable(() => import("./pools/PoolPage"));
+const sweep = preloadable(() => import("./sweeps/SweepPage"));
 
 /** The pages behind the session, by path: the routes, and what to start at boot for the
  * URL the app was opened on (the page's code, and for a compare page its first reads). */
@@ -30,6 +31,8 @@ const PAGES: { path: string; page: ReturnType<typeof preloadable<object>> | null
   { path: "/team", page: team },
   { path: "/pools", page: pool },
   { path: "/pools/:poolId", page: pool },
+  { path: "/sweeps", page: sweep },
+  { path: "/sweeps/:sweepId", page: sweep },
 ];
 
 // the page of the URL the app was opened on loads beside the session check, not after it

@@ -47,7 +47,11 @@ _prepared = os.environ.get("PADDOCK_PREPARED_STATEMENTS", "true").strip().lower(
 PADDOCK_PREPARED_STATEMENTS = _prepared not in ("0", "false", "no", "off")
 # the bearer token of a Prometheus scrape of /metrics; unset: loopback, unproxied only
 PADDOCK_METRICS_TOKEN = os.environ.get("PADDOCK_METRICS_TOKEN", "")
-# Peers whose X-Forwarded-For is believed (addresses or CIDRs; core/client_address.py)
+# requests a minute one API token may make (http/limits.py); 0: no limit
+PADDOCK_API_RATE_LIMIT = int(os.environ.get("PADDOCK_API_RATE_LIMIT", "1200"))
+# the longest an API token may live, in days: one made without an expiry gets this one
+PADDOCK_TOKEN_MAX_DAYS = int(os.environ.get("PADDOCK_TOKEN_MAX_DAYS", "365"))
+# Peers whose X-Forwarded-For is believed (addresses or CIDRs; http/client_address.py)
 PADDOCK_TRUSTED_PROXIES = trusted_proxies_from(os.environ.get("PADDOCK_TRUSTED_PROXIES", ""))
 RAY_ADDRESS = ENV.ray_address
 REDIS_URL = ENV.redis_url
@@ -72,26 +76,31 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's files, served from here (no CDN)
     "channels",
     "paddock.core",
+    "paddock.http",
     "paddock.teams",
     "paddock.experiments",
     "paddock.clusters",
     "paddock.live",
+    "paddock.sweeps",
     "paddock.api",
     "paddock.ops",
 ]
 
 MIDDLEWARE = [
     "paddock.monitoring.middleware.RequestMetricsMiddleware",  # outermost: times it all
-    "django.middleware.security.SecurityMiddleware",
+    # the request policy (http/policy.py): hosts, https, security headers
+    "paddock.http.middleware.FrontDoorMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "paddock.core.security_headers.SecurityHeadersMiddleware",  # CSP, no-store on the API
 ]
+# Django's SecurityMiddleware and XFrameOptionsMiddleware are not in the chain: their rules
+# are http/policy.py's, applied by FrontDoorMiddleware, whose own check (paddock.E001)
+# replaces these two
+SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002"]
 
 ROOT_URLCONF = "paddock.urls"
 ASGI_APPLICATION = "paddock.asgi.application"
@@ -174,6 +183,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(ENV.home / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "run-reconcile": {"task": "paddock.clusters.tasks.run_reconcile", "schedule": 3.0},
     "cluster-health": {"task": "paddock.clusters.tasks.cluster_health", "schedule": 15.0},
+    "sweeps-tick": {"task": "paddock.sweeps.tasks.sweeps_tick", "schedule": 3.0},
 }
 
 # --- Channels: a layer that a Celery task in another process can reach, in both modes ---
@@ -194,7 +204,7 @@ CHANNEL_LAYERS = {
     }
 }
 
-# --- Cache: Redis, shared by every process (the rate limits of core/ratelimit.py count here) ---
+# --- Cache: Redis, shared by every process (the rate limits of http/limits.py count here) ---
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -224,7 +234,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"RoleEnum": "paddock.teams.models.Role"},
+    "ENUM_NAME_OVERRIDES": {
+        "RoleEnum": "paddock.teams.models.Role",
+        "StateEnum": "paddock.experiments.models.RunState",
+        "SweepStateEnum": "paddock.sweeps.models.SweepState",
+        "SweepMethodEnum": "paddock.sweeps.models.SweepMethod",
+        "SweepMemberStateEnum": "paddock.sweeps.models.MemberState",
+    },
     # Swagger UI from drf-spectacular-sidecar's static files, not a third-party CDN
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -13,7 +13,7 @@ import pytest
 import requests
 from django.test import Client
 
-from paddock.core.client_address import client_address
+from paddock.http.client_address import client_address
 from paddock.teams.models import AuditEvent, Role
 from paddock.teams.services import api_token_create
 

@@ -48,6 +48,14 @@ export const queryKeys = {
   launchCheck: (body: unknown) => ["launch-check", body] as const,
   specSchema: ["spec-schema"] as const,
   clusters: (team: number) => ["clusters", team] as const,
+  datasets: (team: number) => ["datasets", team] as const,
+  sweeps: {
+    all: ["sweeps"] as const,
+    list: (team: number) => ["sweeps", "list", team] as const,
+    detail: (id: number) => ["sweeps", "detail", id] as const,
+    /** validate_only of a sweep: no side effect, so a query keyed by its body */
+    check: (body: unknown) => ["sweeps", "check", body] as const,
+  },
   pools: {
     list: ["pools", "list"] as const,
     detail: (id: number) => ["pools", "detail", id] as const,

@@ -399,6 +399,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/spec/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description A verl or NeMo-RL config (YAML, a command line, or both) as a run spec, with every key
+         *     it could not carry over: what the launcher's Import tab sends.
+         */
+        post: operations["spec_import_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/spec/schema": {
         parameters: {
             query?: never;
@@ -410,6 +430,55 @@ export interface paths {
         get: operations["spec_schema_retrieve"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["sweeps_list"];
+        put?: never;
+        /** @description A sweep: every member checked (its spec, the pool key, placement, quota) before anything is created; the first `parallel` members launched. With validate_only, only the report (200), nothing created. */
+        post: operations["sweeps_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["sweeps_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{id}/stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["sweeps_stop_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -507,6 +576,40 @@ export interface paths {
         put: operations["teams_quota_update"];
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/teams/{id}/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The team's secrets, masked: names and when they changed, never a value. */
+        get: operations["teams_secrets_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/teams/{id}/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** @description Set (create or replace) a secret: admins and owners. A spec names it (`secret: NAME`); its runs' jobs receive it at their start; the API never shows it. */
+        put: operations["teams_secrets_update"];
+        post?: never;
+        delete: operations["teams_secrets_destroy"];
         options?: never;
         head?: never;
         patch?: never;
@@ -661,6 +764,13 @@ export interface components {
             };
             backends?: string[];
         };
+        ConfigImportRequest: {
+            config?: string;
+            command?: string;
+            source?: (components["schemas"]["SourceEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** Format: int64 */
+            dataset?: number | null;
+        };
         ConfigVersion: {
             readonly id: number;
             team: number;
@@ -706,6 +816,18 @@ export interface components {
             a: number;
             b: number;
             changes: components["schemas"]["Change"][];
+        };
+        EarlyStoppingRequest: {
+            rule: components["schemas"]["RuleEnum"];
+            /** @description no member is stopped before it has trained this many steps */
+            min_steps: number;
+            /** @description median: other members that must have reached the step compared at (3) */
+            min_members?: number;
+            /**
+             * Format: double
+             * @description threshold: the value a member must have reached
+             */
+            threshold?: number;
         };
         Error: {
             code: string;
@@ -773,10 +895,18 @@ export interface components {
             /** @default member */
             role: components["schemas"]["RoleEnum"];
         };
+        /**
+         * @description * `max` - max
+         *     * `min` - min
+         * @enum {string}
+         */
+        ModeEnum: "max" | "min";
         MultiMetrics: {
             x: string;
             runs: components["schemas"]["RunMetrics"][];
         };
+        /** @enum {unknown} */
+        NullEnum: null;
         /**
          * @description * `a` - a
          *     * `b` - b
@@ -847,6 +977,19 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["Run"][];
+        };
+        PaginatedSweepList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["Sweep"][];
         };
         PatchedExperimentUpdateRequest: {
             name?: string;
@@ -954,6 +1097,12 @@ export interface components {
          * @enum {string}
          */
         RoleEnum: "viewer" | "member" | "admin" | "owner";
+        /**
+         * @description * `median` - median
+         *     * `threshold` - threshold
+         * @enum {string}
+         */
+        RuleEnum: "median" | "threshold";
         Run: {
             readonly id: number;
             experiment: number;
@@ -1109,6 +1258,20 @@ export interface components {
             /** @description pass as ?before_step= for older steps; null at the first */
             next_before_step: number | null;
         };
+        /** @description A team secret as the API shows it: never its value. */
+        Secret: {
+            name: string;
+            masked: string;
+            updated_by: components["schemas"]["UserBrief"] | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        SecretSetRequest: {
+            /** @description a token (sent as Authorization: Bearer) or a JSON object of headers; never shown again */
+            value: string;
+        };
         Series: {
             key: string;
             x: number[];
@@ -1117,6 +1280,20 @@ export interface components {
             /** @description points stored before downsampling (null with sample=stride) */
             count: number | null;
             downsampled: boolean | null;
+        };
+        /**
+         * @description * `verl` - verl
+         *     * `nemo-rl` - nemo-rl
+         * @enum {string}
+         */
+        SourceEnum: "verl" | "nemo-rl";
+        SpecImport: {
+            source: components["schemas"]["SourceEnum"];
+            /** @description only the keys the import set */
+            spec: unknown;
+            /** @description base first */
+            files: string[];
+            unmapped: components["schemas"]["UnmappedKey"][];
         };
         /**
          * @description * `queued` - Queued
@@ -1133,6 +1310,203 @@ export interface components {
          * @enum {string}
          */
         StateEnum: "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming" | "succeeded" | "aborting" | "aborted" | "failed";
+        Sweep: {
+            readonly id: number;
+            team: number;
+            experiment: number;
+            name: string;
+            method: components["schemas"]["SweepMethodEnum"];
+            /** @description the search space: spec key → values or a range */
+            params: unknown;
+            /**
+             * Format: int64
+             * @description random search: the draw's seed
+             */
+            seed?: number;
+            metric: string;
+            mode: components["schemas"]["ModeEnum"];
+            stopping?: unknown;
+            budget: components["schemas"]["SweepBudgetOut"];
+            /** Format: int64 */
+            parallel: number;
+            cluster?: number | null;
+            state?: components["schemas"]["SweepStateEnum"];
+            end_reason?: string;
+            /**
+             * Format: double
+             * @description what its runs have counted for
+             */
+            readonly gpu_hours: number;
+            counts: components["schemas"]["SweepCounts"];
+            created_by: components["schemas"]["UserBrief"] | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            finished_at?: string | null;
+        };
+        SweepBudgetOut: {
+            members: number;
+            /** Format: double */
+            gpu_hours: number | null;
+        };
+        SweepBudgetRequest: {
+            /** @description how many members: a random search's draws (required); a grid's default is its size, which it may not be under */
+            members?: number;
+            /**
+             * Format: double
+             * @description once the members' runs have counted for this many GPU-hours (a pooled run: its share of its pool's GPUs), the sweep stops
+             */
+            gpu_hours?: number | null;
+        };
+        SweepCounts: {
+            pending: number;
+            active: number;
+            stopping: number;
+            stopped: number;
+            done: number;
+            skipped: number;
+        };
+        SweepCreateRequest: {
+            /** Format: int64 */
+            team: number;
+            name: string;
+            /** @default  */
+            description: string;
+            tags?: string[];
+            /** @description the base RunSpec every member starts from */
+            spec: unknown;
+            method: components["schemas"]["SweepMethodEnum"];
+            /** @description spec key → a list of values, or (random only) a range: {"lora.r": [8, 16], "train.lr": {"min": 1e-4, "max": 1e-2, "log": true}, "seed": [0, 1]} */
+            params: {
+                [key: string]: unknown;
+            };
+            budget?: components["schemas"]["SweepBudgetRequest"];
+            /** @description members holding a run at once (default: what one pool hosts) */
+            parallel?: number;
+            /**
+             * @description the objective: best and stopping
+             * @default reward/mean
+             */
+            metric: string;
+            /** @default max */
+            mode: components["schemas"]["ModeEnum"];
+            early_stopping?: components["schemas"]["EarlyStoppingRequest"] | null;
+            /** @description random search: the draw's seed (default: the spec's seed) */
+            seed?: number | null;
+            /** Format: int64 */
+            cluster?: number | null;
+            /** @default false */
+            validate_only: boolean;
+        };
+        SweepDetail: {
+            readonly id: number;
+            team: number;
+            experiment: number;
+            name: string;
+            method: components["schemas"]["SweepMethodEnum"];
+            /** @description the search space: spec key → values or a range */
+            params: unknown;
+            /**
+             * Format: int64
+             * @description random search: the draw's seed
+             */
+            seed?: number;
+            metric: string;
+            mode: components["schemas"]["ModeEnum"];
+            stopping?: unknown;
+            budget: components["schemas"]["SweepBudgetOut"];
+            /** Format: int64 */
+            parallel: number;
+            cluster?: number | null;
+            state?: components["schemas"]["SweepStateEnum"];
+            end_reason?: string;
+            /**
+             * Format: double
+             * @description what its runs have counted for
+             */
+            readonly gpu_hours: number;
+            counts: components["schemas"]["SweepCounts"];
+            created_by: components["schemas"]["UserBrief"] | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            finished_at?: string | null;
+            members: components["schemas"]["SweepMember"][];
+        };
+        SweepMember: {
+            index: number;
+            settings: {
+                [key: string]: unknown;
+            };
+            state: components["schemas"]["SweepMemberStateEnum"];
+            /** @description why it waits, was stopped or skipped */
+            reason: string;
+            stopped_step: number | null;
+            /** @description its effective spec's config version */
+            config: number;
+            /** @description null until it is launched */
+            run: components["schemas"]["SweepMemberRun"] | null;
+            /**
+             * Format: double
+             * @description its best value of the metric
+             */
+            best: number | null;
+            /**
+             * Format: double
+             * @description its last value of the metric
+             */
+            last: number | null;
+            /** @description the best member so far */
+            is_best: boolean;
+        };
+        SweepMemberRun: {
+            id: number;
+            state: string;
+            desired_state: string;
+            step: number;
+            total_steps: number;
+            queued_reason: string;
+            latest: {
+                [key: string]: number;
+            };
+        };
+        /**
+         * @description * `pending` - Pending
+         *     * `active` - Active
+         *     * `stopping` - Stopping
+         *     * `stopped` - Stopped
+         *     * `done` - Done
+         *     * `skipped` - Skipped
+         * @enum {string}
+         */
+        SweepMemberStateEnum: "pending" | "active" | "stopping" | "stopped" | "done" | "skipped";
+        /**
+         * @description * `grid` - Grid
+         *     * `random` - Random
+         * @enum {string}
+         */
+        SweepMethodEnum: "grid" | "random";
+        SweepPlannedMember: {
+            index: number;
+            settings: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * @description * `running` - Running
+         *     * `stopping` - Stopping
+         *     * `finished` - Finished
+         * @enum {string}
+         */
+        SweepStateEnum: "running" | "stopping" | "finished";
+        SweepValidation: {
+            valid: boolean;
+            errors: {
+                [key: string]: unknown;
+            }[];
+            members: components["schemas"]["SweepPlannedMember"][];
+            parallel: number | null;
+        };
         Team: {
             readonly id: number;
             name: string;
@@ -1179,6 +1553,13 @@ export interface components {
             last_used_at?: string | null;
             /** @description the secret: shown this once, never again */
             token: string;
+        };
+        UnmappedKey: {
+            key: string;
+            /** @description the file (or 'command line') that set it */
+            origin: string;
+            /** @description why it was left out, where known */
+            note: string | null;
         };
         UserBrief: {
             id: number;
@@ -2623,6 +3004,61 @@ export interface operations {
             };
         };
     };
+    spec_import_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConfigImportRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SpecImport"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     spec_schema_retrieve: {
         parameters: {
             query?: never;
@@ -2640,6 +3076,200 @@ export interface operations {
                     "application/json": {
                         [key: string]: unknown;
                     };
+                };
+            };
+        };
+    };
+    sweeps_list: {
+        parameters: {
+            query?: {
+                /** @description The pagination cursor value. */
+                cursor?: string;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                team?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedSweepList"];
+                };
+            };
+        };
+    };
+    sweeps_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SweepCreateRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepValidation"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sweeps_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sweeps_stop_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -3188,6 +3818,178 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Quota"];
                 };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    teams_secrets_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"][];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    teams_secrets_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SecretSetRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    teams_secrets_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: {
                 headers: {

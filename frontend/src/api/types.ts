@@ -97,11 +97,37 @@ export type CloneRequest = Schemas["CloneRequest"];
 
 export interface SpecError { field: string; message: string; code?: string }
 
+/** GET /datasets: the team's uploads, `rows` each */
+export type Dataset = Sent<Schemas["Dataset"]>;
+/** POST /spec/import: a verl or NeMo-RL config, pasted */
+export type ConfigImportRequest = Schemas["ConfigImportRequest"];
+/** its answer: the spec (only the keys the import set) and each key left out, with the
+ * file that set it and why */
+export type SpecImport = Omit<Sent<Schemas["SpecImport"]>, "spec"> & { spec: Record<string, unknown> };
+export type UnmappedKey = Schemas["UnmappedKey"];
+
 /** validate_only answers 200 with a report; a real launch 201 with what it created (the
  * schema describes that body only as an object). */
 export type LaunchResponse =
   | (Omit<Schemas["ValidationReport"], "errors"> & { errors: SpecError[] })
   | { experiment: Experiment; runs: Run[] };
+
+/** A sweep (docs/sweeps.md); `params` is the search space as the server stored it. */
+export type SweepParam = { values: (number | string | boolean | null)[] }
+  | { min: number; max: number; log: boolean; int: boolean };
+export type SweepStopping = { rule: "median"; min_steps: number; min_members: number }
+  | { rule: "threshold"; min_steps: number; threshold: number };
+export type Sweep = Omit<Sent<Schemas["Sweep"]>, "params" | "stopping"> & {
+  params: Record<string, SweepParam>; stopping: SweepStopping | null;
+};
+export type SweepMember = Omit<Schemas["SweepMember"], "settings"> & {
+  settings: Record<string, number | string | boolean | null>;
+};
+export type SweepDetail = Sweep & { members: SweepMember[] };
+export type SweepState = Schemas["SweepStateEnum"];
+export type SweepMemberState = Schemas["SweepMemberStateEnum"];
+export type SweepCreateRequest = Schemas["SweepCreateRequest"];
+export type SweepValidation = Omit<Schemas["SweepValidation"], "errors"> & { errors: (SpecError & { member?: number })[] };
 
 export type Member = Sent<Schemas["Member"]>;
 

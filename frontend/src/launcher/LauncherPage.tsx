@@ -1,7 +1,8 @@
 // The launcher: a RunSpec from the generated form or as YAML, the backends the chosen
 // cluster advertises, a number of seeds (one run per backend × seed), checked by the
 // server's validate_only as you edit; or a clone of an earlier run's experiment, with the
-// diff against its config shown before launch. The form's state is one reducer
+// diff against its config shown before launch; or a sweep over the spec's keys (its section,
+// sweeps/SweepSection.tsx), launched onto its page. The form's state is one reducer
 // (launcherState.ts); the check and the launch are a query and a mutation.
 import { useMutation } from "@tanstack/react-query";
 import { useEffect, useMemo, useReducer, useState } from "react";
@@ -10,15 +11,19 @@ import { useClusters } from "../api/clusters";
 import { launch, useConfig, useExperiment, useLaunchCheck, type LaunchBody } from "../api/experiments";
 import { useRun } from "../api/runs";
 import { useRunSpecSchema } from "../api/spec";
-import { BACKENDS, type Cluster, type SpecError, type TeamRef } from "../api/types";
+import { createSweep, useSweepCheck } from "../api/sweeps";
+import { BACKENDS, type Cluster, type SpecError, type SweepCreateRequest, type TeamRef } from "../api/types";
 import { formatValue } from "../lib/format";
 import { BackendTag } from "../runs/StateBadge";
 import { useSession } from "../session/SessionContext";
 import { ErrorBox, Loading } from "../ui/States";
-import { launchBody, launcherReducer, startFrom, type CloneSource, type LauncherState, type Spec } from "./launcherState";
+import { ImportPanel, ImportReport } from "./ImportPanel";
+import { importedSpec, launchBody, launcherReducer, startFrom, type CloneSource, type LauncherState, type Spec } from "./launcherState";
 import { defaultsOf, type JsonSchema } from "./schema";
 import { specChanges } from "./specEdits";
 import { SpecForm } from "./SpecForm";
+import { SweepSection } from "../sweeps/SweepSection";
+import { newDraft, sweepRequest, type SweepDraft } from "../sweeps/sweepDraft";
 
 function focusField(path: string): void {
   const input = document.querySelector<HTMLElement>(`[data-field="${CSS.escape(path)}"] input, [data-field="${CSS.escape(path)}"] select`);
@@ -81,10 +86,19 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
   const advertised = cluster ? cluster.backends : [...new Set(healthy.flatMap((c) => c.backends))];
 
   const body = useMemo(() => launchBody(state, team.id, clusterId, clone), [state, team.id, clusterId, clone]);
+  // a sweep instead: its members differ in the section's keys, on the spec's one backend
+  const [sweepDraft, setSweepDraft] = useState<SweepDraft | null>(null);
+  const sweep = useMemo(() => sweepDraft && sweepRequest(sweepDraft, {
+    team: team.id, name: name.trim() || "untitled", description, spec, cluster: clusterId,
+    tags: tags.split(",").map((t) => t.trim()).filter(Boolean),
+  }), [sweepDraft, team.id, name, description, spec, clusterId, tags]);
   // validate_only as you edit, once the form has been still for half a second
-  const check = useLaunchCheck(useSettled(backends.length && !yamlError ? body : null, 500));
-  const report = check.data && "valid" in check.data ? check.data : null;
-  const checkError = check.error;
+  const launchCheck = useLaunchCheck(useSettled(!sweepDraft && backends.length && !yamlError ? body : null, 500));
+  const sweepCheck = useSweepCheck(useSettled(sweep?.body && !yamlError ? sweep.body : null, 500));
+  const launchReport = launchCheck.data && "valid" in launchCheck.data ? launchCheck.data : null;
+  const sweepReport = sweepCheck.data && "valid" in sweepCheck.data ? sweepCheck.data : null;
+  const report = sweepDraft ? sweepReport : launchReport;
+  const checkError = sweepDraft ? sweepCheck.error : launchCheck.error;
   const launching = useMutation({
     mutationFn: (what: LaunchBody) => launch(what),
     onSuccess: (answer) => {
@@ -93,20 +107,29 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
       }
     },
   });
+  const sweeping = useMutation({
+    mutationFn: (what: SweepCreateRequest) => createSweep(what),
+    onSuccess: (answer) => { if ("id" in answer) navigate(`/sweeps/${answer.id}`); },
+  });
 
   const serverErrors = useMemo(() => {
     const out = new Map<string, string>();
     const all: SpecError[] = [...(report?.errors ?? [])];
     if (checkError) for (const [field, message] of Object.entries(checkError.fields)) all.push({ field, message });
     if (checkError?.field && !out.has(checkError.field)) all.push({ field: checkError.field, message: checkError.message });
-    for (const e of all) out.set(e.field.replace(/^spec\./, ""), e.message);
+    // the first problem of a field (a sweep's errors name each failing member of a key)
+    for (const e of all) {
+      const field = e.field.replace(/^spec\./, "");
+      if (!out.has(field)) out.set(field, e.message);
+    }
+    for (const [field, message] of Object.entries(sweep?.errors ?? {})) out.set(field, message);
     return out;
-  }, [report, checkError]);
+  }, [report, checkError, sweep]);
   const otherErrors = [...serverErrors].filter(([f]) => !f || ["backends", "cluster", "seeds", "name", "edits", "resources", "team"].includes(f) || f === "");
 
   const diff = clone ? specChanges(clone.spec, spec) : [];
   const runCount = backends.length * seeds;
-  const valid = report?.valid === true && !yamlError && backends.length > 0;
+  const valid = report?.valid === true && !yamlError && backends.length > 0 && (!sweepDraft || !!sweep?.body);
   const setSpec = (next: Spec) => dispatch({ type: "spec", spec: next });
 
   return (
@@ -141,16 +164,26 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
                 );
               })}
             </fieldset>
-            <label>Seeds<input type="number" min={1} max={16} value={seeds} className="num narrow" aria-label="Seeds"
-              onChange={(e) => dispatch({ type: "seeds", value: Number(e.target.value) })} /></label>
+            {!sweepDraft && <label>Seeds<input type="number" min={1} max={16} value={seeds} className="num narrow" aria-label="Seeds"
+              onChange={(e) => dispatch({ type: "seeds", value: Number(e.target.value) })} /></label>}
           </div>
+          <label className="check">
+            <input type="checkbox" checked={!!sweepDraft} data-testid="sweep-toggle"
+              onChange={(e) => setSweepDraft(e.target.checked ? newDraft() : null)} /> Sweep over spec keys
+          </label>
+          {sweepDraft && <SweepSection draft={sweepDraft} onChange={setSweepDraft} errors={serverErrors} />}
           {otherErrors.map(([f, m]) => <div key={f} className="state-error"><code className="error-field">{f || "launch"}</code>{m}</div>)}
 
           <div className="tabs" role="tablist">
             <button role="tab" aria-selected={mode === "form"} className={mode === "form" ? "active" : ""} onClick={() => dispatch({ type: "mode", mode: "form" })}>Form</button>
             <button role="tab" aria-selected={mode === "yaml"} className={mode === "yaml" ? "active" : ""} onClick={() => dispatch({ type: "mode", mode: "yaml" })}>YAML</button>
+            {!clone && <button role="tab" aria-selected={mode === "import"} className={mode === "import" ? "active" : ""}
+              onClick={() => dispatch({ type: "mode", mode: "import" })}>Import verl / NeMo-RL</button>}
           </div>
-          {mode === "form" ? (
+          {mode === "import" ? (
+            <ImportPanel teamId={team.id}
+              onImported={(result) => dispatch({ type: "imported", spec: importedSpec(schema, result.spec), result })} />
+          ) : mode === "form" ? (
             <SpecForm schema={schema} spec={spec} onChange={setSpec} serverErrors={serverErrors} />
           ) : (
             <div className="yaml-editor">
@@ -164,12 +197,18 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
 
         <aside className="card launcher-side">
           <h2>Plan</h2>
-          <p>{runCount} run{runCount === 1 ? "" : "s"}: {backends.length ? backends.join(", ") : "no backend"} × {seeds} seed{seeds === 1 ? "" : "s"}</p>
-          {report?.runs?.length ? (
-            <ul className="plan">
-              {report.runs.map((r, i) => <li key={i}><BackendTag backend={r.backend} /> seed {r.seed}{r.gpus ? ` · ${r.gpus} GPU` : ""}</li>)}
-            </ul>
-          ) : null}
+          {sweepDraft ? (
+            <p data-testid="sweep-plan">{sweepReport?.valid
+              ? `a sweep of ${sweepReport.members.length} members, ${sweepReport.parallel} at once, on ${backends[0] ?? "the spec's backend"}`
+              : "a sweep: its members once the check passes"}</p>
+          ) : <>
+            <p>{runCount} run{runCount === 1 ? "" : "s"}: {backends.length ? backends.join(", ") : "no backend"} × {seeds} seed{seeds === 1 ? "" : "s"}</p>
+            {launchReport?.runs?.length ? (
+              <ul className="plan">
+                {launchReport.runs.map((r, i) => <li key={i}><BackendTag backend={r.backend} /> seed {r.seed}{r.gpus ? ` · ${r.gpus} GPU` : ""}</li>)}
+              </ul>
+            ) : null}
+          </>}
           <div className={`check-status ${valid ? "ok" : report || checkError ? "bad" : ""}`} data-testid="validation">
             {yamlError ? "the YAML does not parse" : !report && !checkError ? "checking…" : valid ? "✓ valid" :
               `${serverErrors.size || 1} problem${serverErrors.size === 1 ? "" : "s"}`}
@@ -185,6 +224,7 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
               ))}
             </ul>
           )}
+          {state.imported && <ImportReport report={state.imported} />}
           {clone && (
             <div className="clone-diff">
               <h3>Changes from the source</h3>
@@ -199,11 +239,18 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
               )}
             </div>
           )}
-          <ErrorBox error={launching.error} />
-          <button className="btn primary wide" disabled={!valid || launching.isPending} onClick={() => launching.mutate(body)}
-            data-testid="launch">
-            {launching.isPending ? "Launching…" : `Launch ${runCount} run${runCount === 1 ? "" : "s"}`}
-          </button>
+          <ErrorBox error={launching.error ?? sweeping.error} />
+          {sweepDraft ? (
+            <button className="btn primary wide" disabled={!valid || sweeping.isPending || !sweep?.body}
+              onClick={() => sweep?.body && sweeping.mutate(sweep.body)} data-testid="launch">
+              {sweeping.isPending ? "Launching…" : `Launch a sweep of ${sweepReport?.members.length ?? "…"} members`}
+            </button>
+          ) : (
+            <button className="btn primary wide" disabled={!valid || launching.isPending} onClick={() => launching.mutate(body)}
+              data-testid="launch">
+              {launching.isPending ? "Launching…" : `Launch ${runCount} run${runCount === 1 ? "" : "s"}`}
+            </button>
+          )}
         </aside>
       </div>
     </div>

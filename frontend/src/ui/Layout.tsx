@@ -13,6 +13,7 @@ export function Layout() {
           <NavLink to="/" end>Runs</NavLink>
           {can("member") && <NavLink to="/launch">Launch</NavLink>}
           <NavLink to="/team">Team</NavLink>
+          <NavLink to="/sweeps">Sweeps</NavLink>
           <NavLink to="/pools">Pools</NavLink>
         </nav>
         <div className="topbar-right">

@@ -192,6 +192,27 @@ def pooled_gpus_correction(*, team_id: int) -> float:
     return correction
 
 
+def gpus_now(run_ids: list[int]) -> dict[int, float]:
+    """What each of the runs counts for in its team's GPUs now: nothing unless it holds a
+    job; a current pool member its share of its pool's GPUs, any other its own ask (the
+    rule team_usage applies to a whole team, for a few runs: a sweep's GPU-hours). Two
+    queries."""
+    held = dict(Run.objects.filter(pk__in=run_ids, state__in=HOLDING).values_list("pk", "gpus"))
+    mine = _current(PoolMember.objects.filter(run_id__in=list(held))).values("pool_id")
+    rows = _current(PoolMember.objects.filter(pool_id__in=mine)).values_list(
+        "pool_id", "pool__num_gpus", "weight", "run_id"
+    )
+    totals: dict[int, float] = {}
+    for pool_id, _, weight, _ in rows:
+        totals[pool_id] = totals.get(pool_id, 0.0) + weight
+    for pool_id, pool_gpus, weight, run_id in rows:
+        if run_id in held:
+            held[run_id] = share_gpus(
+                pool_gpus=pool_gpus, weight=weight, total_weight=totals[pool_id]
+            )
+    return {run_id: float(held.get(run_id, 0.0)) for run_id in run_ids}
+
+
 def gpus_if_joined(pool: Pool, *, team_id: int, weight: float) -> float:
     """How much the team's GPUs in use grow when its run of `weight` joins `pool`: the run's
     share, less what the team's members there give up (each share shrinks). A new pool's

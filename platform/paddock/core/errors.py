@@ -34,8 +34,10 @@ class ErrorCode(StrEnum):
     INVALID_CURSOR = "invalid_cursor", 400, "the list cursor is not one the API handed out"
     PARSE_ERROR = "parse_error", 400, "the body could not be parsed"
     SPEC_INVALID = "spec_invalid", 400, "the run spec does not validate"
+    IMPORT_INVALID = "import_invalid", 400, "a verl or NeMo-RL config could not be translated"
     PATH_NOT_ALLOWED = "path_not_allowed", 400, "a path in the spec is outside the allowed roots"
     URL_NOT_ALLOWED = "url_not_allowed", 400, "a URL in the spec is refused by the egress policy"
+    SECRET_MISSING = "secret_missing", 400, "the spec names a secret the team does not have"
     BACKEND_UNAVAILABLE = "backend_unavailable", 400, "no cluster advertises the backend"
     UNPLACEABLE = "unplaceable", 400, "no cluster could ever place the run's resources"
     NO_CLUSTER = "no_cluster", 400, "no Ray cluster is registered for the team"
@@ -46,6 +48,9 @@ class ErrorCode(StrEnum):
     BAD_HOST = "bad_host", 400, "the Host header is not an allowed host"
     INVALID_ACTION = "invalid_action", 400, "a websocket action is not pause, resume or abort"
     INVALID_RUN = "invalid_run", 400, "a websocket action does not name a run of the stream"
+    SWEEP_MEMBER_INVALID = (
+        "sweep_member_invalid", 400, "a member of the sweep does not make a valid run spec"
+    )  # fmt: skip
     # 401: who is asking is not known
     NOT_AUTHENTICATED = "not_authenticated", 401, "no credentials were sent"
     AUTHENTICATION_FAILED = "authentication_failed", 401, "the credentials were refused"
@@ -75,6 +80,7 @@ class ErrorCode(StrEnum):
     RUN_ABORTING = "run_aborting", 409, "the run is being aborted"
     DISPATCH_SUPERSEDED = "dispatch_superseded", 409, "a newer dispatch of the run exists"
     POOL_ENDED = "pool_ended", 409, "the pool's job has ended; a new pool hosts its runs"
+    SWEEP_FINISHED = "sweep_finished", 409, "the sweep has finished"
     DATASET_MISSING = "dataset_missing", 409, "the spec names a dataset the team has not uploaded"
     LAST_OWNER = "last_owner", 409, "the team would be left without an owner"
     ALREADY_MEMBER = "already_member", 409, "the user is a member of the team already"
@@ -88,7 +94,9 @@ class ErrorCode(StrEnum):
         "unsupported_media_type", 415, "the body's Content-Type is not one the endpoint reads"
     )  # fmt: skip
     THROTTLED = "throttled", 429, "too many failed authentications with an API token"
-    RATE_LIMITED = "rate_limited", 429, "too many failed logins or job authentications"
+    RATE_LIMITED = (
+        "rate_limited", 429, "too many failed logins or job authentications, or requests of a token"
+    )  # fmt: skip
     ERROR = "error", 500, "an API error without a more precise code"
     SERVER_ERROR = "server_error", 500, "a bug or an outage on the platform"
 

@@ -37,9 +37,12 @@ def _abort_next(run: Run) -> S | None:
 
 
 def _control(
-    *, actor: Actor, run: Run, action: str, desired: DesiredState, next_state: Callable
-) -> Run:
-    actor.require(run.team_id, Role.MEMBER, what="run")
+    *, actor: Actor | None, run: Run, action: str, desired: DesiredState, next_state: Callable,
+    why: str = "",
+) -> Run:  # fmt: skip
+    # actor None: the platform itself asks (a sweep's early-stopping rule), with `why`
+    if actor is not None:
+        actor.require(run.team_id, Role.MEMBER, what="run")
     with transaction.atomic():
         current = Run.objects.select_for_update().get(pk=run.pk)
         if current.state in TERMINAL:
@@ -55,21 +58,25 @@ def _control(
         current.save(update_fields=["desired_state", "updated_at"])
         to_state = next_state(current)
         if to_state is not None:
-            run_transition(run=current, to_state=to_state, reason=f"{action} requested")
+            reason = f"{action} requested" + (f": {why}" if why else "")
+            run_transition(run=current, to_state=to_state, reason=reason)
+        data = {"state": [before, current.state], "desired_state": desired}
         audit_record(
             actor=actor, team_id=run.team_id, action=f"run.{action}", target_type="run",
-            target_id=run.pk, data={"state": [before, current.state], "desired_state": desired},
+            target_id=run.pk, data={**data, "why": why} if why else data,
         )  # fmt: skip
         transaction.on_commit(lambda: hooks.run_control_requested(run.pk, str(desired)))
     return current
 
 
-def run_request_pause(*, actor: Actor, run: Run) -> Run:
+def run_request_pause(*, actor: Actor | None, run: Run, why: str = "") -> Run:
     """Ask a run to pause. A run not yet running keeps its state and pauses when it gets
-    there (dispatch starts no job for a run whose desired state is paused)."""
+    there (dispatch starts no job for a run whose desired state is paused). `actor` None:
+    the platform asks, for the reason `why` (audited)."""
     return _control(
-        actor=actor, run=run, action="pause", desired=DesiredState.PAUSED, next_state=_pause_next
-    )
+        actor=actor, run=run, action="pause", desired=DesiredState.PAUSED,
+        next_state=_pause_next, why=why,
+    )  # fmt: skip
 
 
 def run_request_resume(*, actor: Actor, run: Run) -> Run:
@@ -82,10 +89,11 @@ def run_request_resume(*, actor: Actor, run: Run) -> Run:
     )
 
 
-def run_request_abort(*, actor: Actor, run: Run) -> Run:
+def run_request_abort(*, actor: Actor | None, run: Run, why: str = "") -> Run:
     return _control(
-        actor=actor, run=run, action="abort", desired=DesiredState.ABORTED, next_state=_abort_next
-    )
+        actor=actor, run=run, action="abort", desired=DesiredState.ABORTED,
+        next_state=_abort_next, why=why,
+    )  # fmt: skip
 
 
 RUN_CONTROLS = {

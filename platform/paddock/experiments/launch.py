@@ -25,6 +25,7 @@ from paddock.experiments.spec_urls import spec_urls_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
 from paddock.teams.services import audit_record
+from paddock.teams.team_secrets import secrets_missing
 from workers.spec import RunSpec
 
 MAX_SEEDS = 16
@@ -70,9 +71,11 @@ def _check_backends_known(backends: list[str]) -> None:
             )
 
 
-def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
+def _check_quota(*, team: Team, runs: list[PlannedRun], starting: int | None = None) -> None:
     """Refuse what could never start or would overfill the queue; within those bounds,
-    runs over the concurrency limits wait in `queued` (dispatch enforces those)."""
+    runs over the concurrency limits wait in `queued` (dispatch enforces those). `starting`:
+    how many of `runs` become runs now (default all; a sweep plans every member and starts
+    a few at a time)."""
     quota, _ = TeamQuota.objects.select_for_update().get_or_create(team=team)
     biggest = max(runs, key=lambda r: r.least_gpus, default=None)
     if biggest is not None and biggest.least_gpus > quota.max_gpus + 1e-9:
@@ -89,21 +92,37 @@ def _check_quota(*, team: Team, runs: list[PlannedRun]) -> None:
         raise DomainError(ErrorCode.QUOTA_EXCEEDED, "the team may not run anything")
     active = team_usage(team_id=team.pk)["active_runs"]
     limit = quota.max_concurrent_runs + quota.max_queued_runs
-    if active + len(runs) > limit:
+    count = len(runs) if starting is None else starting
+    if active + count > limit:
         raise DomainError(
             ErrorCode.QUOTA_EXCEEDED,
-            f"the team has {active} active runs; {len(runs)} more would pass its limit of "
+            f"the team has {active} active runs; {count} more would pass its limit of "
             f"{limit} ({quota.max_concurrent_runs} running + {quota.max_queued_runs} queued)",
         )
+
+
+def spec_admit(*, team: Team, spec: RunSpec) -> dict:
+    """What a validated spec must pass beyond its schema before a run of it is created (a
+    launch's spec, each member of a sweep): its paths inside the allowed roots, its URLs
+    inside the egress policy, the secrets it names among its team's. DomainError otherwise;
+    returns the spec, normalized."""
+    normalized = spec.to_dict()
+    spec_paths_check(team_id=team.pk, spec=normalized)
+    spec_urls_check(spec=spec)
+    missing = secrets_missing(
+        team_id=team.pk, names=[(f"spec.{f}", name) for f, name in spec.secret_names()]
+    )
+    if missing:
+        raise DomainError(ErrorCode.SECRET_MISSING, missing[0]["message"],
+                          field=missing[0]["field"], errors=missing)  # fmt: skip
+    return normalized
 
 
 def _plan(
     *, team: Team, spec: Any, backends: list[str] | None, seeds: int, cluster_id: int | None
 ) -> LaunchPlan:
     parsed = spec_parse(spec=spec)
-    normalized = parsed.to_dict()
-    spec_paths_check(team_id=team.pk, spec=normalized)
-    spec_urls_check(spec=parsed)
+    normalized = spec_admit(team=team, spec=parsed)
     backends = list(dict.fromkeys(backends or [parsed.rollout.backend]))
     if not 1 <= seeds <= MAX_SEEDS:
         raise DomainError(ErrorCode.INVALID, f"must be between 1 and {MAX_SEEDS}", field="seeds")
@@ -114,6 +133,17 @@ def _plan(
             seed = normalized["seed"] + i
             run_spec = spec_for_run(spec=normalized, backend=backend, seed=seed)
             runs.append(PlannedRun(backend, seed, run_spec, spec_gpus(run_spec)))
+    runs_check(team=team, runs=runs, cluster_id=cluster_id)
+    return LaunchPlan(spec=normalized, runs=runs, cluster_id=cluster_id)
+
+
+def runs_check(
+    *, team: Team, runs: list[PlannedRun], cluster_id: int | None, starting: int | None = None
+) -> None:
+    """What every planned run must pass before it is created: its backend and resources
+    against the clusters the team may use (the one named by `cluster_id`, if any), and the
+    team's quota (`starting`: how many of them start now, default all). Sets each run's
+    `least_gpus`. Raises DomainError."""
     # the clusters app (above this one) checks the backends and resources against the
     # clusters the team may use, and the target cluster if one was named
     least = hooks.launch_check(
@@ -121,8 +151,49 @@ def _plan(
     )
     for run, gpus in zip(runs, least, strict=True):
         run.least_gpus = gpus
-    _check_quota(team=team, runs=runs)
-    return LaunchPlan(spec=normalized, runs=runs, cluster_id=cluster_id)
+    _check_quota(team=team, runs=runs, starting=starting)
+
+
+def experiment_create(
+    *, team: Team, name: str, description: str, tags, spec: dict,
+    parent: ConfigVersion | None, cloned_from: Experiment | None, created_by,
+) -> Experiment:  # fmt: skip
+    """An experiment with its launched config version (`spec`, normalized) and tags; its
+    runs come after (`run_create`)."""
+    launched = config_version_create(
+        team_id=team.pk, spec=spec, parent=parent, created_by=created_by
+    )
+    experiment = Experiment.objects.create(
+        team=team, name=name, description=description, config=launched,
+        cloned_from=cloned_from, created_by=created_by,
+    )  # fmt: skip
+    ExperimentTag.objects.bulk_create(
+        ExperimentTag(experiment=experiment, name=t) for t in dict.fromkeys(tags)
+    )
+    return experiment
+
+
+def run_create(
+    *, experiment: Experiment, config: ConfigVersion, planned: PlannedRun,
+    cluster_id: int | None, created_by,
+) -> Run:  # fmt: skip
+    """A queued run of `experiment` with `config` (its effective spec, `planned.spec`
+    stored); after commit `hooks.run_enqueued` dispatches it."""
+    run = Run.objects.create(
+        experiment=experiment,
+        team_id=experiment.team_id,
+        config=config,
+        backend=planned.backend,
+        seed=planned.seed,
+        gpus=planned.gpus,
+        created_by=created_by,
+        cluster_id=cluster_id,
+        max_attempts=planned.spec.resources.max_attempts,
+        total_steps=planned.spec.train.steps,
+        queued_reason=QUEUED_REASON,
+    )
+    transaction.on_commit(lambda run_id=run.pk: hooks.run_enqueued(run_id))
+    return run
 
 
 def experiment_launch(
@@ -159,36 +230,26 @@ def experiment_launch(
             return LaunchResult(plan=plan)
 
         user = actor.user
-        launched = config_version_create(
-            team_id=team.pk, spec=plan.spec, parent=parent, created_by=user
-        )
-        experiment = Experiment.objects.create(
-            team=team, name=name, description=description, config=launched,
-            cloned_from=cloned_from, created_by=user,
+        experiment = experiment_create(
+            team=team, name=name, description=description, tags=tags, spec=plan.spec,
+            parent=parent, cloned_from=cloned_from, created_by=user,
         )  # fmt: skip
-        ExperimentTag.objects.bulk_create(
-            ExperimentTag(experiment=experiment, name=t) for t in dict.fromkeys(tags)
-        )
         runs = []
         for planned in plan.runs:
             config = config_version_create(
-                team_id=team.pk, spec=planned.spec.to_dict(), parent=launched, created_by=user
-            )
+                team_id=team.pk, spec=planned.spec.to_dict(), parent=experiment.config,
+                created_by=user,
+            )  # fmt: skip
             runs.append(
-                Run.objects.create(
+                run_create(
                     experiment=experiment,
-                    team=team,
                     config=config,
-                    backend=planned.backend,
-                    seed=planned.seed,
-                    gpus=planned.gpus,
-                    created_by=user,
+                    planned=planned,
                     cluster_id=plan.cluster_id,
-                    max_attempts=planned.spec.resources.max_attempts,
-                    total_steps=planned.spec.train.steps,
-                    queued_reason=QUEUED_REASON,
-                )  # fmt: skip
+                    created_by=user,
+                )
             )
+        launched = experiment.config
         audit_record(
             actor=actor, team_id=team.pk,
             action="experiment.clone" if cloned_from else "experiment.launch",
@@ -198,8 +259,6 @@ def experiment_launch(
                 "runs": [r.pk for r in runs], "cloned_from": cloned_from and cloned_from.pk,
             },
         )  # fmt: skip
-        for run in runs:
-            transaction.on_commit(lambda run_id=run.pk: hooks.run_enqueued(run_id))
     return LaunchResult(plan=plan, experiment=experiment, runs=runs)
 
 

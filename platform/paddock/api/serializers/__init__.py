@@ -11,6 +11,7 @@ from .experiments import (
     EXPERIMENT_COLUMNS,
     ChangeSerializer,
     CloneSerializer,
+    ConfigImportSerializer,
     ConfigVersionSerializer,
     DatasetSerializer,
     DatasetUploadSerializer,
@@ -21,6 +22,7 @@ from .experiments import (
     ExperimentUpdateSerializer,
     LaunchSerializer,
     PlannedRunSerializer,
+    SpecImportSerializer,
     TagsField,
     ValidationReportSerializer,
     experiment_rows,
@@ -50,6 +52,16 @@ from .runs import (
     SampleSetSerializer,
     run_rows,
 )
+from .sweeps import (
+    EarlyStoppingSerializer,
+    SweepBudgetSerializer,
+    SweepCreateSerializer,
+    SweepDetailSerializer,
+    SweepFilterSerializer,
+    SweepMemberSerializer,
+    SweepSerializer,
+    SweepValidationSerializer,
+)
 from .teams import (
     TEAM_COLUMNS,
     AuditEventSerializer,
@@ -60,6 +72,8 @@ from .teams import (
     MeSerializer,
     QuotaSerializer,
     QuotaUpdateSerializer,
+    SecretSerializer,
+    SecretSetSerializer,
     TeamCreateSerializer,
     TeamSerializer,
     TeamUpdateSerializer,
