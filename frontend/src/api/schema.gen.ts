@@ -727,6 +727,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -739,6 +740,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -763,6 +765,8 @@ export interface components {
                 [key: string]: unknown;
             };
             backends?: string[];
+            /** @description multi-turn environments installed there besides the built-ins */
+            environments?: string[];
         };
         ConfigImportRequest: {
             config?: string;
