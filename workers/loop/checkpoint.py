@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..adapters import lora as lora_io
 from ..envs.episode import EpisodeState, GroupProgress
-from ..policy import lora as lora_io
 from ..policy.adapter import Adapter
 from ..policy.policy import LoraPolicy
 from ..rollout.base import GroupRequest, GroupResult, Sample, SamplingParams

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ..adapters.lora import load_tokenizer
 from ..data import load_task
 from ..envs import ChatRenderer, EpisodeLimits, format_for_template
 from ..envs.base import Environment
@@ -15,7 +16,6 @@ from ..grants import Grants
 from ..models import tiny_model_dir
 from ..path_guard import PathGuard
 from ..policy import LoraPolicy
-from ..policy.lora import load_tokenizer
 from ..rewards import make_scorer
 from ..rollout import RolloutBackend, SamplingParams, make_backend
 from ..rollout.eos import eos_token_ids
