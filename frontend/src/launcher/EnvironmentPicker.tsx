@@ -27,7 +27,7 @@ export function EnvironmentPicker({ offered, current, cluster, error, onPick }: 
         </span>
       ) : (
         <span className="help warn" data-testid="environments" role="note">
-          {cluster ? `Cluster ${cluster.name} offers` : "No cluster of the team offers"} no environment: runs are one
+          {cluster ? `Cluster ${cluster.name} offers no environment` : "No cluster of the team offers an environment"}: runs are one
           turn a sample. A cluster lists the environments installed where its jobs run (docs/environments.md).
         </span>
       )}

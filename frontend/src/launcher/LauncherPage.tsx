@@ -27,6 +27,10 @@ import { envSchema, offeredEnvironments, withEnvironment } from "./environments"
 import { SweepSection } from "../sweeps/SweepSection";
 import { newDraft, sweepRequest, type SweepDraft } from "../sweeps/sweepDraft";
 
+// what the environment picker sets: env itself (none or one), its name, and its server
+// section's presence (http's alone; once there, its keys are fields: env.server.url…)
+const ENV_OWNED = ["env", "env.name", "env.server"];
+
 function focusField(path: string): void {
   const input = document.querySelector<HTMLElement>(`[data-field="${CSS.escape(path)}"] input, [data-field="${CSS.escape(path)}"] select`);
   input?.scrollIntoView({ block: "center", behavior: "smooth" });
@@ -133,10 +137,11 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
   const runCount = backends.length * seeds;
   const valid = report?.valid === true && !yamlError && backends.length > 0 && (!sweepDraft || !!sweep?.body);
   const setSpec = (next: Spec) => dispatch({ type: "spec", spec: next });
-  // env.name from the environments the cluster offers; the rest of env as typed fields
+  // env.name from the environments the cluster offers, which also decides whether env has a
+  // server (http's); the rest of env as typed fields
   const environments = offeredEnvironments(healthy, cluster);
   const envName = typeof (spec.env as Spec | null)?.name === "string" ? (spec.env as Spec).name as string : null;
-  const envControls: Record<string, GroupControl> = envSchema(schema) ? { env: { paths: ["env", "env.name"], node: (
+  const envControls: Record<string, GroupControl> = envSchema(schema) ? { env: { paths: ENV_OWNED, node: (
     <EnvironmentPicker offered={environments} current={envName} cluster={cluster} error={serverErrors.get("env.name")}
       onPick={(name) => setSpec(withEnvironment(schema, spec, name))} />) } } : {};
 
