@@ -2,8 +2,9 @@
 // environments the chosen cluster advertises, a number of seeds (one run per backend ×
 // seed), checked by the server's validate_only as you edit; or a clone of an earlier run's
 // experiment, with the diff against its config shown before launch; or a sweep over the
-// spec's keys (its section, sweeps/SweepSection.tsx), launched onto its page. The form's state is one reducer
-// (launcherState.ts); the check and the launch are a query and a mutation.
+// spec's keys (its section, sweeps/SweepSection.tsx), launched onto its page. The form's
+// state is one reducer (launcherState.ts); the check and the launch are a query and a
+// mutation.
 import { useMutation } from "@tanstack/react-query";
 import { useEffect, useMemo, useReducer, useState } from "react";
 import { Link, useNavigate, useSearchParams } from "react-router";

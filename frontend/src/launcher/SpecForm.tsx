@@ -8,8 +8,10 @@ import {
 
 type Spec = Record<string, unknown>;
 
-/** Every field of the spec; the rollout section follows the chosen backend's member. */
-export function specFields(schema: JsonSchema, spec: Spec): Field[] {
+/** Every field of the spec; the rollout section follows the chosen backend's member; the
+ * optional sections of `expand` (paths) are their fields while set. */
+export function specFields(schema: JsonSchema, spec: Spec, expandPaths: ReadonlySet<string> = new Set()): Field[] {
+  const expand = { spec, paths: expandPaths };
   const out: Field[] = [];
   for (const [section, raw] of Object.entries(schema.properties ?? {})) {
     const node = resolve(schema, raw);
@@ -17,9 +19,9 @@ export function specFields(schema: JsonSchema, spec: Spec): Field[] {
       const member = unionMember(schema, node, getPath(spec, `${section}.${node.discriminator.propertyName}`));
       if (member) out.push(...sectionFields(schema, member, section).filter((f) => !f.readOnly));
     } else if (node.type === "object" || node.properties) {
-      out.push(...sectionFields(schema, node, section, spec));
+      out.push(...sectionFields(schema, node, section, expand));
     } else {
-      out.push(...sectionFields(schema, { type: "object", properties: { [section]: raw } }, "", spec));
+      out.push(...sectionFields(schema, { type: "object", properties: { [section]: raw } }, "", expand));
     }
   }
   return out;
@@ -99,7 +101,8 @@ function subsections(fields: Field[]): [string, Field[]][] {
 }
 
 /** A group's own control, above its fields, for what the schema alone cannot offer (the
- * environments of the chosen cluster); the paths it edits are not drawn as fields. */
+ * environments of the chosen cluster); the paths it edits are not drawn as fields, and an
+ * optional section among them is drawn as its keys while set. */
 export interface GroupControl { node: ReactNode; paths: string[] }
 
 export function SpecForm({ schema, spec, onChange, serverErrors, controls = {} }: {
@@ -108,8 +111,9 @@ export function SpecForm({ schema, spec, onChange, serverErrors, controls = {} }
   controls?: Record<string, GroupControl>;
 }) {
   const fields = useMemo(() => {
+    // a control's optional sections are drawn as their keys once it has set them
     const owned = new Set(Object.values(controls).flatMap((c) => c.paths));
-    return specFields(schema, spec).filter((f) => !owned.has(f.path));
+    return specFields(schema, spec, owned).filter((f) => !owned.has(f.path));
   }, [schema, spec, controls]);
   const groups = useMemo(() => {
     const byGroup = new Map<string, Field[]>();

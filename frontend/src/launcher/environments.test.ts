@@ -75,10 +75,11 @@ describe("withEnvironment", () => {
 });
 
 describe("an optional section's fields", () => {
+  const owned = new Set(["env", "env.name", "env.server"]);
   it("is one JSON field while unset, its typed keys once set, the server's too for http", () => {
     expect(optionalObject(schema, schema.properties!.env)?.properties).toHaveProperty("max_turns");
-    expect(specFields(schema, defaultsOf(schema)).map((f) => [f.path, f.kind])).toEqual([["train.steps", "integer"], ["env", "json"]]);
-    const calc = specFields(schema, withEnvironment(schema, defaultsOf(schema), "calculator"));
+    expect(specFields(schema, defaultsOf(schema), owned).map((f) => [f.path, f.kind])).toEqual([["train.steps", "integer"], ["env", "json"]]);
+    const calc = specFields(schema, withEnvironment(schema, defaultsOf(schema), "calculator"), owned);
     expect(calc.map((f) => [f.path, f.kind, f.nullable])).toEqual([
       ["train.steps", "integer", false],
       ["env.name", "string", false],
@@ -89,10 +90,14 @@ describe("an optional section's fields", () => {
       ["env.tool_format", "enum", false],
       ["env.server", "json", true],
     ]);
-    const http = specFields(schema, withEnvironment(schema, defaultsOf(schema), "http"));
+    const http = specFields(schema, withEnvironment(schema, defaultsOf(schema), "http"), owned);
     expect(http.map((f) => f.path).filter((p) => p.startsWith("env.server"))).toEqual(
       ["env.server.url", "env.server.timeout_s", "env.server.max_retries"]);
     expect(http.find((f) => f.path === "env.max_turns")!.node.maximum).toBe(256); // bounds checked as typed
+  });
+  it("stays one JSON field, which can be cleared, when no control decides its presence", () => {
+    const calc = withEnvironment(schema, defaultsOf(schema), "calculator");
+    expect(specFields(schema, calc).map((f) => f.path)).toEqual(["train.steps", "env"]);
   });
   it("is not an optional object when the non-null member is a scalar", () => {
     expect(optionalObject(schema, schema.$defs!.EnvSpec.properties!.max_episode_tokens)).toBeNull();

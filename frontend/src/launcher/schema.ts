@@ -103,18 +103,22 @@ export function optionalObject(root: JsonSchema, raw: JsonSchema): JsonSchema | 
 
 const isObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === "object" && !Array.isArray(v);
 
+/** Which optional sections to draw as their fields while the spec sets them: those whose
+ * presence a control of the form decides (the environment picker: env, env.server); any
+ * other stays one JSON field, which can be cleared. */
+export interface Expand { spec: unknown; paths: ReadonlySet<string> }
+
 /** The fields of an object section, nested objects flattened into dotted paths
- * (model.tiny.hidden_size); an optional one (env.server) too while `spec` sets it, else it
- * is one JSON field. */
-export function sectionFields(root: JsonSchema, section: JsonSchema, prefix: string, spec?: unknown): Field[] {
+ * (model.tiny.hidden_size), and the optional ones of `expand` while set. */
+export function sectionFields(root: JsonSchema, section: JsonSchema, prefix: string, expand?: Expand): Field[] {
   const obj = resolve(root, section);
   const out: Field[] = [];
   for (const [key, raw] of Object.entries(obj.properties ?? {})) {
     const path = prefix ? `${prefix}.${key}` : key;
     const child = resolve(root, raw);
-    const optional = optionalObject(root, raw);
-    if (child.type === "object" && child.properties) out.push(...sectionFields(root, child, path, spec));
-    else if (optional && isObject(getPath(spec, path))) out.push(...sectionFields(root, optional, path, spec));
+    const optional = expand?.paths.has(path) && isObject(getPath(expand.spec, path)) ? optionalObject(root, raw) : null;
+    if (child.type === "object" && child.properties) out.push(...sectionFields(root, child, path, expand));
+    else if (optional) out.push(...sectionFields(root, optional, path, expand));
     else out.push(fieldOf(root, path, key, raw));
   }
   return out;
