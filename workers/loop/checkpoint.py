@@ -32,7 +32,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -42,10 +42,7 @@ from ..policy.adapter import Adapter
 from ..policy.policy import LoraPolicy
 from ..rollout.base import GroupRequest, GroupResult, Sample, SamplingParams
 from .buffer import TrajectoryBuffer
-from .types import RunState, ScoredGroup
-
-if TYPE_CHECKING:
-    from .executor import TrainerExecutor
+from .types import RunState, ScoredGroup, TrainerExecutor
 
 ADAPTER_DIR = "adapter"
 OPTIMIZER_FILE = "optimizer.pt"

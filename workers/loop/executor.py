@@ -1,34 +1,17 @@
-"""Where train steps run. The driver talks to an executor, never to the policy directly, so
-the Ray executor (trainer actors) and a pool's members (workers/pool/members.py) reuse the
-same loop."""
+"""Where train steps run. The driver talks to an executor (`TrainerExecutor`, types.py),
+never to the policy directly, so the Ray executor (trainer actors) and a pool's members
+(workers/pool/members.py) reuse the same loop. This is the in-process one."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Protocol
 
 from ..adapters.update import AdapterUpdate, adapter_probe
 from ..policy import LoraPolicy, TrainSample, collate
 from ..policy.adapter import Adapter
 from ..policy.batch import TrainBatch
 from .checkpoint import load_trainer, save_trainer
-
-
-class TrainerExecutor(Protocol):
-    @property
-    def adapter_version(self) -> int: ...
-
-    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]: ...
-
-    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
-        """The current adapter as tensors, labelled with its version; with the version
-        handshake's probe (a trainer forward) only for engines that check it."""
-
-    async def save(self, out: Path) -> None:
-        """The trainer's part of a checkpoint into `out` (loop/checkpoint.py)."""
-
-    async def load(self, src: Path) -> None: ...
 
 
 class LocalExecutor:

@@ -25,13 +25,12 @@ from .checkpoint import latest_checkpoint, load_checkpoint
 from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
-from .executor import TrainerExecutor
 from .gpu_share import StreamExecutor, open_share, share_for, warm_before_overlap
 from .mirrors import open_mirrors
-from .producer import RolloutContext
+from .rollout_context import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
 from .switch_interval import held_switch_interval
-from .types import RunState
+from .types import RunState, TrainerExecutor
 
 # The GIL switch interval while a run is in flight (Python's default is 5 ms; the previous
 # value comes back when the process's last run ends: switch_interval.py). The trainer's

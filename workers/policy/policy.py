@@ -161,7 +161,7 @@ class LoraPolicy:
         """A fresh adapter of `spec` (initialised as a run alone initialises its own: the
         seed draws the A matrices, B starts at zero) beside the others, on the same base
         model; one process only. What must match the policy's spec is the caller's to check
-        (the pool's key, workers/pool/key.py)."""
+        (the pool's key, workers/pool_key.py)."""
         if not isinstance(self.parallel, OneProcess):
             raise ValueError("adapters beyond the first need a policy of one process")
         name = f"run{self._added}"  # PEFT module keys: no dots, nothing like "lora_"

@@ -9,7 +9,7 @@ import ipaddress
 import pytest
 
 from workers import http_json
-from workers.data.tasks import Example
+from workers.data.examples import Example
 from workers.egress import EgressPolicy
 from workers.envs import EpisodeLimits, EpisodeRunner, GroupProgress, parse_tool_calls
 from workers.envs.base import ModelTurn
