@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 from cpu_step import build_model  # run as a script: bench/ is on sys.path
 
-from workers.loop.version_check import AdapterHistory, stale_token_sums
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
 from workers.rollout.torch_engine import TorchBackend
@@ -93,9 +92,9 @@ def fused_step(policy: LoraPolicy, prompt_ids: list[list[int]], seed: int) -> No
     lp = torch.stack(lps, 1)  # [R, T], with the decode graph behind it
     adv = torch.tensor([0.5, -0.5]).repeat(len(own) // 2)[:, None]
     loss = -(adv * torch.exp(lp - lp.detach())).mean()
-    policy.optimizer.zero_grad(set_to_none=True)
+    policy.adapter.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    policy.optimizer.step()
+    policy.adapter.optimizer.step()
     model.train()
 
 
@@ -133,8 +132,7 @@ def main() -> None:
     )
     policy, engine = LoraPolicy(spec, model_dir), TorchBackend(spec, model_dir)
     asyncio.run(engine.load_adapter(AdapterUpdate(0, policy.adapter_tensors())))
-    history = AdapterHistory(keep=1)
-    history.record(0, policy.adapter_tensors())
+    policy.adapter.history.record(0, policy.adapter_tensors())
     tok = policy.tokenizer
     prompt_ids = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
     params = SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS)
@@ -177,11 +175,11 @@ def main() -> None:
         rows["ref64"].append(300 * 2 * a64.shape[0] * a64.shape[1] * b.shape[1] / ref64_s / 1e9)
         rows["generate"].append(cpu_seconds(lambda rep=rep: generate(rep)))
         tb = batch()
-        policy.adapter_version = 0  # the batch is of the current version: no check inside
-        rows["train"].append(cpu_seconds(lambda tb=tb: policy.train_step(tb)))
+        policy.adapter.version = 0  # the batch is of the current version: no check inside
+        rows["train"].append(cpu_seconds(lambda tb=tb: policy.train_step(policy.adapter, tb)))
         # after the step the batch is one version old: what the async check does each step
         rows["check"].append(
-            cpu_seconds(lambda tb=tb: stale_token_sums(policy, tb, history, limit=8))
+            cpu_seconds(lambda tb=tb: policy.stale_sums(policy.adapter, tb, limit=8))
         )
         rows["fused"].append(cpu_seconds(lambda rep=rep: fused_step(policy, prompt_ids, rep)))
         if compiled is not None:

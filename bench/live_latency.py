@@ -113,10 +113,11 @@ async def job(session, url, run_id, token, args, stats, stop_at, replies):
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
-async def viewer(ws_url, origin, latencies, emits, ready, stop_at):
+async def viewer(ws_url, token, origin, latencies, emits, ready, stop_at):
     from websockets.asyncio.client import connect
 
-    async with connect(ws_url, origin=origin, max_size=2**26) as ws:
+    bearer = {"Authorization": f"Bearer {token}"}
+    async with connect(ws_url, origin=origin, additional_headers=bearer, max_size=2**26) as ws:
         await ws.recv()  # the snapshot
         ready.append(1)
         while time.monotonic() < stop_at:
@@ -148,7 +149,7 @@ async def load(url, port, runs, viewer_token, args, server_cpu):
     stop_at = start + args.warmup + args.seconds + 10
     viewers = [
         asyncio.create_task(viewer(
-            f"ws://127.0.0.1:{port}/ws/runs/{runs[i % len(runs)][0]}/?token={viewer_token}",
+            f"ws://127.0.0.1:{port}/ws/runs/{runs[i % len(runs)][0]}/", viewer_token,
             origin, latencies, emits, ready, stop_at))
         for i in range(args.viewers)
     ]  # fmt: skip

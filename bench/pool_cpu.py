@@ -112,24 +112,23 @@ async def pooled(
 
 
 def step_only(runs: int, repeats: int) -> dict:
-    """The trainer's step alone (no engine, no loop): `runs` runs of the example's spec on
-    one MultiLoraTrainer, each with a batch of the example's shape (16 prompts x 8 samples,
-    made up), stepped together (`train_steps`, one forward and backward) and one after the
-    other (`train_step` each), alternately, `repeats` times each; the medians, wall-clock
-    and CPU seconds of the thread."""
+    """The trainer's step alone (no engine, no loop): `runs` runs of the example's spec as
+    adapters of one policy (as a pool holds them), each with a batch of the example's shape
+    (16 prompts x 8 samples, made up), stepped together (`train_steps`, one forward and
+    backward) and one after the other (`train_step` each), alternately, `repeats` times
+    each; the medians, wall-clock and CPU seconds of the thread."""
     import random
 
-    from workers.policy import TrainSample, collate
-    from workers.policy.multi import MultiLoraTrainer
+    from workers.policy import LoraPolicy, TrainSample, collate
 
     specs = [spec_for(s, 1) for s in range(runs)]
     host = specs[0].model_copy(update={"lora": specs[0].lora.model_copy(update={"r": 1})})
-    trainer = MultiLoraTrainer(host, model_dir_for(specs[0]))
-    tok = trainer.policy.tokenizer
+    trainer = LoraPolicy(host, model_dir_for(specs[0]))
+    tok = trainer.tokenizer
     rng = random.Random(0)
-    batches = {}
-    for s, spec in enumerate(specs):
-        trainer.add_run(f"seed{s}", spec)
+    steps = []
+    for spec in specs:
+        adapter = trainer.add_adapter(spec)
         samples = []
         for _ in range(spec.train.prompts_per_step):
             a, b = rng.randint(0, 50), rng.randint(0, 50)
@@ -140,16 +139,16 @@ def step_only(runs: int, repeats: int) -> dict:
                 samples.append(
                     TrainSample(prompt, resp, [-0.5] * len(resp), [0] * len(resp), j % 2 - 0.5)
                 )
-        batches[f"seed{s}"] = collate(samples, tok.pad_token_id)
+        steps.append((adapter, collate(samples, tok.pad_token_id)))
     times: dict[str, list[tuple[float, float]]] = {"together": [], "one_by_one": []}
     for i in range(repeats + 1):  # the first round warms up
         for kind in ("together", "one_by_one"):
             t0, c0 = time.perf_counter(), time.thread_time()
             if kind == "together":
-                trainer.train_steps(batches)
+                trainer.train_steps(steps)
             else:
-                for run, batch in batches.items():
-                    trainer.train_step(run, batch)
+                for adapter, batch in steps:
+                    trainer.train_step(adapter, batch)
             if i:
                 times[kind].append((time.perf_counter() - t0, time.thread_time() - c0))
     assert trainer.together[runs] == repeats + 1, trainer.together

@@ -110,30 +110,62 @@ class Source(StrEnum):  # spec_import.SOURCES (not imported here: lazily, per ve
 
 @spec_app.command("import")
 def spec_import(
-    file: Annotated[Path, typer.Argument(help="the other framework's GRPO config (YAML)")],
-    source: Annotated[Source, typer.Option("--from", help="the framework that wrote it")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="the other framework's config (YAML) or a script holding its command"),
+    ] = None,
+    source: Annotated[
+        Source | None, typer.Option("--from", help="the framework (default: guessed)")
+    ] = None,
+    command: Annotated[
+        str | None, typer.Option(help="a command line of overrides, applied over FILE")
+    ] = None,
+    dataset_rows: Annotated[
+        int | None, typer.Option(min=1, help="the training set's size: epochs become steps")
+    ] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="write here (default: stdout)")]
     = None,
 ) -> None:  # fmt: skip
-    """Translate a verl or NeMo-RL GRPO config into a RunSpec (YAML); the keys it could not
-    map go to stderr."""
+    """Translate a verl or NeMo-RL GRPO config (a YAML file inheriting its base through
+    `defaults:`, a command line, or both) into a RunSpec (YAML); the keys it could not map
+    go to stderr, each with the file that set it."""
     import yaml
 
-    from paddock_client.spec_import import import_spec  # pydantic only, like workers.spec
+    from paddock_client.spec_import import import_config  # pydantic and PyYAML only
+    from paddock_client.spec_import.reading import looks_like_command
     from workers.spec import SpecError
 
+    if file is None and command is None:
+        err("spec import: give a config file or --command")
+        raise typer.Exit(2)
+    config = text = file.read_text() if file is not None else None
+    if text is not None and looks_like_command(text):  # a script: its command line
+        if command is not None:
+            err(f"spec import: {file} holds a command line already: leave --command out")
+            raise typer.Exit(2)
+        config, command = None, text
     try:
-        spec, unmapped = import_spec(source.value, yaml.safe_load(file.read_text()) or {})
+        result = import_config(
+            config=config,
+            command=command,
+            source=source.value if source else None,
+            dataset_rows=dataset_rows,
+            config_name=file.name if file is not None else "config",
+            config_dir=file.parent if file is not None else None,
+            cwd=Path.cwd(),
+        )
     except SpecError as exc:
-        _spec_errors(str(file), exc)
+        _spec_errors(str(file or "--command"), exc)
         raise typer.Exit(1) from None
-    text = yaml.safe_dump(spec, sort_keys=False)
+    text = yaml.safe_dump(result.spec, sort_keys=False)
     if out:
         out.write_text(text)
     else:
         sys.stdout.write(text)
-    for key in unmapped:
-        err(f"{file}: {key}: not mapped (left out of the spec)")
+    for key in result.unmapped:
+        note = result.notes.get(key)
+        where = result.origins.get(key, str(file))
+        err(f"{where}: {key}: not mapped (left out of the spec)" + (f": {note}" if note else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,10 @@
-"""The verbs of a team's things besides runs: datasets, API tokens, Ray clusters."""
+"""The verbs of a team's things besides runs: datasets, API tokens, secrets, Ray clusters."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,10 @@ TOKEN_COLUMNS = [
     ("USER", field("user", "username")), ("CREATED", field("created_at")),
     ("EXPIRES", field("expires_at")), ("REVOKED", field("revoked_at")),
     ("LAST USED", field("last_used_at")),
+]  # fmt: skip
+SECRET_COLUMNS = [
+    ("NAME", field("name")), ("VALUE", field("masked")),
+    ("UPDATED BY", field("updated_by", "username")), ("UPDATED", field("updated_at")),
 ]  # fmt: skip
 CLUSTER_COLUMNS = [
     ("ID", field("id")), ("NAME", field("name")), ("TEAM", field("team")),
@@ -102,6 +107,43 @@ def tokens_revoke(
     print(f"token {token['id']} '{token['name']}' revoked at {token['revoked_at']}")
 
 
+# --- secrets ----------------------------------------------------------------------------------
+
+secrets = typer.Typer(
+    no_args_is_help=True,
+    help="A team's secrets: values a spec names (secret: NAME) and its runs' jobs receive; "
+    "never shown again once set.",
+)
+
+
+@secrets.command("list")
+def secrets_list(team: TeamOpt = None, output: OutputOpt = Format.table) -> None:
+    """The team's secrets, masked."""
+    show_list(_client().secrets(team), SECRET_COLUMNS, output)
+
+
+@secrets.command("set")
+def secrets_set(
+    name: Annotated[str, typer.Argument(help="the name a spec uses (secret: NAME)")],
+    team: TeamOpt = None,
+) -> None:
+    """Set a secret (team admins) from standard input or a hidden prompt, never from the
+    command line (it would stay in the shell's history)."""
+    if sys.stdin.isatty():
+        value = typer.prompt(f"value of {name}", hide_input=True)
+    else:
+        value = sys.stdin.read().rstrip("\n")
+    secret = _client().set_secret(team, name, value)
+    print(f"secret {secret['name']} set ({secret['masked']})")
+
+
+@secrets.command("delete")
+def secrets_delete(name: Annotated[str, typer.Argument()], team: TeamOpt = None) -> None:
+    """Delete a secret (team admins); runs that name it fail at their next start."""
+    _client().delete_secret(team, name)
+    print(f"secret {name} deleted")
+
+
 # --- clusters ---------------------------------------------------------------------------------
 
 clusters = typer.Typer(no_args_is_help=True, help="Ray clusters that runs are dispatched to.")
@@ -165,4 +207,5 @@ def clusters_health(
 def register(app: typer.Typer) -> None:
     app.add_typer(datasets, name="datasets")
     app.add_typer(tokens, name="tokens")
+    app.add_typer(secrets, name="secrets")
     app.add_typer(clusters, name="clusters")

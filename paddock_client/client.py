@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -340,6 +341,18 @@ class PaddockClient:
 
     def revoke_token(self, team: int | str | None, token_id: int) -> dict:
         return self.request("DELETE", f"teams/{self.team_id(team)}/tokens/{token_id}")
+
+    def secrets(self, team: int | str | None) -> list[dict]:
+        """The team's secrets, masked (names and when they changed; never a value)."""
+        return self.request("GET", f"teams/{self.team_id(team)}/secrets")
+
+    def set_secret(self, team: int | str | None, name: str, value: str) -> dict:
+        """Create or replace a team secret (team admins): write-only."""
+        path = f"teams/{self.team_id(team)}/secrets/{quote(name, safe='')}"
+        return self.request("PUT", path, json={"value": value})
+
+    def delete_secret(self, team: int | str | None, name: str) -> None:
+        self.request("DELETE", f"teams/{self.team_id(team)}/secrets/{quote(name, safe='')}")
 
     def clusters(self) -> list[dict]:
         return self.request("GET", "clusters")

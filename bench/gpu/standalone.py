@@ -26,7 +26,6 @@ import torch
 import torch.distributed as dist
 
 from workers.distributed.process_group import init_from_env
-from workers.loop.version_check import AdapterHistory, stale_token_sums
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.policy.fsdp import ShardedLoraPolicy
 from workers.policy.lora import write_adapter_file
@@ -91,9 +90,9 @@ def train(args: argparse.Namespace) -> None:
         args.seqs, args.prompt_len, args.seq_len - args.prompt_len, vocab, args.group
     )
     batch = collate(samples, policy.tokenizer.pad_token_id)
-    history = AdapterHistory(keep=args.warmup + args.steps)
     if args.stale_check:  # the samples are labelled version 0: the adapter before training
-        history.record(0, policy.adapter_tensors())  # a collective under FSDP
+        policy.adapter.history.keep = args.warmup + args.steps
+        policy.adapter.history.record(0, policy.adapter_tensors())  # a collective under FSDP
 
     def sync() -> None:
         if on_gpu:
@@ -105,7 +104,7 @@ def train(args: argparse.Namespace) -> None:
     for step in range(args.warmup + args.steps):
         sync()
         t0 = time.perf_counter()
-        m = policy.train_step(batch)
+        m = policy.train_step(policy.adapter, batch)
         sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
@@ -118,7 +117,7 @@ def train(args: argparse.Namespace) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         peak = float(t)
     # token_mult_prob_error of the (now stale) version-0 tokens, each rank a share of them
-    stale = stale_token_sums(policy, batch, history, args.stale_check)
+    stale = policy.stale_sums(policy.adapter, batch, args.stale_check)
     tensors = policy.adapter_tensors()  # a collective under FSDP: every rank gathers
     if rank == 0:
         out = Path(args.out)
@@ -206,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even with GPUs")
     ap.add_argument("--shard-lora", action="store_true", help="shard LoRA with the base")
     ap.add_argument("--stale-check", type=int, default=0,
-                    help="after training, the staleness check of loop/version_check.py on "
+                    help="after training, the staleness check (LoraPolicy.stale_sums) on "
                          "this many samples (their version, 0, is stale by then)")  # fmt: skip
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)

@@ -63,7 +63,6 @@ def engine_policy(
     compile: bool = False,
     ckpt: bool = False,
     stack: bool | None = None,
-    graphs: bool = False,
     optimizer_graph: bool | None = None,
 ):
     from workers.policy import LoraPolicy
@@ -72,9 +71,7 @@ def engine_policy(
     over = {"rollout.max_new_tokens": resp_len, "train.micro_batch_size": micro_batch}
     over |= {"train.compile": compile, "train.activation_checkpointing": ckpt}
     spec = parse_spec(base_spec(model_dir, **over))
-    return LoraPolicy(
-        spec, model_dir, stack_lora=stack, layer_graphs=graphs, optimizer_graph=optimizer_graph
-    )
+    return LoraPolicy(spec, model_dir, stack_lora=stack, optimizer_graph=optimizer_graph)
 
 
 def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
@@ -97,11 +94,10 @@ def train_batch(policy, seqs: int, prompt_len: int, resp_len: int, vocab: int):
 
 
 COMPILE_VARIANTS = {
-    # name: (layer graphs, the head's gradient in its forward, cuDNN attention)
-    "head-recompute": (False, False, True),  # the step before layer graphs and the new head
-    "no-graphs": (False, True, True),  # the default with train.compile on one GPU
-    "graphs": (True, True, True),
-    "graphs-flash": (True, True, False),  # attention by flash, not cuDNN
+    # name: (the head's gradient in its forward, cuDNN attention)
+    "head-recompute": (False, True),  # the step before the new head
+    "default": (True, True),  # the default with train.compile on one GPU
+    "flash": (True, False),  # attention by flash, not cuDNN
 }
 
 
@@ -111,7 +107,7 @@ def compile_variant_row(model_dir, args, variant, seqs, prompt_len, resp_len, vo
 
     from workers.policy import fused_logprobs
 
-    graphs, head_in_forward, cudnn = COMPILE_VARIANTS[variant]
+    head_in_forward, cudnn = COMPILE_VARIANTS[variant]
     orig = fused_logprobs.fused_token_logprobs
 
     def make():
@@ -119,13 +115,13 @@ def compile_variant_row(model_dir, args, variant, seqs, prompt_len, resp_len, vo
         if not head_in_forward:
             fused_logprobs.fused_token_logprobs = functools.partial(orig, grad_in_forward=False)
         torch.backends.cuda.enable_cudnn_sdp(cudnn)
-        policy = engine_policy(model_dir, resp_len, seqs, True, graphs=graphs)
+        policy = engine_policy(model_dir, resp_len, seqs, True)
         batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
         t0 = time.perf_counter()
-        policy.train_step(batch)  # the first step compiles
+        policy.train_step(policy.adapter, batch)  # the first step compiles
         sync()
         print(f"{variant}: first step {time.perf_counter() - t0:.1f} s", flush=True)
-        return (lambda: policy.train_step(batch)), policy
+        return (lambda: policy.train_step(policy.adapter, batch)), policy
 
     try:
         name = f"engine {seqs}x{args.seq_len} micro-batch {seqs}, train.compile, {variant}"
@@ -142,7 +138,6 @@ def compile_variant_row(model_dir, args, variant, seqs, prompt_len, resp_len, vo
 INTERLEAVE = {
     "default": {},  # train.compile's defaults on one GPU
     "no-opt-graph": {"optimizer_graph": False},  # clip and AdamW eager, as before
-    "graphs": {"graphs": True},  # with layer graphs
     "eager": {"compile": False},
     # LoRA inputs uncast by PEFT's own switch, which walks the model on entry and exit
     "peft-uncast": {"peft_uncast": True},
@@ -220,14 +215,12 @@ def _labelled(policy) -> None:
 
         return call
 
-    policy._response_hidden = wrap(policy._response_hidden, "phase: layers forward")
+    policy._hidden = wrap(policy._hidden, "phase: layers forward")
     policy.hidden_logprobs = wrap(policy.hidden_logprobs, "phase: head forward")
-    policy._accumulate = wrap(policy._accumulate, "phase: forward+loss+backward")
+    policy._micro = wrap(policy._micro, "phase: forward+loss+backward")
     policy_mod.grpo_loss = wrap(policy_mod.grpo_loss, "phase: loss")
-    if policy.optimizer_graph is not None:
-        policy.optimizer_graph.step = wrap(policy.optimizer_graph.step, "phase: optimizer")
-    else:
-        policy.optimizer.step = wrap(policy.optimizer.step, "phase: optimizer")
+    adapter = policy.adapter
+    adapter.optimizer_step = wrap(adapter.optimizer_step, "phase: optimizer")
 
 
 def part_interleave(model_dir: Path, args, out: Path) -> dict:
@@ -249,11 +242,11 @@ def part_interleave(model_dir: Path, args, out: Path) -> dict:
             _peft_uncast(policy)
         batch = batch or train_batch(policy, seqs, prompt_len, resp_len, args.vocab)
         t0 = time.perf_counter()
-        policy.train_step(batch)  # compiles (the first variant from cold)
+        policy.train_step(policy.adapter, batch)  # compiles (the first variant from cold)
         sync()
         res["first_step_s"][name] = time.perf_counter() - t0
-        for _ in range(1 + args.warmup):  # the graphs' captures, then warm
-            policy.train_step(batch)
+        for _ in range(1 + args.warmup):  # the optimizer graph's capture, then warm
+            policy.train_step(policy.adapter, batch)
         sync()
         policies[name] = policy
         print(f"{name}: first step {res['first_step_s'][name]:.1f} s", flush=True)
@@ -265,7 +258,7 @@ def part_interleave(model_dir: Path, args, out: Path) -> dict:
             allocs = _mallocs()
             state = _gpu_state()
             wall, t0 = time.time(), time.perf_counter()
-            policies[name].train_step(batch)
+            policies[name].train_step(policies[name].adapter, batch)
             sync()
             dt = time.perf_counter() - t0
             n_gc, gc_s = gc_clock.take()
@@ -313,7 +306,7 @@ def part_interleave(model_dir: Path, args, out: Path) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(2):
-                policy.train_step(batch)
+                policy.train_step(policy.adapter, batch)
                 sync()
         (out / "train_profile.txt").write_text(
             prof.key_averages().table(sort_by="cuda_time_total", row_limit=60)
@@ -361,7 +354,7 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
             def make(seqs=seqs, mb=mb, ckpt=ckpt, stack=stack):
                 policy = engine_policy(model_dir, resp_len, mb, ckpt=ckpt, stack=stack)
                 batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
-                return (lambda: policy.train_step(batch)), policy
+                return (lambda: policy.train_step(policy.adapter, batch)), policy
 
             name = f"engine {seqs}x{seq_len} micro-batch {mb}" + (", checkpointed" if ckpt else "")
             name += ", PEFT layers + foreach AdamW" if stack is False else ""
@@ -378,7 +371,7 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
             policy = engine_policy(model_dir, resp_len, seqs)
             policy._autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
             batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
-            return (lambda: policy.train_step(batch)), policy
+            return (lambda: policy.train_step(policy.adapter, batch)), policy
 
         name = f"engine {seqs}x{seq_len}, PEFT casts LoRA inputs to fp32"
         rows.append(measure(name, make_cast, seqs * seq_len, args.warmup, args.reps))
@@ -396,10 +389,10 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
             policy = engine_policy(model_dir, resp_len, seqs, True, ckpt, stack)
             batch = train_batch(policy, seqs, prompt_len, resp_len, vocab)
             t0 = time.perf_counter()
-            policy.train_step(batch)  # the first step compiles
+            policy.train_step(policy.adapter, batch)  # the first step compiles
             sync()
             res[key] = time.perf_counter() - t0
-            return (lambda: policy.train_step(batch)), policy
+            return (lambda: policy.train_step(policy.adapter, batch)), policy
 
         name = f"engine {seqs}x{seq_len} micro-batch {seqs}, train.compile"
         name += ", checkpointed" if ckpt else ""
@@ -419,12 +412,12 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         compiled = args.compile or bool(args.compile_variants)
         policy = engine_policy(model_dir, resp_len, args.seqs[0], compiled, args.checkpointing)
         batch = train_batch(policy, args.seqs[0], prompt_len, resp_len, vocab)
-        for _ in range(3):  # compiles, then (layer graphs) captures at the second sighting
-            policy.train_step(batch)
+        for _ in range(3):  # compiles, then the optimizer's graph captures at the second step
+            policy.train_step(policy.adapter, batch)
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            policy.train_step(batch)
+            policy.train_step(policy.adapter, batch)
             sync()
         (out / "train_profile.txt").write_text(
             prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)

@@ -103,8 +103,9 @@ async def ws_client(url, port, token, run_ids, stop_at, phases, failures):
         i += 1
         started = time.perf_counter()
         try:
-            ws = await connect(f"ws://127.0.0.1:{port}/ws/runs/{run}/?token={token}",
-                               origin=url, max_size=2**24, open_timeout=10)  # fmt: skip
+            ws = await connect(f"ws://127.0.0.1:{port}/ws/runs/{run}/", origin=url,
+                               additional_headers={"Authorization": f"Bearer {token}"},
+                               max_size=2**24, open_timeout=10)  # fmt: skip
             opened = time.perf_counter()
             try:
                 await asyncio.wait_for(ws.recv(), 10)  # the snapshot

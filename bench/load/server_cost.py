@@ -147,7 +147,7 @@ def main() -> int:
                 assert status == 200, (url, status)
 
             rows.append((f"GET {url}", *measure(get, args.repeat, database_cpu)))
-        scope = {"headers": [], "query_string": f"token={token}".encode(), "client": None}
+        scope = {"headers": [(b"authorization", f"Bearer {token}".encode())], "client": None}
 
         def snapshot():
             actor = scope_actor(scope)

@@ -86,5 +86,5 @@ HEALTHCHECK --interval=30s --timeout=10s --start-period=40s --retries=3 \
 # The ASGI server. Worker: `celery -A paddock worker --loglevel=INFO`; beat:
 # `celery -A paddock beat --loglevel=INFO`; migrations: `python manage.py migrate --noinput`.
 # --no-proxy-headers: the platform itself believes X-Forwarded-For from PADDOCK_TRUSTED_PROXIES
-# only (core/client_address.py); the scheme comes from X-Forwarded-Proto (SECURE_PROXY_SSL_HEADER).
+# only (http/client_address.py); the scheme comes from X-Forwarded-Proto (SECURE_PROXY_SSL_HEADER).
 CMD ["sh", "-c", "exec uvicorn paddock.asgi:application --host 0.0.0.0 --port 8000 --workers \"${PADDOCK_WEB_WORKERS:-1}\" --lifespan off --ws websockets-sansio --no-proxy-headers"]

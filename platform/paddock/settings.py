@@ -12,10 +12,10 @@ from workers.egress import EgressPolicy
 
 from .environment import (
     celery_broker_url,
+    cidrs_from,
     read_environment,
     redis_db,
     secret_key,
-    trusted_proxies_from,
 )
 
 ENV = read_environment()
@@ -31,6 +31,11 @@ PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":
 # What a spec's URLs may reach (workers/egress.py): launch checks them against it, and dispatch
 # hands the same PADDOCK_EGRESS_* variables to every job, whose clients keep it
 PADDOCK_EGRESS = EgressPolicy.from_env()
+# Networks (CIDRs) a team's admins may register clusters in through the API (clusters/
+# approval.py); empty: only staff and the operator register clusters
+PADDOCK_CLUSTER_NETWORKS = cidrs_from(
+    "PADDOCK_CLUSTER_NETWORKS", os.environ.get("PADDOCK_CLUSTER_NETWORKS", "")
+)
 # the operator's spec limits (workers/spec.py reads the variable itself); handed to every job
 PADDOCK_SPEC_LIMITS = os.environ.get("PADDOCK_SPEC_LIMITS", "")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies
@@ -47,8 +52,14 @@ _prepared = os.environ.get("PADDOCK_PREPARED_STATEMENTS", "true").strip().lower(
 PADDOCK_PREPARED_STATEMENTS = _prepared not in ("0", "false", "no", "off")
 # the bearer token of a Prometheus scrape of /metrics; unset: loopback, unproxied only
 PADDOCK_METRICS_TOKEN = os.environ.get("PADDOCK_METRICS_TOKEN", "")
-# Peers whose X-Forwarded-For is believed (addresses or CIDRs; core/client_address.py)
-PADDOCK_TRUSTED_PROXIES = trusted_proxies_from(os.environ.get("PADDOCK_TRUSTED_PROXIES", ""))
+# requests a minute one API token may make (http/limits.py); 0: no limit
+PADDOCK_API_RATE_LIMIT = int(os.environ.get("PADDOCK_API_RATE_LIMIT", "1200"))
+# the longest an API token may live, in days: one made without an expiry gets this one
+PADDOCK_TOKEN_MAX_DAYS = int(os.environ.get("PADDOCK_TOKEN_MAX_DAYS", "365"))
+# Peers whose X-Forwarded-For is believed (addresses or CIDRs; http/client_address.py)
+PADDOCK_TRUSTED_PROXIES = cidrs_from(
+    "PADDOCK_TRUSTED_PROXIES", os.environ.get("PADDOCK_TRUSTED_PROXIES", "")
+)
 RAY_ADDRESS = ENV.ray_address
 REDIS_URL = ENV.redis_url
 
@@ -72,6 +83,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's files, served from here (no CDN)
     "channels",
     "paddock.core",
+    "paddock.http",
     "paddock.teams",
     "paddock.experiments",
     "paddock.clusters",
@@ -83,16 +95,19 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "paddock.monitoring.middleware.RequestMetricsMiddleware",  # outermost: times it all
-    "django.middleware.security.SecurityMiddleware",
+    # the request policy (http/policy.py): hosts, https, security headers
+    "paddock.http.middleware.FrontDoorMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "paddock.core.security_headers.SecurityHeadersMiddleware",  # CSP, no-store on the API
 ]
+# Django's SecurityMiddleware and XFrameOptionsMiddleware are not in the chain: their rules
+# are http/policy.py's, applied by FrontDoorMiddleware, whose own check (paddock.E001)
+# replaces these two
+SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002"]
 
 ROOT_URLCONF = "paddock.urls"
 ASGI_APPLICATION = "paddock.asgi.application"
@@ -196,7 +211,7 @@ CHANNEL_LAYERS = {
     }
 }
 
-# --- Cache: Redis, shared by every process (the rate limits of core/ratelimit.py count here) ---
+# --- Cache: Redis, shared by every process (the rate limits of http/limits.py count here) ---
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",

@@ -2,10 +2,10 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from paddock.clusters.views import bootstrap, pool_bootstrap, pool_members
-from paddock.core.admin_login import admin_login
 from paddock.live.views import ingest
 from paddock.monitoring.views import metrics
 from paddock.ops.views import healthz, livez, spa
+from paddock.teams.admin_login import admin_login
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

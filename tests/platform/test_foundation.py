@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from paddock.teams.models import Role
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -113,6 +115,28 @@ def test_healthz_reports_every_component(client):
     assert "RAY_ADDRESS" in body["components"]["ray"]["error"]
     assert body["status"] == "degraded"
     assert client.get("/healthz?strict=1").status_code == 503
+
+
+@pytest.mark.django_db
+def test_healthz_says_only_ok_or_not_to_anyone_else(client, world, settings):
+    """An anonymous caller off this machine learns whether the platform is healthy, not its
+    addresses, versions or host names; an operator (this machine, the metrics token, a
+    staff session) reads every component."""
+    settings.PADDOCK_METRICS_TOKEN = "operator-secret"
+    for meta in ({"REMOTE_ADDR": "203.0.113.9"},
+                 {"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "203.0.113.9"},
+                 {"REMOTE_ADDR": "203.0.113.9", "HTTP_AUTHORIZATION": "Bearer wrong"}):  # fmt: skip
+        reply = client.get("/healthz", **meta)
+        assert reply.status_code == 200 and reply.json() == {"status": "degraded"}, meta
+        assert client.get("/healthz?strict=1", **meta).status_code == 503
+    operator = client.get("/healthz", REMOTE_ADDR="203.0.113.9",
+                          HTTP_AUTHORIZATION="Bearer operator-secret")  # fmt: skip
+    assert set(operator.json()["components"]) >= {"database", "ray"}
+    staff = world.users_a[Role.OWNER]
+    staff.is_staff = True
+    staff.save()
+    client.force_login(staff)
+    assert "components" in client.get("/healthz", REMOTE_ADDR="203.0.113.9").json()
 
 
 def test_paddock_train_never_loads_django_and_up_never_loads_torch():

@@ -28,8 +28,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(t
 class Viewer:
     """A websocket viewer that keeps every step it was sent and the last cursor."""
 
-    def __init__(self, url: str, origin: str):
+    def __init__(self, url: str, origin: str, token: str):
         self.url, self.origin = url, origin
+        self.headers = {"Authorization": f"Bearer {token}"}
         self.steps: list[tuple[int, float]] = []  # (step, loss) in the order received
         self.cursor: dict | None = None
 
@@ -40,8 +41,9 @@ class Viewer:
             self.steps += [(s["step"], s["values"]["loss"]) for s in message["steps"]]
 
     def open(self, after: dict | None = None):
-        query = f"&after={after['dispatch']}:{after['seq']}" if after else ""
-        return connect(self.url + query, origin=self.origin, open_timeout=5)
+        query = f"?after={after['dispatch']}:{after['seq']}" if after else ""
+        return connect(self.url + query, origin=self.origin, open_timeout=5,
+                       additional_headers=self.headers)  # fmt: skip
 
     def read(self, ws, until) -> None:
         """Take messages until `until()` holds; return at once if the server goes away."""
@@ -79,8 +81,7 @@ def test_a_viewer_resyncs_after_an_asgi_restart_without_gap_or_duplicate(
             reporter.metric(step, {"loss": emitted[step]})
             time.sleep(0.02)
 
-    viewer = Viewer(f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={api}",
-                    asgi_server.url)  # fmt: skip
+    viewer = Viewer(f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/", asgi_server.url, api)
     worker = threading.Thread(target=job)
     try:
         with viewer.open() as ws:

@@ -67,8 +67,9 @@ def test_ingest_and_the_live_stream_survive_a_redis_restart(redis, launched, wor
     try:
         ingest = f"{server.url}/api/v1/runs/{run.pk}/ingest"
         auth = {"Authorization": f"Bearer {token}"}
-        ws_url = f"ws://127.0.0.1:{server.port}/ws/runs/{run.pk}/?token={api}"
-        with connect(ws_url, origin=server.url) as ws:
+        ws_url = f"ws://127.0.0.1:{server.port}/ws/runs/{run.pk}/"
+        bearer = {"Authorization": f"Bearer {api}"}
+        with connect(ws_url, origin=server.url, additional_headers=bearer) as ws:
             assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
             assert requests.post(ingest, json=_metric_batch(1), headers=auth).status_code == 200
             _recv_metrics(ws, 1)
@@ -81,11 +82,11 @@ def test_ingest_and_the_live_stream_survive_a_redis_restart(redis, launched, wor
 
         redis.start()  # same port, same append-only file
         # a viewer reconnecting with its last cursor gets what it missed, then live data
-        after = f"{ws_url}&after=1:1"
+        after = f"{ws_url}?after=1:1"
 
         def reconnected():
             try:
-                return connect(after, origin=server.url, open_timeout=5)
+                return connect(after, origin=server.url, open_timeout=5, additional_headers=bearer)
             except Exception:  # the server's Redis pool may need a moment
                 return None
 

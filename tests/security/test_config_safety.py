@@ -22,11 +22,9 @@ DANGEROUS = re.compile(
 ALLOWED = {
     ("workers/rollout/registry.py", "import_module("): "the module name comes from the fixed "
     "BACKENDS table, looked up after RunSpec has limited rollout.backend to its keys",
-    ("workers/loop/executor.py", "torch.load("): "a checkpoint of the run's own team: "
-    "spec_paths_check refuses any other checkpoint.resume_from at launch",
-    ("workers/loop/checkpoint.py", "torch.load("): "the same checkpoint as executor.py",
-    ("workers/policy/multi.py", "torch.load("): "a pooled run's own checkpoint, read with "
-    "weights_only=True (tensors and plain values: no pickle runs)",
+    ("workers/loop/checkpoint.py", "torch.load("): "a checkpoint of the run's own team "
+    "(spec_paths_check refuses any other checkpoint.resume_from at launch), every file read "
+    "with weights_only=True (tensors, plain values and the loop's own dataclasses by name)",
 }
 
 

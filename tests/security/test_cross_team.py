@@ -18,7 +18,7 @@ from paddock.experiments.models import Experiment, Run
 from paddock.live.routing import websocket_urlpatterns
 from paddock.sweeps.models import Sweep
 from paddock.sweeps.services import sweep_create
-from paddock.teams.models import ApiToken, Membership, Role, Team
+from paddock.teams.models import ApiToken, Membership, Role, Team, TeamSecret
 from paddock.teams.services import api_token_create
 from tests.security.conftest import SECRET
 from tests.security.wsclient import Ws
@@ -30,7 +30,7 @@ PK_OF = {"teams": "team", "experiments": "experiment", "configs": "config", "run
          "clusters": "cluster", "pools": "pool", "sweeps": "sweep"}  # fmt: skip
 PARAM_OF = {"run_id": "run", "user_id": "user", "token_id": "token",
             "checkpoint_id": "checkpoint", "experiment_id": "experiment",
-            "pool_id": "pool", "sweep_id": "sweep"}  # fmt: skip
+            "pool_id": "pool", "sweep_id": "sweep", "name": "secret"}  # fmt: skip
 # every reference a query string or a body could carry, pointed at B's objects
 QUERY = "team={team}&experiment={experiment}&run={run}&runs={run}&a={config}&b={config}&keys=x"
 FIELD = re.compile(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>")
@@ -83,6 +83,7 @@ def _b_state(team_b) -> tuple:
         (run.state, run.desired_state),
         RayCluster.objects.filter(team_id=team_b.team).values_list("name", "address").first(),
         sorted(Sweep.objects.filter(team_id=team_b.team).values_list("state", "end_reason")),
+        sorted(TeamSecret.objects.filter(team_id=team_b.team).values_list("name", "sealed")),
     )
 
 
@@ -120,7 +121,7 @@ def test_team_a_learns_nothing_of_team_b_by_id(world, team_b, client_as, auth):
         raw = api_token_create(actor=world.actor(owner_a), team=world.team_a, name="probe")[1]
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     kinds = ("team", "experiment", "config", "run", "user", "token", "checkpoint", "dataset",
-             "cluster")  # fmt: skip
+             "cluster", "secret")  # fmt: skip
     b_ids = {k: getattr(team_b, k) for k in kinds}
     b_ids["pool"] = _pool_hosting(team_b.run)
     b_ids["sweep"] = _sweep_of(world, team_b)
@@ -168,8 +169,8 @@ def test_guessing_ids_finds_only_the_own_teams_objects(world, team_b, launched, 
 WS_ROUTES = [str(p.pattern) for p in websocket_urlpatterns]
 
 
-async def _ws_connect(path: str, origin: bytes | None = b"http://127.0.0.1:8000"):
-    ws = Ws(path, origin=origin)
+async def _ws_connect(path: str, token: str, origin: bytes | None = b"http://127.0.0.1:8000"):
+    ws = Ws(path, origin=origin, token=token)
     connected, code = await ws.connect()
     return ws, connected, code
 
@@ -187,7 +188,7 @@ async def test_no_websocket_route_opens_for_another_team(world, team_b):
         closes = []
         for target in (team_b.run if "run" in route else team_b.experiment, NOBODY):
             ids = {"run": target, "experiment": target}
-            communicator, connected, code = await _ws_connect(f"{_fill(route, ids)}?token={raw}")
+            communicator, connected, code = await _ws_connect(_fill(route, ids), raw)
             assert not connected, route
             closes.append(code)
             await communicator.close()
@@ -203,12 +204,12 @@ async def test_a_foreign_origin_is_refused(world, launched):
     raw = await database_sync_to_async(
         lambda: api_token_create(actor=world.actor(viewer), team=world.team_a, name="ws")[1]
     )()
-    path = f"/ws/runs/{launched[0]['runs'][0]['id']}/?token={raw}"
-    ok, connected, _ = await _ws_connect(path)
+    path = f"/ws/runs/{launched[0]['runs'][0]['id']}/"
+    ok, connected, _ = await _ws_connect(path, raw)
     assert connected  # the same token from the platform's own origin is let in
     await ok.close()
     # a browser's page of another site (no Origin is a program: test_ws_handshake.py)
     for origin in (b"https://evil.example", b"http://127.0.0.1.evil.example", b"null"):
-        communicator, connected, _ = await _ws_connect(path, origin=origin)
+        communicator, connected, _ = await _ws_connect(path, raw, origin=origin)
         assert not connected, origin
         await communicator.close()

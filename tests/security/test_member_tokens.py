@@ -70,7 +70,7 @@ async def test_websockets_refuse_and_close_a_removed_members_token(world, launch
         lambda: api_token_create(actor=world.actor(member), team=world.team_a, name="ws")[1]
     )()
     run = launched[0]["runs"][0]["id"]
-    open_ws = Ws(f"/ws/runs/{run}/?token={raw}")
+    open_ws = Ws(f"/ws/runs/{run}/", token=raw)
     assert (await open_ws.connect())[0]
     assert (await open_ws.receive_json())["type"] == "snapshot"
     await database_sync_to_async(
@@ -81,6 +81,6 @@ async def test_websockets_refuse_and_close_a_removed_members_token(world, launch
     assert closed["type"] == "websocket.close" and closed.get("code") == consumers.FORBIDDEN
     await open_ws.close()
     # and a new handshake with the token is refused
-    again = Ws(f"/ws/runs/{run}/?token={raw}")
+    again = Ws(f"/ws/runs/{run}/", token=raw)
     assert (await again.connect()) == (False, consumers.FORBIDDEN)
     await again.close()

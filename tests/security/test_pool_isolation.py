@@ -107,7 +107,7 @@ async def test_the_websocket_of_a_pooled_run_carries_nothing_of_the_pool_mate(wo
         return mine, raw
 
     mine, raw = await database_sync_to_async(setup)()
-    ws = Ws(f"/ws/runs/{mine.pk}/?token={raw}")
+    ws = Ws(f"/ws/runs/{mine.pk}/", token=raw)
     connected, _ = await ws.connect()
     assert connected
     try:

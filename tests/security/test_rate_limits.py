@@ -1,4 +1,4 @@
-"""Rate limits on guessing (paddock.core.ratelimit): failed logins and failed token
+"""Rate limits on guessing (paddock.http.limits): failed logins and failed token
 authentications are limited per address; valid traffic never is. Each test comes from an
 address of its own, so counts of other tests (kept in Redis) do not reach it."""
 

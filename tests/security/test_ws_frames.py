@@ -51,7 +51,7 @@ async def _still_answers(ws: Ws) -> None:
 async def test_malformed_frames_get_an_error_and_the_stream_lives_on(world, launched):
     run_id = launched[0]["runs"][0]["id"]
     token = await _token(world, Role.OWNER)
-    ws = Ws(f"/ws/runs/{run_id}/?token={token}")
+    ws = Ws(f"/ws/runs/{run_id}/", token=token)
     assert (await ws.connect())[0]
     assert (await ws.receive_json())["type"] == "snapshot"
     for frame in FRAMES:
@@ -75,7 +75,7 @@ async def test_an_experiment_stream_controls_only_its_own_runs_and_only_for_memb
     experiment_id = await database_sync_to_async(lambda: Run.objects.get(pk=first).experiment_id)()
     b_run = launched[1]["runs"][0]["id"]
     for role, code in ((Role.VIEWER, "permission_denied"), (Role.MEMBER, "invalid_run")):
-        ws = Ws(f"/ws/experiments/{experiment_id}/?token={await _token(world, role)}")
+        ws = Ws(f"/ws/experiments/{experiment_id}/", token=await _token(world, role))
         assert (await ws.connect())[0]
         for _ in launched[0]["runs"]:
             assert (await ws.receive_json())["type"] == "snapshot"

@@ -1,7 +1,8 @@
 """Websocket handshakes against the server as `paddock up` runs it: a path no route takes
 is refused (HTTP 403 before accept), never a 500; an oversized or malformed handshake gets
-an answer and a closed socket, not silence; a program with `?token=` and no Origin is let
-in (docs/live-protocol.md), and a session cookie only counts with the site's own Origin."""
+an answer and a closed socket, not silence; a program with a token header (Authorization
+or the bearer subprotocol) and no Origin is let in (docs/live-protocol.md), a token in the
+URL never is, and a session cookie only counts with the site's own Origin."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def token(world):
     return api_token_create(actor=world.actor(owner), team=world.team_a, name="ws")[1]
 
 
+def _bearer(token: str) -> bytes:
+    return b"Authorization: Bearer " + token.encode() + b"\r\n"
+
+
 def test_paths_no_route_takes_are_refused_not_server_errors(paddock_server, launched, token):
     run = launched[0]["runs"][0]["id"]
     experiment = launched[0]["experiment"]["id"]
@@ -33,7 +38,7 @@ def test_paths_no_route_takes_are_refused_not_server_errors(paddock_server, laun
              f"/ws/runs/{run}/extra/", f"/ws/runs/{run}//", "/ws/runs/%00/", "/ws/runs/%F0%9F/",
              f"/ws/experiments/-{experiment}/", "/api/v1/me", "/"]  # fmt: skip
     for path in paths:
-        reply = handshake(paddock_server.port, f"{path}?token={token}")
+        reply = handshake(paddock_server.port, path, extra=_bearer(token))
         assert reply.status in (403, 404), (path, reply)
     # a query string the token lookup must never take to the database as is
     for query in ("token=pdk_%00%00%00%00%00%00%00%00%00%00%00%00%00%00%00%00%00%00%00%00",
@@ -43,7 +48,7 @@ def test_paths_no_route_takes_are_refused_not_server_errors(paddock_server, laun
         assert reply.status in (101, 403), (query[:60], reply)
     # the routes themselves still open
     for path in (f"/ws/runs/{run}/", f"/ws/experiments/{experiment}/"):
-        assert handshake(paddock_server.port, f"{path}?token={token}").status == 101, path
+        assert handshake(paddock_server.port, path, extra=_bearer(token)).status == 101, path
 
 
 @pytest.mark.parametrize(
@@ -66,12 +71,17 @@ def test_an_oversized_or_malformed_handshake_is_answered_and_closed(paddock_serv
 
 def test_a_program_with_a_token_and_no_origin_is_let_in(paddock_server, launched, token):
     run = launched[0]["runs"][0]["id"]
-    url = f"ws://127.0.0.1:{paddock_server.port}/ws/runs/{run}/?token={token}"
-    with connect(url, origin=None) as ws:  # no Origin header, as the CLI or a script sends
-        assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
+    url = f"ws://127.0.0.1:{paddock_server.port}/ws/runs/{run}/"
     bearer = {"Authorization": f"Bearer {token}"}
-    with connect(url.split("?")[0], additional_headers=bearer) as ws:
+    with connect(url, origin=None, additional_headers=bearer) as ws:  # as the CLI or a script
         assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
+    # a client that cannot set headers (a browser's WebSocket) offers the token as a
+    # subprotocol beside `paddock`, which the server accepts
+    with connect(url, subprotocols=["paddock", f"paddock.bearer.{token}"]) as ws:
+        assert ws.subprotocol == "paddock"
+        assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
+    # a token in the URL reaches access logs: it is never read
+    assert handshake(paddock_server.port, f"/ws/runs/{run}/?token={token}").status == 403
 
 
 def test_a_session_cookie_counts_only_with_the_sites_own_origin(paddock_server, world, launched):

@@ -14,13 +14,17 @@ ORIGIN = b"http://127.0.0.1:8000"
 
 
 class Ws:
-    def __init__(self, url: str, origin: bytes | None = ORIGIN):
+    def __init__(self, url: str, origin: bytes | None = ORIGIN, token: str | None = None,
+                 subprotocols: tuple[str, ...] = ()):  # fmt: skip
         parts = urlsplit(url)
         headers = [(b"host", b"127.0.0.1:8000")] + ([(b"origin", origin)] if origin else [])
+        if token is not None:  # as a program sends it (docs/live-protocol.md)
+            headers.append((b"authorization", f"Bearer {token}".encode()))
         scope = {
             "type": "websocket", "path": parts.path, "raw_path": parts.path.encode(),
-            "query_string": parts.query.encode(), "headers": headers, "subprotocols": [],
-            "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000),
+            "query_string": parts.query.encode(), "headers": headers,
+            "subprotocols": list(subprotocols), "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 8000),
         }  # fmt: skip
         self.app = ApplicationCommunicator(application, scope)
 

@@ -1,11 +1,20 @@
-"""Small test doubles shared by the data-plane tests."""
+"""Small test doubles and servers shared by the data-plane tests."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 class SlowModel:
@@ -22,6 +31,49 @@ class SlowModel:
 
     def __getattr__(self, name):
         return getattr(self._model, name)
+
+
+class ExampleServer:
+    """One of examples/'s reference servers (the reward service, the environment server)
+    as a real process on a free port, with its fault flags; GET / answers its counts."""
+
+    def __init__(self, script: Path, *flags: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), "--port", "0", *flags], stdout=subprocess.PIPE, text=True
+        )
+        line = self.proc.stdout.readline()  # "listening on http://127.0.0.1:PORT"
+        assert line.startswith("listening on "), line
+        self.url = line.split()[-1]
+
+    def counts(self) -> dict:
+        with urllib.request.urlopen(self.url, timeout=10) as r:
+            return json.loads(r.read())
+
+    def requests(self) -> int:
+        return self.counts()["requests"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(10)
+
+
+def server_fixture(script: Path):
+    """A fixture starting `script`'s servers (`start(*flags)`), each stopped at the end."""
+
+    @pytest.fixture
+    def server():
+        started: list[ExampleServer] = []
+
+        def start(*flags: str) -> ExampleServer:
+            started.append(ExampleServer(script, *flags))
+            return started[-1]
+
+        yield start
+        for s in started:
+            s.stop()
+
+    return server
 
 
 class Parked:
@@ -48,3 +100,56 @@ class Parked:
     def release(self) -> None:
         self.engine.on_turn = None
         self._go.set()
+
+
+# the other two adapters of a pool of three: other ranks, targets, algorithms, learning
+# rates, loss aggregation, temperature, lengths and micro-batching than the tests' specs
+POOL_OTHERS = (
+    ("seed=9", "train.lr=0.003", "algorithm.advantage=rloo", "algorithm.bypass_mode=false",
+     "algorithm.kl_coef=0.05", "algorithm.loss_agg=seq_mean_token_mean",
+     "rollout.temperature=0.7", "lora.r=4", "lora.alpha=4",
+     "lora.target_modules=[q_proj, v_proj]"),
+    ("seed=2", "train.lr=0.02", "train.micro_batch_size=5", "algorithm.advantage=dr_grpo",
+     "algorithm.loss_agg=seq_mean_token_sum_norm", "rollout.max_new_tokens=6", "lora.r=2",
+     "lora.alpha=8", "lora.dropout=0.05"),
+)  # fmt: skip
+
+
+class PooledTrainer:
+    """A spec's adapter on a policy, stepped as `kind` says: `solo` (a run alone: the
+    policy's own adapter), `pool1` (the one adapter added to a pool's policy, stepped by
+    `train_steps`) or `pool3` (between two others, `POOL_OTHERS`, every step one forward
+    and backward for the three, the others on their own batches)."""
+
+    def __init__(self, kind: str, spec, make_spec):
+        from workers.policy import LoraPolicy
+        from workers.spec import parse_spec
+
+        self.kind = kind
+        if kind == "solo":
+            self.policy = LoraPolicy(spec, spec.model.path)
+            self.adapter, self.others = self.policy.adapter, []
+            return
+        # a pool's policy: its own adapter a placeholder (workers/pool/driver.py)
+        host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
+        self.policy = LoraPolicy(host, spec.model.path)
+        others = [parse_spec(make_spec(*o)) for o in POOL_OTHERS] if kind == "pool3" else []
+        self.others = [self.policy.add_adapter(o) for o in others[:1]]
+        self.adapter = self.policy.add_adapter(spec)
+        self.others += [self.policy.add_adapter(o) for o in others[1:]]
+
+    def step(self, batch) -> dict[str, float]:
+        if self.kind == "solo":
+            return self.policy.train_step(self.adapter, batch)
+        # the others on batches of their own shapes: the first half of this one, and all
+        half = batch.slice(0, max(1, len(batch) // 2))
+        steps = [(self.adapter, batch)]
+        if self.others:
+            steps = [(self.others[0], half), (self.adapter, batch), (self.others[1], batch)]
+        before = self.policy.together[len(steps)]
+        out = self.policy.train_steps(steps)
+        assert self.policy.together[len(steps)] == before + 1  # together, not one by one
+        errors = [o for o in out if isinstance(o, Exception)]
+        if errors:
+            raise errors[0]
+        return out[1 if self.others else 0]

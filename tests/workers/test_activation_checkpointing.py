@@ -35,7 +35,7 @@ def _step(monkeypatch, make_spec, checkpointing: bool, *overrides: str):
     # the first layer's MLP runs, and whether under grad: counted at its class's forward (a
     # forward hook on the module did not see the recompute here)
     calls = []
-    mlp = policy._lm_parts()[0].layers[0].mlp
+    mlp = policy._layers()[0].mlp
     forward = type(mlp).forward
 
     def counted(self, *args, **kwargs):
@@ -44,9 +44,8 @@ def _step(monkeypatch, make_spec, checkpointing: bool, *overrides: str):
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(type(mlp), "forward", counted)
-    torch.manual_seed(1)  # the dropout masks: the same draws in both runs
     batch = collate(_samples(policy.model.config.vocab_size), policy.tokenizer.pad_token_id)
-    metrics = policy.train_step(batch)
+    metrics = policy.train_step(policy.adapter, batch)
     grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad}
     return policy, metrics, grads, calls
 
@@ -58,8 +57,8 @@ def test_checkpointing_gives_the_same_loss_and_gradients(monkeypatch, make_spec)
     plain, m0, g0, calls0 = _step(monkeypatch, make_spec, False, *over)
     monkeypatch.undo()
     ckpt, m1, g1, calls1 = _step(monkeypatch, make_spec, True, *over)
-    assert not any(map(is_checkpointed, plain._lm_parts()[0].layers))
-    assert all(map(is_checkpointed, ckpt._lm_parts()[0].layers))
+    assert not any(map(is_checkpointed, plain._layers()))
+    assert all(map(is_checkpointed, ckpt._layers()))
     for k in ("loss/total", "grad_norm", "kl"):
         assert abs(m0[k] - m1[k]) <= 1e-6 * max(1.0, abs(m0[k])), (k, m0[k], m1[k])
     assert g0.keys() == g1.keys() and g0
@@ -80,7 +79,7 @@ def test_checkpointing_takes_the_plain_forward_when_prompts_repeat(make_spec):
             _samples(policy.model.config.vocab_size, shared=True), policy.tokenizer.pad_token_id
         )
         assert policy.shares_prompts(batch) is shares
-        policy.train_step(batch)  # and the step runs
+        policy.train_step(policy.adapter, batch)  # and the step runs
 
 
 def test_checkpointed_layers_still_compile_once_for_all_layers(make_spec, tmp_path):
@@ -104,7 +103,7 @@ def test_checkpointed_layers_still_compile_once_for_all_layers(make_spec, tmp_pa
     for compiled in (False, True):
         policy = LoraPolicy(spec, model_dir)
         if compiled:
-            for layer in policy._lm_parts()[0].layers:
+            for layer in policy._layers():
                 layer.compile(backend="aot_eager")
             torch._dynamo.reset()
             torch._dynamo.utils.counters.clear()

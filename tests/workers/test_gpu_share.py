@@ -223,7 +223,7 @@ def test_a_run_closes_its_share_at_the_end(make_spec, tmp_path, monkeypatch):
     train(spec, tmp_path / "ok", progress=False)
     assert len(made(driver, "cuGreenCtxDestroy")) == 2 and GreenContexts.alive == before
 
-    def boom(self, batch):
+    def boom(self, adapter, batch):
         raise RuntimeError("step failed")
 
     monkeypatch.setattr(LoraPolicy, "train_step", boom)
@@ -283,8 +283,8 @@ def test_the_trainers_warm_up_leaves_the_run_as_it_would_be(make_spec):
         assert not policy.shares_prompts(collate(samples, policy.tokenizer.pad_token_id))
         if warm:
             assert policy.warm_compiled()
-            assert all(p.grad is None for p in policy.params)
-            assert not policy.optimizer.state and policy.adapter_version == 0
+            assert all(p.grad is None for p in policy.adapter.params)
+            assert not policy.adapter.optimizer.state and policy.adapter.version == 0
         executor = LocalExecutor(policy)
         metrics = asyncio.run(executor.train_step(samples))
         out.append((metrics, policy.adapter_tensors(), torch.rand(3)))
@@ -346,9 +346,12 @@ def test_after_the_trainers_warm_up_no_train_step_compiles(make_spec, monkeypatc
     for seed, (rows, prompt, response, ragged) in enumerate(
         [(16, 9, 12, True), (8, 4, 3, False), (3, 11, 1, False), (1, 2, 7, False), (5, 6, 9, True)]
     ):
-        samples = samples_of(rows, prompt, response, ragged, seed)
-        policy.train_step(collate(samples, pad))
-        policy._old_logprobs(collate(samples, pad).to(policy.device), False)
+        batch = collate(samples_of(rows, prompt, response, ragged, seed), pad)
+        policy.train_step(policy.adapter, batch)
+        policy.model.eval()  # π_old's forward (and the stale tokens' check)
+        with torch.no_grad():
+            policy.token_logprobs(batch, share_prompts=False)
+        policy.model.train()
     assert graphs() == warmed
 
 

@@ -11,8 +11,8 @@ import torch
 from workers.loop import FileControl, StaticControl
 from workers.loop.buffer import TrajectoryBuffer
 from workers.loop.types import ScoredGroup
-from workers.loop.version_check import AdapterHistory, TokenSums, merge, stale_token_sums
 from workers.policy import LoraPolicy, TrainSample, collate
+from workers.policy.version_check import AdapterHistory, TokenSums, merge
 from workers.rollout.base import GroupResult, Sample
 from workers.spec import parse_spec
 
@@ -88,13 +88,13 @@ def test_adapter_history_keeps_the_staleness_window():
 
 def test_stale_forward_uses_the_tokens_version_and_restores_the_adapter(make_spec):
     policy = LoraPolicy(parse_spec(make_spec()), make_spec()["model"]["path"])
-    history = AdapterHistory(keep=1)
+    history = policy.adapter.history
     history.record(0, policy.adapter_tensors())  # version 0: lora_B = 0, the base model
     with torch.no_grad():
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
                 p.add_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
-    policy.adapter_version = 1
+    policy.adapter.version = 1
     current = policy.adapter_tensors()
     ids = policy.tokenizer.encode("12+3=15", add_special_tokens=False)
     # lp_roll := the base model's own logprobs of the response "15", labelled version 0
@@ -103,7 +103,7 @@ def test_stale_forward_uses_the_tokens_version_and_restores_the_adapter(make_spe
     with torch.no_grad(), policy.model.disable_adapter():
         lp_base = policy.token_logprobs(probe)[0][0].tolist()
     batch = collate([TrainSample(ids[:5], ids[5:], lp_base, [0, 0], 0.0)], 0)
-    sums = stale_token_sums(policy, batch, history, limit=4)
+    sums = policy.stale_sums(policy.adapter, batch, limit=4)
     # under version 0 the trainer reproduces lp_roll: exp|Δ| = 1 on both tokens
     assert sums.tokens == 2.0
     assert sums.sums["token_mult_prob_error"] == pytest.approx(2.0, abs=1e-5)
@@ -111,7 +111,7 @@ def test_stale_forward_uses_the_tokens_version_and_restores_the_adapter(make_spe
     assert all(torch.equal(after[k], current[k]) for k in current)  # version 1, bit for bit
     # six stale samples, at most two checked: 2 samples × 2 tokens
     six = collate([TrainSample(ids[:5], ids[5:], lp_base, [0, 0], 0.0)] * 6, 0)
-    assert stale_token_sums(policy, six, history, limit=2).tokens == 4.0
+    assert policy.stale_sums(policy.adapter, six, limit=2).tokens == 4.0
     # a version the history no longer holds is skipped, not compared with the wrong adapter
     old = collate([TrainSample(ids[:5], ids[5:], lp_base, [-5, -5], 0.0)], 0)
-    assert stale_token_sums(policy, old, history, limit=4).tokens == 0.0
+    assert policy.stale_sums(policy.adapter, old, limit=4).tokens == 0.0

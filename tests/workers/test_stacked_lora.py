@@ -81,11 +81,11 @@ def test_stacked_step_matches_peft(model_dir, shared):
     # a KL term: the reference forward runs with the adapter off; `shared`: the prompt-sharing
     # forward, which threads a KV cache through the stacked attention
     ref, fast = _policy(model_dir, False), _policy(model_dir, True)
-    layers = fast._lm_parts()[0].layers
+    layers = fast._layers()
     assert fast.stacked and all(map(is_stacked, layers)) and not ref.stacked
     batch = _batch(ref.tokenizer, shared)
     assert ref.shares_prompts(batch) is fast.shares_prompts(batch) is shared
-    m0, m1 = ref.train_step(batch), fast.train_step(batch)
+    m0, m1 = ref.train_step(ref.adapter, batch), fast.train_step(fast.adapter, batch)
     for k in ("loss/total", "grad_norm", "kl"):
         assert abs(m0[k] - m1[k]) <= 1e-5 * max(1.0, abs(m0[k])), (k, m0[k], m1[k])
     g0 = {n: p.grad for n, p in ref.model.named_parameters() if p.requires_grad}
@@ -95,7 +95,7 @@ def test_stacked_step_matches_peft(model_dir, shared):
         torch.testing.assert_close(g1[k], g0[k], rtol=1e-4, atol=1e-6)
     # after the optimizer step (which the stacked forward reads, nothing to refresh) and an
     # adapter load, both still compute the same logprobs
-    fast.load_adapter_tensors(ref.adapter_tensors(), ref.adapter_version)
+    fast.load_adapter_tensors(ref.adapter_tensors(), ref.adapter.version)
     with torch.no_grad():
         lp0, lp1 = ref.token_logprobs(batch)[0], fast.token_logprobs(batch)[0]
     torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
@@ -119,10 +119,10 @@ def test_stacked_layer_runs_fewer_than_half_the_matmuls(model_dir):
     counts = {}
     for stacked in (False, True):
         policy = _policy(model_dir, stacked)
-        layer = policy._lm_parts()[0].layers[1]
+        layer = policy._layers()[1]
         x = torch.randn(2, 6, 64, requires_grad=True)
         pos = torch.arange(6).unsqueeze(0)
-        emb = policy._lm_parts()[0].rotary_emb(x, pos)
+        emb = policy.model.get_base_model().model.rotary_emb(x, pos)
         with _Count() as c:
             out = layer(x, attention_mask=None, position_embeddings=emb, position_ids=pos)
             out = out[0] if isinstance(out, tuple) else out
@@ -139,37 +139,34 @@ def test_not_stacked_where_it_would_change_the_function(model_dir):
     drop = parse_spec(_spec(model_dir).model_dump() | {"lora": {"r": 4, "alpha": 8,
         "dropout": 0.1, "target_modules": TARGETS}})  # fmt: skip
     dropped = LoraPolicy(drop, model_dir, stack_lora=True)
-    assert not dropped.stacked and unsupported(dropped._lm_parts()[0].layers) == "LoRA dropout"
+    assert not dropped.stacked and unsupported(dropped._layers()) == "LoRA dropout"
     some = parse_spec(_spec(model_dir).model_dump() | {"lora": {"r": 4, "alpha": 8,
         "target_modules": ["q_proj", "v_proj"]}})  # fmt: skip
     assert not LoraPolicy(some, model_dir, stack_lora=True).stacked
 
 
 def test_another_adapter_runs_stacked_or_through_peft(model_dir):
-    # a pool's runs are named adapters on one model (multi.py): the active one is stacked,
-    # one with dropout goes through PEFT's layers; both give PEFT's logprobs
-    from workers.policy.lora import lora_config
-
+    # a pool's runs are adapters added to one policy (policy.py): the active one is
+    # stacked, one with dropout goes through PEFT's layers; both give PEFT's logprobs
     spec = _spec(model_dir)
     ref, fast = _policy(model_dir, False), _policy(model_dir, True)
     batch = _batch(ref.tokenizer, False)
     g = torch.Generator().manual_seed(4)
-    for name, dropout in (("plain", 0.0), ("dropped", 0.2)):
-        config = lora_config(spec.lora.model_copy(update={"dropout": dropout}))
+    for dropout in (0.0, 0.2):
+        other = spec.model_copy(update={"lora": spec.lora.model_copy(update={"dropout": dropout})})
         tensors = None
         for policy in (ref, fast):
-            policy.model.add_adapter(name, config)
-            policy.model.set_adapter(name)
-            params = [p for n, p in policy.model.named_parameters() if f".{name}." in n]
-            tensors = tensors or [torch.randn(p.shape, generator=g) * 0.2 for p in params]
+            adapter = policy.add_adapter(other)
+            policy.activate(adapter)
+            tensors = tensors or [torch.randn(p.shape, generator=g) * 0.2 for p in adapter.params]
             with torch.no_grad():
-                torch._foreach_copy_(params, tensors)
+                torch._foreach_copy_(adapter.params, tensors)
             policy.model.eval()  # dropout off: the two paths draw no masks
         with torch.no_grad():
             lp0, lp1 = ref.token_logprobs(batch)[0], fast.token_logprobs(batch)[0]
             base = fast.token_logprobs(batch)[0]
-            fast.model.set_adapter("default")
-            other = fast.token_logprobs(batch)[0]
+            fast.activate(fast.adapter)
+            own = fast.token_logprobs(batch)[0]
         torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
-        assert (other - base).abs().max() > 1e-3  # the named adapter really took part
-        ref.model.set_adapter("default")
+        assert (own - base).abs().max() > 1e-3  # the added adapter really took part
+        ref.activate(ref.adapter)

@@ -13,7 +13,8 @@ instead of `run_training`; both run the same Driver).
   checkpoint up to `resources.max_restarts` when an actor dies).
 - torchrun_train.py: a whole run without Ray on one multi-GPU host: the trainer ranks under
   `torch.distributed.run`, rank 0 driving, engine replicas in child processes.
-- rank_executor.py: the executor of one trainer rank (Ray actors and torchrun share it).
+Every trainer rank runs the loop's own executor (`LocalExecutor`): the policy's strategy
+says which rank writes a checkpoint's files (workers/loop/checkpoint.py).
 
 Ray is imported only when `connect` or `run_on_ray` is first used, so the trainer ranks run
 under torchrun where Ray is not installed (torchrun_train.py; bench/gpu/standalone.py, the

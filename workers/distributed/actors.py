@@ -23,7 +23,6 @@ from ..policy.lora import move_tensors
 from ..rollout import AdapterUpdate, GroupRequest, GroupResult, PauseMode, make_backend
 from ..rollout.base import AdapterProbe
 from ..spec import RunSpec
-from .rank_executor import RankExecutor
 
 
 def _threads(spec: RunSpec, cpus: float) -> None:
@@ -60,7 +59,7 @@ class TrainerActor:
             from .process_group import init_process_group
 
             init_process_group(master, self.rank, self.world)
-            self.executor = RankExecutor(ShardedLoraPolicy(self.spec, model_dir), self.rank)
+            self.executor = LocalExecutor(ShardedLoraPolicy(self.spec, model_dir))
         else:
             self.executor = LocalExecutor(LoraPolicy(self.spec, model_dir))
 

@@ -31,7 +31,6 @@ from ..rollout.process_backend import ProcessBackend
 from ..rollout.replicas import ReplicaSet
 from ..spec import RunSpec
 from ..train import resolve_spec
-from .rank_executor import RankExecutor
 
 _STOP = "stop"
 
@@ -115,7 +114,7 @@ async def run(spec: RunSpec, out: Path, progress: bool) -> None:
         policy: LoraPolicy = ShardedLoraPolicy(spec, model_dir, device)
     else:
         policy = LoraPolicy(spec, model_dir, device)
-    executor = RankExecutor(policy, rank)
+    executor = LocalExecutor(policy)
     try:
         if rank != 0:
             await follow(executor)

@@ -27,7 +27,7 @@ class LossInputs:
     entropy: torch.Tensor | None = None  # [B, T] trainer entropy per position
     # [B, T] 1.0 where the token came from the adapter version the trainer holds now: only
     # those tokens compare like with like in token_mult_prob_error here (the executor adds
-    # the older ones from a forward under their own version: loop/version_check.py).
+    # the older ones from a forward under their own version: policy/version_check.py).
     same_version: torch.Tensor | None = None
 
 

@@ -35,6 +35,7 @@ def groups_to_samples(
                     sample.logprobs,
                     sample.versions,
                     float(adv[g, s]),
+                    sample.loss_mask,
                 )
             )
     return samples, adv.tolist(), metrics

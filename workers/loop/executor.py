@@ -1,19 +1,20 @@
 """Where train steps run. The driver talks to an executor, never to the policy directly, so
-the Ray executor (trainer actors) reuses the same loop."""
+the Ray executor (trainer actors) and a pool's members (workers/pool/members.py) reuse the
+same loop."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from ..policy import LoraPolicy, TrainSample, collate
+from ..policy.adapter import Adapter
 from ..policy.batch import TrainBatch
 from ..rollout.base import AdapterProbe, AdapterUpdate
-from .version_check import AdapterHistory, merge, stale_token_sums
+from .checkpoint import load_trainer, save_trainer
 
 
 class TrainerExecutor(Protocol):
@@ -27,55 +28,57 @@ class TrainerExecutor(Protocol):
         handshake's probe (a trainer forward) only for engines that check it."""
 
     async def save(self, out: Path) -> None:
-        """Adapter (PEFT directory), optimizer and RNG states into `out`."""
+        """The trainer's part of a checkpoint into `out` (loop/checkpoint.py)."""
 
     async def load(self, src: Path) -> None: ...
 
 
 class LocalExecutor:
-    """Runs the policy in this process; train steps go to a thread so the async driver's
-    rollout task keeps generating meanwhile."""
+    """One adapter of a policy in this process (a run alone: the policy's own; every rank
+    of a sharded policy runs one, in step). Train steps go to a thread so the async
+    driver's rollout task keeps generating meanwhile."""
 
-    def __init__(self, policy: LoraPolicy):
+    # the published adapter on the trainer's device: an in-process engine copies it device
+    # to device; what crosses to another host goes through the CPU there (TrainerActor)
+    publish_on_device = True
+
+    def __init__(self, policy: LoraPolicy, adapter: Adapter | None = None):
         self.policy = policy
-        spec = policy.spec
-        self.history = AdapterHistory(spec.async_.max_staleness if spec.async_.enabled else 0)
+        self.adapter = adapter or policy.adapter
 
     @property
     def adapter_version(self) -> int:
-        return self.policy.adapter_version
+        return self.adapter.version
 
     async def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
         batch = collate(samples, self.policy.tokenizer.pad_token_id)
         return await asyncio.to_thread(self._train_step, batch)
 
     def _train_step(self, batch: TrainBatch) -> dict[str, float]:
-        limit = self.policy.spec.train.mult_prob_error_samples
-        if limit == 0:
-            return self.policy.train_step(batch)
-        # Before the step, while the adapter the current-version tokens came from is loaded.
-        stale = stale_token_sums(self.policy, batch, self.history, limit)
-        current = (batch.versions == self.policy.adapter_version).to(batch.mask.dtype)
-        same_tokens = (batch.mask * current).sum().item()
-        return merge(self.policy.train_step(batch), same_tokens, stale)
+        return self.policy.train_step(self.adapter, batch)
 
     async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
-        # on the trainer's device: an in-process engine copies it device to device; what
-        # crosses to another host goes through the CPU there (TrainerActor.publish)
-        tensors = self.policy.adapter_snapshot()
-        self.history.record(self.policy.adapter_version, tensors)
-        probe = adapter_probe(self.policy.model, len(self.policy.tokenizer)) if with_probe else None
-        return AdapterUpdate(self.policy.adapter_version, tensors=tensors, probe=probe)
+        return self.publish(with_probe)
+
+    def publish(self, with_probe: bool = True) -> AdapterUpdate:
+        """The adapter as an engine loads it, labelled with its version, kept for the
+        stale-token check (version_check.py); with the handshake's probe under it."""
+        policy, adapter = self.policy, self.adapter
+        if self.publish_on_device:
+            tensors = policy.adapter_snapshot(adapter)
+        else:
+            tensors = policy.adapter_tensors(adapter)
+        adapter.history.record(adapter.version, tensors)
+        probe = None
+        if with_probe:
+            probe = adapter_probe(policy.activate(adapter), len(policy.tokenizer))
+        return AdapterUpdate(adapter.version, tensors=tensors, probe=probe)
 
     async def save(self, out: Path) -> None:
-        self.policy.save_adapter(out / "adapter")
-        torch.save(self.policy.optimizer_state(), out / "optimizer.pt")
-        torch.save(_rng_state(), out / "rng.pt")
+        save_trainer(out, self.policy, self.adapter)
 
     async def load(self, src: Path) -> None:
-        self.policy.load_adapter_dir(src / "adapter")
-        self.policy.load_optimizer_state(torch.load(src / "optimizer.pt", weights_only=True))
-        _set_rng_state(torch.load(src / "rng.pt", weights_only=False))
+        load_trainer(src, self.policy, self.adapter)
 
 
 @torch.no_grad()
@@ -98,17 +101,3 @@ def adapter_probe(model: torch.nn.Module, vocab_size: int, length: int = 16) -> 
     )
     half = length // 2
     return AdapterProbe(ids[:half], ids[half:], lp[half - 1 :, 0].tolist())
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

@@ -10,7 +10,7 @@ earns no credit while it is not ready: when it becomes ready, or joins, its virt
 brought up to the pool's (that of the step last started), so it cannot claim the trainer for
 the time it was away.
 
-A trainer that steps several runs in one forward and backward (workers/policy/multi.py)
+A trainer that steps several runs in one forward and backward (workers/policy/policy.py)
 takes every ready run at once (`next_many`, in this order, up to a limit) and charges each
 its part of the turn's time; weights then order the runs and decide who goes when more
 are ready than a turn takes.

@@ -20,9 +20,9 @@ The base model is never gathered whole on any rank.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -38,10 +38,12 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from ..grpo import ADDITIVE_METRICS
 from ..shares import contiguous_shares
 from ..spec import RunSpec
-from . import lora as lora_io
 from .batch import TrainBatch
 from .packed import PackedTensors
 from .policy import LoraPolicy
+
+if TYPE_CHECKING:
+    from .adapter import Adapter
 
 
 class ShardedLoraPolicy(LoraPolicy):
@@ -128,18 +130,22 @@ class FsdpParallel:
 
     # ---------------------------------------------------------------- adapter I/O
 
-    def adapter_tensors(self) -> dict[str, torch.Tensor]:
+    @property
+    def writes_files(self) -> bool:
+        return dist.get_rank() == 0
+
+    def adapter_tensors(self, adapter: Adapter) -> dict[str, torch.Tensor]:
         """Full LoRA tensors on every rank, gathered one at a time (a collective: every rank
         calls it, in the same key order)."""
-        state = get_peft_model_state_dict(self.model, adapter_name=lora_io.ADAPTER_NAME)
+        state = get_peft_model_state_dict(self.model, adapter_name=adapter.name)
         return {k: _full(v).detach().to("cpu", copy=True).contiguous() for k, v in state.items()}
 
-    def adapter_snapshot(self, device: torch.device) -> dict[str, torch.Tensor]:
-        return self.adapter_tensors()  # gathered tensor by tensor, to the CPU
+    def adapter_snapshot(self, adapter: Adapter, device: torch.device) -> dict[str, torch.Tensor]:
+        return self.adapter_tensors(adapter)  # gathered tensor by tensor, to the CPU
 
-    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+    def load_adapter_tensors(self, adapter: Adapter, tensors: dict[str, torch.Tensor]) -> None:
         self.reshard()  # write into the shards, not into gathered copies about to be dropped
-        current = get_peft_model_state_dict(self.model, adapter_name=lora_io.ADAPTER_NAME)
+        current = get_peft_model_state_dict(self.model, adapter_name=adapter.name)
         sharded = {}
         for k, cur in current.items():
             full = tensors[k].to(cur.device, cur.dtype)
@@ -148,17 +154,7 @@ class FsdpParallel:
                 if isinstance(cur, DTensor)
                 else full
             )
-        set_peft_model_state_dict(self.model, sharded, adapter_name=lora_io.ADAPTER_NAME)
-
-    def save_adapter(self, out: Path, version: int) -> Path:
-        """A PEFT directory like one process's, written by rank 0 (every rank gathers)."""
-        tensors = self.adapter_tensors()
-        if dist.get_rank() == 0:
-            out.mkdir(parents=True, exist_ok=True)
-            self.model.peft_config[lora_io.ADAPTER_NAME].save_pretrained(str(out))
-            lora_io.write_adapter_file(tensors, out / "adapter_model.safetensors")
-            (out / lora_io.VERSION_FILE).write_text(json.dumps({"adapter_version": version}))
-        return out
+        set_peft_model_state_dict(self.model, sharded, adapter_name=adapter.name)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
         """The full optimizer state (LoRA-sized), on every rank."""

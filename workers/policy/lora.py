@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from ..spec import LoraSpec, ModelSpec, RunSpec
 from .packed import PackedTensors
+from .rows_lora import RowsLinear
 
 ADAPTER_NAME = "default"
 VERSION_FILE = "paddock_adapter.json"
@@ -38,9 +39,12 @@ def base_dtype(model: ModelSpec, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def lora_config(lora: LoraSpec) -> LoraConfig:
-    """The PEFT config of the spec's adapter (unbiased, causal LM), for every trained adapter."""
-    return LoraConfig(
+def lora_config(lora: LoraSpec, rows: bool = False) -> LoraConfig:
+    """The PEFT config of the spec's adapter (unbiased, causal LM), for every trained adapter.
+    `rows`: its linear layers are `RowsLinear` (PEFT's, which can also run several adapters
+    on blocks of rows: rows_lora.py), as the trainer's are; what the config makes when it
+    first puts LoRA on a module (PEFT's custom-module hook)."""
+    config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
@@ -48,6 +52,9 @@ def lora_config(lora: LoraSpec) -> LoraConfig:
         bias="none",
         task_type="CAUSAL_LM",
     )
+    if rows:
+        config._register_custom_module({torch.nn.Linear: RowsLinear})
+    return config
 
 
 def load_lora_model(
@@ -56,6 +63,7 @@ def load_lora_model(
     device: torch.device,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
+    rows: bool = False,
 ) -> PeftModel:
     """Base model in `dtype` (see `base_dtype`) with a fresh LoRA adapter, whose weights stay
     float32 whatever the base's (PEFT's autocast_adapter_dtype). `seed` fixes the adapter's
@@ -65,25 +73,32 @@ def load_lora_model(
     ).to(device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = get_peft_model(base, lora_config(lora))
+        model = get_peft_model(base, lora_config(lora, rows))
     return model
 
 
-def load_spec_model(model_dir: str | Path, spec: RunSpec, device: torch.device) -> PeftModel:
+def load_spec_model(
+    model_dir: str | Path, spec: RunSpec, device: torch.device, rows: bool = False
+) -> PeftModel:
     """The run's model with its fresh adapter, as the trainer and the torch engine both load
     it: the same seed, so both start from the same adapter."""
-    return load_lora_model(
-        model_dir, spec.lora, device, seed=spec.seed, dtype=base_dtype(spec.model, device)
-    )
+    dtype = base_dtype(spec.model, device)
+    return load_lora_model(model_dir, spec.lora, device, seed=spec.seed, dtype=dtype, rows=rows)
+
+
+def peft_index(model: PeftModel, name: str) -> dict[str, torch.Tensor]:
+    """PEFT's file key (without the adapter's name) → adapter `name`'s parameter tensor
+    (sharing its storage): the adapter as files and engines name it."""
+    return get_peft_model_state_dict(model, adapter_name=name)
 
 
 def lora_index(model: PeftModel) -> dict[str, torch.Tensor]:
-    """PEFT's file key → that LoRA parameter's tensor (sharing its storage), computed once a
-    model: PEFT's state-dict helpers walk the whole model's state dict each call, which
-    cost more than moving the adapter's bytes."""
+    """`peft_index` of the model's one adapter, computed once a model: PEFT's state-dict
+    helpers walk the whole model's state dict each call, which cost more than moving the
+    adapter's bytes."""
     index = getattr(model, "_paddock_lora_index", None)
     if index is None:
-        index = get_peft_model_state_dict(model, adapter_name=ADAPTER_NAME)
+        index = peft_index(model, ADAPTER_NAME)
         model._paddock_lora_index = index
     return index
 
@@ -132,14 +147,23 @@ def copy_into(
         torch._foreach_copy_([index[k] for k in keys], [tensors[k] for k in keys])
 
 
-def save_adapter_dir(model: PeftModel, out: str | Path, version: int) -> Path:
-    """Write a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) that
-    `peft` and vLLM load as it is, plus a small file naming its version."""
+def write_adapter_dir(
+    out: str | Path, config: LoraConfig, tensors: dict[str, torch.Tensor], version: int
+) -> Path:
+    """A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) that `peft`
+    and vLLM load as it is, plus a small file naming its version."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
+    config.save_pretrained(str(out))
+    write_adapter_file(tensors, out / "adapter_model.safetensors")
     (out / VERSION_FILE).write_text(json.dumps({"adapter_version": version}))
     return out
+
+
+def save_adapter_dir(model: PeftModel, out: str | Path, version: int) -> Path:
+    """`write_adapter_dir` of a model's one adapter."""
+    tensors = adapter_tensors(model)
+    return write_adapter_dir(out, model.peft_config[ADAPTER_NAME], tensors, version)
 
 
 def read_adapter_dir(path: str | Path) -> tuple[dict[str, torch.Tensor], int]:

@@ -19,9 +19,12 @@ parameters are read in place, as the adapter loads write them (`copy_`).
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
-from .layer_graphs import _CAPTURE_LOCK
+# one trainer capture at a time (a pool's adapters each capture their own graph)
+_CAPTURE_LOCK = threading.Lock()
 
 # what a replay bakes in from the parameter group: a change of any recaptures
 _HYPER = ("lr", "betas", "weight_decay", "eps", "amsgrad", "maximize")
@@ -86,7 +89,7 @@ class OptimizerGraph:
     def _capture(self) -> None:
         graph = torch.cuda.CUDAGraph()
         # captured in the thread's own mode: an engine thread may decode meanwhile (as the
-        # layer graphs and the decoder capture); one trainer capture at a time
+        # decoder captures)
         with _CAPTURE_LOCK, torch.cuda.graph(graph, capture_error_mode="thread_local"):
             norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
             self.optimizer.step()

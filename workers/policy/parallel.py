@@ -1,20 +1,23 @@
 """How a `LoraPolicy` spreads over processes: the strategy the policy holds.
 
-The policy owns the model, the optimizer and the step; the strategy owns what differs
+The policy owns the model, the adapters and the step; the strategy owns what differs
 between one process and data-parallel ranks: which share of a batch this process trains on,
-how its gradients and metrics become the whole batch's, and how the adapter and optimizer
-state are read and written (plain tensors here; DTensor shards under FSDP2, in fsdp.py).
+how its gradients and metrics become the whole batch's, how an adapter's tensors and
+optimizer state are read and written (plain tensors here; DTensor shards under FSDP2, in
+fsdp.py), and which process writes files.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from . import lora as lora_io
 from .batch import TrainBatch
+
+if TYPE_CHECKING:
+    from .adapter import Adapter
 
 
 class Parallelism(Protocol):
@@ -24,9 +27,11 @@ class Parallelism(Protocol):
     # Ranks that gather sharded layers in every forward must all run the same forwards: the
     # prompt-sharing forward is then taken whether or not a micro-batch shares a prompt.
     uniform_forward: bool
+    # Whether this process writes a checkpoint's files (every process gathers for them).
+    writes_files: bool
 
     def prepare(self, model: torch.nn.Module) -> None:
-        """Called once the model is built, before the optimizer's first step."""
+        """Called once the model is built, before its adapters' optimizers are."""
 
     def part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
         """This process's share of `batch` and how many micro-batches every process runs."""
@@ -41,13 +46,13 @@ class Parallelism(Protocol):
     def sync_grads(self, params: list[torch.nn.Parameter]) -> None:
         """Make this process's gradients the whole batch's."""
 
-    def adapter_tensors(self) -> dict[str, torch.Tensor]: ...
+    def adapter_tensors(self, adapter: Adapter) -> dict[str, torch.Tensor]: ...
 
-    def adapter_snapshot(self, device: torch.device) -> dict[str, torch.Tensor]: ...
+    def adapter_snapshot(
+        self, adapter: Adapter, device: torch.device
+    ) -> dict[str, torch.Tensor]: ...
 
-    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor]) -> None: ...
-
-    def save_adapter(self, out: Path, version: int) -> Path: ...
+    def load_adapter_tensors(self, adapter: Adapter, tensors: dict[str, torch.Tensor]) -> None: ...
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict: ...
 
@@ -59,9 +64,10 @@ class OneProcess:
 
     loss_scale = 1.0
     uniform_forward = False
+    writes_files = True
 
     def prepare(self, model: torch.nn.Module) -> None:
-        self.model = model
+        pass
 
     def part(self, batch: TrainBatch, micro_batch_size: int) -> tuple[TrainBatch, int]:
         return batch, -(-len(batch) // micro_batch_size)
@@ -74,19 +80,16 @@ class OneProcess:
     def sync_grads(self, params: list[torch.nn.Parameter]) -> None:
         pass
 
-    def adapter_tensors(self) -> dict[str, torch.Tensor]:
-        return lora_io.adapter_tensors(self.model)
+    def adapter_tensors(self, adapter: Adapter) -> dict[str, torch.Tensor]:
+        return lora_io.move_tensors(adapter.index, torch.device("cpu"))
 
-    def adapter_snapshot(self, device: torch.device) -> dict[str, torch.Tensor]:
+    def adapter_snapshot(self, adapter: Adapter, device: torch.device) -> dict[str, torch.Tensor]:
         # one device-side copy on a GPU: what an engine in this process or on this host
         # loads without a trip through the CPU
-        return lora_io.move_tensors(lora_io.lora_index(self.model), device)
+        return lora_io.move_tensors(adapter.index, device)
 
-    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        lora_io.load_adapter_tensors(self.model, tensors)
-
-    def save_adapter(self, out: Path, version: int) -> Path:
-        return lora_io.save_adapter_dir(self.model, out, version)
+    def load_adapter_tensors(self, adapter: Adapter, tensors: dict[str, torch.Tensor]) -> None:
+        lora_io.copy_into(adapter.index, tensors)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
         return optimizer.state_dict()

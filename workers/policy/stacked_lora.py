@@ -26,7 +26,7 @@ Only where it is the same function as PEFT's: LoRA on all seven linears, no drop
 dropped-out input differs per linear), no bias on the base linears (Qwen2's q/k/v have one),
 one process (FSDP2 shards the base weights). With the adapter off (the KL reference,
 `disable_adapter()`) the groups run their stacked base weights alone; with another
-adapter active (a pool's runs, multi.py) they stack that one, and where it has dropout, or
+adapter active (a pool's runs, policy.py) they stack that one, and where it has dropout, or
 several are active, they fall back to PEFT's own layers, call by call.
 """
 

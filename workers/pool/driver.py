@@ -1,6 +1,6 @@
 """The pool driver: K runs in one process over one base model (docs/pools.md).
 
-One `MultiLoraTrainer` (workers/policy/multi.py) holds every member's adapter, one pool
+One `LoraPolicy` (workers/policy/policy.py) holds every member's adapter, one pool
 engine (workers/rollout/pool_engine.py, the registry's `make_pool_engine`) serves them, a
 slot each, and each member is driven by the single-run loop (`run_training`,
 workers/loop/setup.py) over its side of both (workers/pool/members.py). So each member keeps
@@ -10,7 +10,7 @@ stream, and its own control (pause, resume, abort). The trainer's time and the e
 generation turns go to the members by weighted fair share (workers/pool/gate.py;
 `resources.pool_weight`, equal by default); a trainer turn steps every member whose batch is
 waiting, in one forward and backward over the base model (`batched_trainer`, the default;
-MultiLoraTrainer.train_steps).
+LoraPolicy.train_steps).
 
 Members join while the pool lives (`admit`: a fresh adapter, or the one of `resume_from`)
 and leave (`leave`: checkpoint, the engine slot freed, no final status). A member's
@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -36,7 +37,8 @@ from ..loop.driver import Outcome
 from ..loop.events import EventHook, MetricsHook
 from ..loop.setup import local_devices, model_dir_for, run_training
 from ..names import TERMINAL_RUN_STATES
-from ..policy.multi import MultiLoraTrainer
+from ..policy import LoraPolicy
+from ..policy.adapter import Adapter
 from ..rollout.pool_engine import PoolAdmissionError, PoolEngine
 from ..rollout.registry import make_pool_engine
 from ..spec import RunSpec, parse_spec
@@ -78,7 +80,7 @@ class PoolDriver:
         engine_process: bool | None = None,
     ):
         """`batched_trainer`: each trainer turn steps every member whose batch is waiting in
-        one forward and backward (MultiLoraTrainer.train_steps); False: one member's step a
+        one forward and backward (LoraPolicy.train_steps); False: one member's step a
         turn (bench/pool_cpu.py measures both). `engine_process`: the pool engine in a child
         process (workers/pool/engine_process.py), so that decoding and training each have
         an interpreter of their own (13 % off a CPU pool's wall-clock, docs/pools.md); None
@@ -88,7 +90,8 @@ class PoolDriver:
         self.capacity, self.max_lora_rank = capacity, max_lora_rank
         self.key, self.cluster = key, cluster
         self.keep_events = keep_events
-        self.trainer: MultiLoraTrainer | None = None
+        self.trainer: LoraPolicy | None = None
+        self.adapters: dict[str, Adapter] = {}  # each member's, on the trainer
         self.engine: PoolEngine | None = None
         self.trainer_gate = FairGate(slots=1)
         self.batched_trainer = batched_trainer
@@ -107,9 +110,10 @@ class PoolDriver:
     def _start(self, spec: RunSpec) -> None:
         model_dir = model_dir_for(spec)
         trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
-        # the host's placeholder adapter is never trained: rank 1, no optimizer steps
+        # the policy's own adapter is a placeholder no member trains (rank 1): each member
+        # gets one of its own (add_adapter), made and dropped as it joins and leaves
         host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
-        trainer = MultiLoraTrainer(host, model_dir, trainer_device, batched=self.batched_trainer)
+        trainer = LoraPolicy(host, model_dir, trainer_device)
         args = (spec, model_dir, self.capacity, self.max_lora_rank, engine_device)
         if self.engine_process is None:  # opt-in: see fork_is_safe for what a fork risks
             self.engine_process = False
@@ -124,10 +128,11 @@ class PoolDriver:
         self.gen_gate = FairGate(slots=slots)
         self.key = self.key or pool_key(spec)
 
-    def _train_steps(self, batches: dict) -> dict:
+    def _train_steps(self, works: dict[str, tuple[Adapter, Any]]) -> dict:
+        """A batched turn: each waiting member's (adapter, batch) → its metrics or error."""
         t0 = time.thread_time()  # in the trainer's thread: its own CPU, not its wall-clock
         try:
-            return self.trainer.train_steps(batches)
+            return dict(zip(works, self.trainer.train_steps(list(works.values())), strict=True))
         finally:
             self.trainer_cpu_s += time.thread_time() - t0
 
@@ -233,7 +238,8 @@ class PoolDriver:
             # reseeds the global RNG for its init: never while another member's step runs in
             # the trainer's thread, so it takes the trainer's turn like a checkpoint does.
             async with self.trainer_gate.exclusive(m.run_id):
-                await asyncio.to_thread(self.trainer.add_run, m.run_id, m.spec)
+                adapter = await asyncio.to_thread(self.trainer.add_adapter, m.spec)
+                self.adapters[m.run_id] = adapter
             m.outcome = await run_training(
                 m.spec,
                 m.out,
@@ -242,7 +248,12 @@ class PoolDriver:
                 on_event=on_event,
                 progress=progress,
                 executor=PooledExecutor(
-                    self.trainer, m.run_id, self.trainer_gate, self.gen_gate, self.train_turns
+                    self.trainer,
+                    adapter,
+                    m.run_id,
+                    self.trainer_gate,
+                    self.gen_gate,
+                    self.train_turns,
                 ),
                 backend=LaneBackend(self.engine, m.run_id, m.spec.lora, self.gen_gate),
                 leave=leaving,
@@ -257,13 +268,15 @@ class PoolDriver:
         finally:
             self.trainer_gate.leave(m.run_id)
             self.gen_gate.leave(m.run_id)
-            if m.run_id in self.trainer.runs:
+            adapter = self.adapters.pop(m.run_id, None)
+            if adapter is not None:
                 async with self.trainer_gate.exclusive(m.run_id):
-                    await asyncio.to_thread(self.trainer.remove_run, m.run_id)
+                    await asyncio.to_thread(self.trainer.remove_adapter, adapter)
             if m.run_id in self.engine.served_versions():  # its loop's close normally did it
                 await self.engine.unload_adapter(m.run_id)
 
 
-def _tokens(batch) -> float:
-    """A train batch's cost in a shared turn: its tokens (prompt and response)."""
+def _tokens(work) -> float:
+    """A member's step's cost in a shared turn: its batch's tokens (prompt and response)."""
+    _, batch = work
     return float(batch.attention_mask.sum())

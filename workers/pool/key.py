@@ -28,7 +28,7 @@ _PER_REQUEST = frozenset(_RolloutBase.model_fields)
 
 
 def trainer_key(spec: RunSpec) -> dict[str, Any]:
-    """What every run of one trainer (workers/policy/multi.py) must share: the base model
+    """What every run of one trainer (workers/policy/policy.py) must share: the base model
     and what the host sets up for every adapter."""
     return {
         "model.path": spec.model.path,

@@ -3,11 +3,11 @@
 engine. So a pooled run is driven by the single-run loop itself (workers/loop/driver.py):
 its steps, checkpoints, metrics, pause, resume and abort are a run alone's.
 
-- `PooledExecutor`: the run's adapter in the pool's `MultiLoraTrainer`. A train step waits
-  for the next turn of the trainer, which steps every run whose batch is waiting in one
-  forward and backward (`TrainTurns`; unbatched: the run's own fair turn, `FairGate`);
-  adapter exports and checkpoints take the trainer briefly (the shared model's active
-  adapter is switched for them). After a step
+- `PooledExecutor`: the run's adapter on the pool's policy, the executor of a run alone
+  with turns. A train step waits for the next turn of the trainer, which steps every run
+  whose batch is waiting in one forward and backward (`TrainTurns`; unbatched: the run's
+  own fair turn, `FairGate`); a publish with the handshake's probe and checkpoints take the
+  trainer briefly (the probe switches the shared model's active adapter). After a step
   whose loss or gradient is not finite the run fails (its own error, its adapter alone).
 - `LaneBackend`: the run's lane of the pool engine. A generate call waits for the run's fair
   turn of the engine's generation slots; a pause, resume or abort touches this run's
@@ -24,9 +24,11 @@ from pathlib import Path
 
 import torch
 
+from ..loop.checkpoint import load_trainer, save_trainer
+from ..loop.executor import LocalExecutor
 from ..names import MEMORY_METRICS, POOL_METRICS
-from ..policy import TrainSample, collate
-from ..policy.multi import MultiLoraTrainer
+from ..policy import LoraPolicy, TrainSample, collate
+from ..policy.adapter import Adapter
 from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
 from ..rollout.pool_engine import PoolEngine, PoolRequest
 from ..spec import LoraSpec
@@ -36,41 +38,40 @@ from .gate import FairGate, TrainTurns
 FINITE = ("loss/total", "grad_norm")
 
 
-class PooledExecutor:
-    """One run's side of the shared trainer, as the loop's `TrainerExecutor`."""
+class PooledExecutor(LocalExecutor):
+    """One run's adapter on the pool's policy, as the loop's `TrainerExecutor`."""
+
+    # a CPU copy: the pool's engine may be in another process (engine_process.py)
+    publish_on_device = False
 
     def __init__(
         self,
-        trainer: MultiLoraTrainer,
+        policy: LoraPolicy,
+        adapter: Adapter,
         run_id: str,
         gate: FairGate,
         gen: FairGate,
         turns: TrainTurns | None = None,
     ):
         """`turns`: train steps go in the pool's batched turns (every waiting run's step in
-        one forward and backward, `MultiLoraTrainer.train_steps`); None: this run's step
-        alone in its own turn of `gate`."""
-        self.trainer, self.run_id, self.gate, self.gen = trainer, run_id, gate, gen
-        self.turns = turns
-
-    @property
-    def adapter_version(self) -> int:
-        return self.trainer.runs[self.run_id].adapter_version
+        one forward and backward, `LoraPolicy.train_steps`); None: this run's step alone in
+        its own turn of `gate`."""
+        super().__init__(policy, adapter)
+        self.run_id, self.gate, self.gen, self.turns = run_id, gate, gen, turns
 
     async def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
-        batch = collate(samples, self.trainer.policy.tokenizer.pad_token_id)
+        batch = collate(samples, self.policy.tokenizer.pad_token_id)
         if self.turns is not None:
-            metrics = await self.turns.step(self.run_id, batch)
+            metrics = await self.turns.step(self.run_id, (self.adapter, batch))
         else:
             async with self.gate.turn(self.run_id):
-                metrics = await asyncio.to_thread(self.trainer.train_step, self.run_id, batch)
+                metrics = await asyncio.to_thread(self._train_step, batch)
         bad = [k for k in FINITE if k in metrics and not math.isfinite(metrics[k])]
         if bad:
-            step = self.trainer.runs[self.run_id].step
             raise FloatingPointError(
                 f"pooled run {self.run_id}: {', '.join(f'{k}={metrics[k]}' for k in bad)} at "
-                f"train step {step}: its adapter diverged; the run stops (the pool's other "
-                "runs go on)"
+                f"adapter version {self.adapter.version}: its adapter diverged; the run stops "
+                "(the pool's other runs go on)"
             )
         share, wait, gen_share, gen_wait = POOL_METRICS
         trainer, gen = self.gate.metrics(self.run_id), self.gen.metrics(self.run_id)
@@ -84,17 +85,17 @@ class PooledExecutor:
             # A copy of this run's tensors only: no forward, the shared model untouched, and
             # nothing of this run changes while its loop publishes (its next step comes
             # after), so it need not wait for other runs' trainer turns.
-            return await asyncio.to_thread(self.trainer.adapter_update, self.run_id, False)
+            return await asyncio.to_thread(self.publish, False)
         async with self.gate.exclusive(self.run_id):  # the probe switches the active adapter
-            return await asyncio.to_thread(self.trainer.adapter_update, self.run_id, with_probe)
+            return await asyncio.to_thread(self.publish, True)
 
     async def save(self, out: Path) -> None:
         async with self.gate.exclusive(self.run_id):
-            await asyncio.to_thread(self.trainer.save, self.run_id, out)
+            await asyncio.to_thread(save_trainer, out, self.policy, self.adapter)
 
     async def load(self, src: Path) -> None:
         async with self.gate.exclusive(self.run_id):
-            await asyncio.to_thread(self.trainer.load, self.run_id, src)
+            await asyncio.to_thread(load_trainer, src, self.policy, self.adapter)
 
 
 class LaneBackend:

@@ -48,6 +48,7 @@ export const queryKeys = {
   launchCheck: (body: unknown) => ["launch-check", body] as const,
   specSchema: ["spec-schema"] as const,
   clusters: (team: number) => ["clusters", team] as const,
+  datasets: (team: number) => ["datasets", team] as const,
   sweeps: {
     all: ["sweeps"] as const,
     list: (team: number) => ["sweeps", "list", team] as const,

@@ -399,6 +399,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/spec/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description A verl or NeMo-RL config (YAML, a command line, or both) as a run spec, with every key
+         *     it could not carry over: what the launcher's Import tab sends.
+         */
+        post: operations["spec_import_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/spec/schema": {
         parameters: {
             query?: never;
@@ -561,6 +581,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/teams/{id}/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The team's secrets, masked: names and when they changed, never a value. */
+        get: operations["teams_secrets_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/teams/{id}/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** @description Set (create or replace) a secret: admins and owners. A spec names it (`secret: NAME`); its runs' jobs receive it at their start; the API never shows it. */
+        put: operations["teams_secrets_update"];
+        post?: never;
+        delete: operations["teams_secrets_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/teams/{id}/tokens": {
         parameters: {
             query?: never;
@@ -673,6 +727,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -685,6 +740,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -709,6 +765,15 @@ export interface components {
                 [key: string]: unknown;
             };
             backends?: string[];
+            /** @description multi-turn environments installed there besides the built-ins */
+            environments?: string[];
+        };
+        ConfigImportRequest: {
+            config?: string;
+            command?: string;
+            source?: (components["schemas"]["SourceEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** Format: int64 */
+            dataset?: number | null;
         };
         ConfigVersion: {
             readonly id: number;
@@ -844,6 +909,8 @@ export interface components {
             x: string;
             runs: components["schemas"]["RunMetrics"][];
         };
+        /** @enum {unknown} */
+        NullEnum: null;
         /**
          * @description * `a` - a
          *     * `b` - b
@@ -1195,6 +1262,20 @@ export interface components {
             /** @description pass as ?before_step= for older steps; null at the first */
             next_before_step: number | null;
         };
+        /** @description A team secret as the API shows it: never its value. */
+        Secret: {
+            name: string;
+            masked: string;
+            updated_by: components["schemas"]["UserBrief"] | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        SecretSetRequest: {
+            /** @description a token (sent as Authorization: Bearer) or a JSON object of headers; never shown again */
+            value: string;
+        };
         Series: {
             key: string;
             x: number[];
@@ -1203,6 +1284,20 @@ export interface components {
             /** @description points stored before downsampling (null with sample=stride) */
             count: number | null;
             downsampled: boolean | null;
+        };
+        /**
+         * @description * `verl` - verl
+         *     * `nemo-rl` - nemo-rl
+         * @enum {string}
+         */
+        SourceEnum: "verl" | "nemo-rl";
+        SpecImport: {
+            source: components["schemas"]["SourceEnum"];
+            /** @description only the keys the import set */
+            spec: unknown;
+            /** @description base first */
+            files: string[];
+            unmapped: components["schemas"]["UnmappedKey"][];
         };
         /**
          * @description * `queued` - Queued
@@ -1462,6 +1557,13 @@ export interface components {
             last_used_at?: string | null;
             /** @description the secret: shown this once, never again */
             token: string;
+        };
+        UnmappedKey: {
+            key: string;
+            /** @description the file (or 'command line') that set it */
+            origin: string;
+            /** @description why it was left out, where known */
+            note: string | null;
         };
         UserBrief: {
             id: number;
@@ -2906,6 +3008,61 @@ export interface operations {
             };
         };
     };
+    spec_import_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConfigImportRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SpecImport"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     spec_schema_retrieve: {
         parameters: {
             query?: never;
@@ -3665,6 +3822,178 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Quota"];
                 };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    teams_secrets_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"][];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    teams_secrets_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SecretSetRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    teams_secrets_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: {
                 headers: {

@@ -97,6 +97,15 @@ export type CloneRequest = Schemas["CloneRequest"];
 
 export interface SpecError { field: string; message: string; code?: string }
 
+/** GET /datasets: the team's uploads, `rows` each */
+export type Dataset = Sent<Schemas["Dataset"]>;
+/** POST /spec/import: a verl or NeMo-RL config, pasted */
+export type ConfigImportRequest = Schemas["ConfigImportRequest"];
+/** its answer: the spec (only the keys the import set) and each key left out, with the
+ * file that set it and why */
+export type SpecImport = Omit<Sent<Schemas["SpecImport"]>, "spec"> & { spec: Record<string, unknown> };
+export type UnmappedKey = Schemas["UnmappedKey"];
+
 /** validate_only answers 200 with a report; a real launch 201 with what it created (the
  * schema describes that body only as an object). */
 export type LaunchResponse =

@@ -17,7 +17,8 @@ import { formatValue } from "../lib/format";
 import { BackendTag } from "../runs/StateBadge";
 import { useSession } from "../session/SessionContext";
 import { ErrorBox, Loading } from "../ui/States";
-import { launchBody, launcherReducer, startFrom, type CloneSource, type LauncherState, type Spec } from "./launcherState";
+import { ImportPanel, ImportReport } from "./ImportPanel";
+import { importedSpec, launchBody, launcherReducer, startFrom, type CloneSource, type LauncherState, type Spec } from "./launcherState";
 import { defaultsOf, type JsonSchema } from "./schema";
 import { specChanges } from "./specEdits";
 import { SpecForm } from "./SpecForm";
@@ -176,8 +177,13 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
           <div className="tabs" role="tablist">
             <button role="tab" aria-selected={mode === "form"} className={mode === "form" ? "active" : ""} onClick={() => dispatch({ type: "mode", mode: "form" })}>Form</button>
             <button role="tab" aria-selected={mode === "yaml"} className={mode === "yaml" ? "active" : ""} onClick={() => dispatch({ type: "mode", mode: "yaml" })}>YAML</button>
+            {!clone && <button role="tab" aria-selected={mode === "import"} className={mode === "import" ? "active" : ""}
+              onClick={() => dispatch({ type: "mode", mode: "import" })}>Import verl / NeMo-RL</button>}
           </div>
-          {mode === "form" ? (
+          {mode === "import" ? (
+            <ImportPanel teamId={team.id}
+              onImported={(result) => dispatch({ type: "imported", spec: importedSpec(schema, result.spec), result })} />
+          ) : mode === "form" ? (
             <SpecForm schema={schema} spec={spec} onChange={setSpec} serverErrors={serverErrors} />
           ) : (
             <div className="yaml-editor">
@@ -218,6 +224,7 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
               ))}
             </ul>
           )}
+          {state.imported && <ImportReport report={state.imported} />}
           {clone && (
             <div className="clone-diff">
               <h3>Changes from the source</h3>

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { launchBody, launcherReducer, startFrom, type LauncherAction, type LauncherState } from "./launcherState";
-import { defaultsOf, type JsonSchema } from "./schema";
+import { importedSpec, launchBody, launcherReducer, startFrom, type LauncherAction, type LauncherState } from "./launcherState";
+import { defaultsOf, getPath, type JsonSchema } from "./schema";
 
 // a RunSpec schema in small: a rollout union of torch and vllm, each with an option of its own
 const schema: JsonSchema = {
@@ -91,5 +91,28 @@ describe("launchBody", () => {
       { type: "spec", spec: { rollout: { backend: "torch" }, train: { steps: 60, lr: 1e-4 } } });
     expect(launchBody(s, 3, null, { experiment: 5, config: 8, spec: source })).toMatchObject({
       kind: "clone", experiment: 5, body: { config: 8, edits: { "train.steps": 60 }, name: "old (clone)" } });
+  });
+});
+
+describe("an import", () => {
+  const result = {
+    source: "nemo-rl" as const, files: ["nemo-rl: examples/configs/grpo_math_1B.yaml", "config"],
+    unmapped: [{ key: "logger.log_dir", origin: "config", note: null }],
+    spec: { rollout: { backend: "vllm", gpu_memory_utilization: 0.6 }, train: {} },
+  };
+
+  it("fills the defaults of its backend under the keys it set", () => {
+    expect(importedSpec(schema, result.spec)).toEqual({
+      rollout: { backend: "vllm", temperature: 1, gpu_memory_utilization: 0.6 }, train: { steps: 40 },
+    });
+  });
+
+  it("becomes the form's spec, its backend first, and keeps its report", () => {
+    const s = run(fresh(), { type: "mode", mode: "import" },
+      { type: "imported", spec: importedSpec(schema, result.spec), result });
+    expect(s.mode).toBe("form");
+    expect(s.backends).toEqual(["vllm", "torch"]);
+    expect(s.imported).toEqual({ source: "nemo-rl", files: result.files, unmapped: result.unmapped });
+    expect(getPath(s.spec, "rollout.gpu_memory_utilization")).toBe(0.6);
   });
 });

@@ -2,7 +2,7 @@
 // launcherState.test.ts). What the server says about it (the validate_only report, the
 // launch) are queries and mutations of the page, not state here.
 import { parse, stringify } from "yaml";
-import type { Backend } from "../api/types";
+import type { Backend, SpecImport } from "../api/types";
 import type { LaunchBody } from "../api/experiments";
 import { defaultsOf, getPath, type JsonSchema } from "./schema";
 import { editsOf, specChanges } from "./specEdits";
@@ -20,10 +20,12 @@ export interface LauncherState {
   seeds: number;
   /** undefined: not chosen yet (the only healthy cluster, or any); null: any of the team */
   cluster: number | null | undefined;
-  mode: "form" | "yaml";
+  mode: "form" | "yaml" | "import";
   yamlText: string;
   /** the YAML as typed does not parse into a spec: the spec is the last one that did */
   yamlError: string | null;
+  /** the last verl / NeMo-RL import: what it read and the keys it left out */
+  imported: Omit<SpecImport, "spec"> | null;
 }
 
 export type LauncherAction =
@@ -34,8 +36,10 @@ export type LauncherAction =
    * gives every run its own backend and drops the options of the others) */
   | { type: "toggleBackend"; backend: Backend; schema: JsonSchema | null }
   | { type: "spec"; spec: Spec }
-  | { type: "mode"; mode: "form" | "yaml" }
-  | { type: "yaml"; text: string };
+  | { type: "mode"; mode: "form" | "yaml" | "import" }
+  | { type: "yaml"; text: string }
+  /** an import's spec, already over the schema's defaults (importedSpec) */
+  | { type: "imported"; spec: Spec; result: SpecImport };
 
 export const MAX_SEEDS = 16;
 
@@ -43,8 +47,25 @@ export const MAX_SEEDS = 16;
 export function startFrom(spec: Spec, more: Partial<Pick<LauncherState, "name" | "description" | "tags" | "backends">> = {}): LauncherState {
   return {
     spec, name: "", description: "", tags: "", seeds: 1, cluster: undefined, mode: "form", yamlText: "",
-    yamlError: null, backends: [getPath(spec, "rollout.backend") as Backend].filter(Boolean), ...more,
+    yamlError: null, imported: null, backends: [getPath(spec, "rollout.backend") as Backend].filter(Boolean), ...more,
   };
+}
+
+function isObject(v: unknown): v is Spec {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function overlay(base: Spec, over: Spec): Spec {
+  const out: Spec = { ...base };
+  for (const [k, v] of Object.entries(over)) out[k] = isObject(v) && isObject(base[k]) ? overlay(base[k], v) : v;
+  return out;
+}
+
+/** An import's spec (only the keys it set) over the schema's defaults for its backend: the
+ * whole spec the form edits, as the server would fill it in. */
+export function importedSpec(schema: JsonSchema, imported: Spec): Spec {
+  const backend = getPath(imported, "rollout.backend") as Backend | undefined;
+  return overlay(defaultsOf(schema, schema, backend), imported);
 }
 
 /** A new primary backend: its member's defaults, keeping the values both members share. */
@@ -79,7 +100,13 @@ export function launcherReducer(state: LauncherState, action: LauncherAction): L
       // the YAML view opens on the spec as it is now; the form reads the last parsed spec
       return action.mode === "yaml"
         ? { ...state, mode: "yaml", yamlText: stringify(state.spec), yamlError: null }
-        : { ...state, mode: "form" };
+        : { ...state, mode: action.mode };
+    case "imported": {
+      const { spec: _spec, ...report } = action.result;
+      const b = getPath(action.spec, "rollout.backend") as Backend | undefined;
+      const backends = b ? [b, ...state.backends.filter((x) => x !== b)] : state.backends;
+      return { ...state, spec: action.spec, backends, mode: "form", yamlError: null, imported: report };
+    }
     case "yaml": {
       let parsed: unknown;
       try {

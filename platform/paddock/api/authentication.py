@@ -5,49 +5,64 @@ from __future__ import annotations
 
 from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework.authentication import (
-    BaseAuthentication,
-    SessionAuthentication,
-    get_authorization_header,
-)
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied, Throttled
 
-from paddock.core.client_address import request_client_address
 from paddock.core.csrf import csrf_message
 from paddock.core.errors import DomainError, ErrorCode
-from paddock.core.ratelimit import auth_failure_record
+from paddock.http.client_address import request_client_address
+from paddock.http.limits import auth_failure_record, token_request_record
+from paddock.http.policy import MalformedBearer, bearer_token
+from paddock.teams.models import ApiToken
 from paddock.teams.services import api_token_authenticate
 
 
+def request_token(request) -> ApiToken | None:
+    """The live API token of a request's `Authorization: Bearer` header (http/policy.py
+    reads it), or None when it sends none. Raises as the API answers: a malformed header or
+    a refused token 401 (429 `throttled` once the address has failed too often: the failure
+    is counted), a token over its requests a minute 429 `rate_limited` (http/limits.py).
+    Once per request: the fast reads (fast_reads.py) and DRF's authenticator both ask,
+    and a request the fast path leaves to DRF is not authenticated nor counted twice."""
+    request = getattr(request, "_request", request)  # DRF's Request wraps Django's
+    outcome = getattr(request, "_paddock_token", None)
+    if outcome is None:
+        outcome = request._paddock_token = _authenticate(request)
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome or None
+
+
+def _authenticate(request) -> ApiToken | Exception | bool:
+    try:
+        raw = bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
+    except MalformedBearer as exc:
+        return AuthenticationFailed(str(exc), code=ErrorCode.TOKEN_INVALID)
+    if raw is None:
+        return False
+    try:
+        token = api_token_authenticate(raw=raw)
+    except DomainError as exc:
+        wait = auth_failure_record(ip=request_client_address(request))
+        if wait:
+            return Throttled(wait, "too many failed authentications")
+        return AuthenticationFailed(exc.message, code=exc.code)
+    wait = token_request_record(token_id=token.pk)
+    if wait:
+        message = "too many requests with this API token (PADDOCK_API_RATE_LIMIT a minute)"
+        return Throttled(wait, message, code=ErrorCode.RATE_LIMITED)
+    return token
+
+
 class BearerTokenAuthentication(BaseAuthentication):
-    keyword = "bearer"
+    """`Authorization: Bearer pdk_…`: personal API tokens (the CLI, scripts)."""
 
     def authenticate(self, request):
-        parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() != self.keyword.encode():
-            return None
-        if len(parts) != 2:
-            raise AuthenticationFailed(
-                "use 'Authorization: Bearer <token>'", code=ErrorCode.TOKEN_INVALID
-            )
-        try:
-            token = api_token_authenticate(raw=parts[1].decode("ascii"))
-        except UnicodeDecodeError:
-            raise _refusal(request, "unknown API token", ErrorCode.TOKEN_INVALID) from None
-        except DomainError as exc:
-            raise _refusal(request, exc.message, exc.code) from None
-        return token.user, token
+        token = request_token(request)
+        return None if token is None else (token.user, token)
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="paddock"'
-
-
-def _refusal(request, message: str, code: ErrorCode) -> Exception:
-    """401, or 429 once the client's address has failed too often (core/ratelimit.py)."""
-    wait = auth_failure_record(ip=request_client_address(request))
-    if wait:
-        return Throttled(wait, "too many failed authentications")
-    return AuthenticationFailed(message, code=code)
 
 
 class SessionCsrfAuthentication(SessionAuthentication):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import viewsets
 
-from paddock.core.client_address import request_client_address
 from paddock.core.errors import DomainError, ErrorCode, not_found
+from paddock.http.client_address import request_client_address
 from paddock.teams.access import Actor, actor_for
 from paddock.teams.models import ApiToken
 

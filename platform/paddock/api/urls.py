@@ -26,10 +26,11 @@ router.register("datasets", views_experiments.DatasetViewSet, basename="dataset"
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # the split view serves its script as a file (?script=), so the page needs no inline
-    # script and keeps the site's Content-Security-Policy (core/security_headers.py)
+    # script and keeps the site's Content-Security-Policy (http/policy.py)
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("me", views_teams.me, name="me"),
     path("metrics", views_runs.multi_metrics, name="metrics"),
     path("spec/schema", views_experiments.spec_schema, name="spec-schema"),
+    path("spec/import", views_experiments.spec_import, name="spec-import"),
     path("", include(router.urls)),
 ]

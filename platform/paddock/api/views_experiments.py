@@ -11,7 +11,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from paddock.api import serializers as s
-from paddock.api.base import ActorViewSet, body, parse_id, query
+from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
 from paddock.api.pages import experiment_rows_source, experiment_tags
 from paddock.api.pagination import NewestFirst
 from paddock.api.views_teams import ERRORS
@@ -25,6 +25,7 @@ from paddock.experiments.launch import (
     experiment_update,
 )
 from paddock.experiments.models import ConfigVersion, Dataset, Experiment
+from paddock.experiments.spec_imports import spec_import as spec_import_service
 from paddock.teams.selectors import team_get
 from workers.spec import spec_json_schema
 
@@ -106,7 +107,7 @@ class ExperimentViewSet(ActorViewSet):
 def experiment_page_answer(*, actor, params: dict, paginator, request) -> dict:
     """A page of the experiment list (ExperimentFilterSerializer's `params`): rows, not
     models, built by hand (experiment_rows), its tags in one query; the view and
-    api/lean.py's path around DRF both answer with it."""
+    the fast reads (api/fast_reads.py) both answer with it."""
     source = experiment_rows_source(actor=actor, filters=_renamed(params))
     page = paginator.paginate_queryset(source, request)
     tags = experiment_tags([row["id"] for row in page])
@@ -165,3 +166,19 @@ class DatasetViewSet(ActorViewSet):
 def spec_schema(request):
     """The RunSpec JSON Schema: what the launcher form is built from."""
     return Response(spec_json_schema())
+
+
+@extend_schema(request=s.ConfigImportSerializer, responses={200: s.SpecImportSerializer, **ERRORS})
+@api_view(["POST"])
+def spec_import(request):
+    """A verl or NeMo-RL config (YAML, a command line, or both) as a run spec, with every key
+    it could not carry over: what the launcher's Import tab sends."""
+    data = body(s.ConfigImportSerializer, request)
+    result = spec_import_service(
+        actor=request_actor(request),
+        config=data.get("config"),
+        command=data.get("command"),
+        source=data.get("source"),
+        dataset_id=data.get("dataset"),
+    )
+    return Response(s.SpecImportSerializer(result).data)

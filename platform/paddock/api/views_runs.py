@@ -60,8 +60,8 @@ def _series(run_ids: list[int], params: dict, keys: list[str]) -> list[dict]:
     ]  # fmt: skip
 
 
-# The answers of the hot reads, one function each: the view and api/lean.py's path around
-# DRF both call them, so both answer alike (tests/platform/api/test_lean_reads.py).
+# The answers of the hot reads, one function each: the view and the fast reads
+# (api/fast_reads.py) both call them, so both answer alike (test_fast_reads.py).
 
 RUN_FILTER_NAMES = {"team": "team_id", "experiment": "experiment_id", "state": "states"}
 

@@ -12,7 +12,7 @@ from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
 from paddock.api.pages import team_rows
 from paddock.api.pagination import NewestFirst
 from paddock.experiments import selectors as experiment_selectors
-from paddock.teams import selectors, services
+from paddock.teams import selectors, services, team_secrets
 from paddock.teams.models import Team
 
 ERRORS = {400: s.ErrorSerializer, 403: s.ErrorSerializer, 404: s.ErrorSerializer,
@@ -122,6 +122,37 @@ class TeamViewSet(ActorViewSet):
         )
         token = services.api_token_revoke(actor=self.actor, token=token)
         return Response(s.TokenSerializer(token).data)
+
+    # --- secrets (write-only values: docs/security.md#secrets) ---
+
+    @extend_schema(responses={200: s.SecretSerializer(many=True), **ERRORS})
+    @action(detail=True, methods=["get"])
+    def secrets(self, request, pk=None):
+        """The team's secrets, masked: names and when they changed, never a value."""
+        found = team_secrets.team_secret_list(actor=self.actor, team=self._team(pk))
+        return Response(s.SecretSerializer(found, many=True).data)
+
+    @extend_schema(
+        request=s.SecretSetSerializer,
+        responses={200: s.SecretSerializer, 201: s.SecretSerializer, **ERRORS},
+        description="Set (create or replace) a secret: admins and owners. A spec names it "
+        "(`secret: NAME`); its runs' jobs receive it at their start; the API never shows it.",
+    )
+    @action(detail=True, methods=["put"], url_path=r"secrets/(?P<name>[^/]+)")
+    def secret(self, request, pk=None, name=None):
+        secret, created = team_secrets.team_secret_set(
+            actor=self.actor, team=self._team(pk), name=name,
+            **body(s.SecretSetSerializer, request),
+        )  # fmt: skip
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(s.SecretSerializer(secret).data, status=code)
+
+    @extend_schema(responses={204: None, **ERRORS})
+    @secret.mapping.delete
+    def secret_delete(self, request, pk=None, name=None):
+        secret = team_secrets.team_secret_get(actor=self.actor, team=self._team(pk), name=name)
+        team_secrets.team_secret_delete(actor=self.actor, secret=secret)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     # --- quota ---
 

@@ -18,6 +18,7 @@ from paddock.experiments.models import Checkpoint, Run
 from paddock.experiments.spec_paths import spec_datasets_resolve
 from paddock.experiments.states import TERMINAL
 from paddock.experiments.tokens import run_token_mint
+from paddock.teams.team_secrets import secrets_for_run
 from workers.job_replies import RunBootstrap
 
 from .models import BootstrapUse
@@ -46,6 +47,10 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> RunBootstrap:
         # stop still queued in Ray): it must not start training for nobody
         raise DomainError(ErrorCode.RUN_FINISHED, f"run {run_id} has finished ({run.state})")
     spec = spec_datasets_resolve(team_id=run.team_id, spec=run.config.spec)  # dataset://<id>
+    # the team secrets this run's spec names, and none other: a pool's job holds each
+    # member's own (workers/grants.py)
+    names = [name for _, name in run.config.run_spec.secret_names()]
+    secrets = secrets_for_run(team_id=run.team_id, names=names)
     try:
         with transaction.atomic():
             BootstrapUse.objects.create(run_id=run_id, dispatch=dispatch)
@@ -58,4 +63,5 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> RunBootstrap:
         spec=spec,
         artifacts_uri=f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}",
         resume_from=last.uri if last is not None and dispatch > 1 else None,
+        secrets=secrets,
     )

@@ -12,10 +12,11 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel
 
-from paddock.core.client_address import request_client_address
 from paddock.core.errors import DomainError, ErrorCode
-from paddock.core.job_doors import bearer_secret, error_answer, refusal
 from paddock.core.jsonbody import JsonBodyError, json_parse
+from paddock.http.answers import Answer, error_answer, refusal
+from paddock.http.client_address import request_client_address
+from paddock.http.policy import job_bearer
 
 from .bootstrap_tokens import bootstrap_exchange
 from .pools import pool_bootstrap as pool_bootstrap_exchange
@@ -29,14 +30,15 @@ def _door(
     the refusals (a 401 counted against the address) otherwise."""
     if dispatch is None:
         answer_ = error_answer(ErrorCode.INVALID, "send the dispatch number N", "dispatch")
-        return answer_.json_response()
-    raw = bearer_secret(request.headers.get("Authorization", ""))
-    if raw is None:
-        return error_answer(ErrorCode.NOT_AUTHENTICATED, f"send the {what}").json_response()
+        return answer_.response()
+    client_ip = request_client_address(request)
+    raw = job_bearer(request.headers.get("Authorization", ""), client_ip=client_ip, what=what)
+    if isinstance(raw, Answer):
+        return raw.response()
     try:
         return JsonResponse(answer(dispatch=dispatch, raw=raw).model_dump(mode="json"))
     except DomainError as exc:
-        return refusal(exc, request_client_address(request)).json_response()
+        return refusal(exc, client_ip).response()
 
 
 def _body_dispatch(request: HttpRequest) -> int | None:

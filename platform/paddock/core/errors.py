@@ -34,9 +34,16 @@ class ErrorCode(StrEnum):
     INVALID_CURSOR = "invalid_cursor", 400, "the list cursor is not one the API handed out"
     PARSE_ERROR = "parse_error", 400, "the body could not be parsed"
     SPEC_INVALID = "spec_invalid", 400, "the run spec does not validate"
+    IMPORT_INVALID = "import_invalid", 400, "a verl or NeMo-RL config could not be translated"
     PATH_NOT_ALLOWED = "path_not_allowed", 400, "a path in the spec is outside the allowed roots"
     URL_NOT_ALLOWED = "url_not_allowed", 400, "a URL in the spec is refused by the egress policy"
+    SECRET_MISSING = "secret_missing", 400, "the spec names a secret the team does not have"
     BACKEND_UNAVAILABLE = "backend_unavailable", 400, "no cluster advertises the backend"
+    ENVIRONMENT_UNAVAILABLE = (
+        "environment_unavailable",
+        400,
+        "no cluster advertises the spec's environment",
+    )
     UNPLACEABLE = "unplaceable", 400, "no cluster could ever place the run's resources"
     NO_CLUSTER = "no_cluster", 400, "no Ray cluster is registered for the team"
     USER_NOT_FOUND = "user_not_found", 400, "no user has that username"
@@ -92,7 +99,9 @@ class ErrorCode(StrEnum):
         "unsupported_media_type", 415, "the body's Content-Type is not one the endpoint reads"
     )  # fmt: skip
     THROTTLED = "throttled", 429, "too many failed authentications with an API token"
-    RATE_LIMITED = "rate_limited", 429, "too many failed logins or job authentications"
+    RATE_LIMITED = (
+        "rate_limited", 429, "too many failed logins or job authentications, or requests of a token"
+    )  # fmt: skip
     ERROR = "error", 500, "an API error without a more precise code"
     SERVER_ERROR = "server_error", 500, "a bug or an outage on the platform"
 

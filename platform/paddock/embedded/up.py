@@ -28,7 +28,7 @@ PLATFORM_DIR = Path(__file__).resolve().parents[2]
 REPO_ROOT = PLATFORM_DIR.parent
 # uvicorn's options beyond the address (the images use the same: deploy/). No proxy headers:
 # the platform decides whom X-Forwarded-For is believed from (PADDOCK_TRUSTED_PROXIES,
-# core/client_address.py), where uvicorn would believe it from any client on 127.0.0.1.
+# http/client_address.py), where uvicorn would believe it from any client on 127.0.0.1.
 WEB_SERVER_FLAGS = ["--lifespan", "off", "--ws", "websockets-sansio", "--no-proxy-headers"]
 
 

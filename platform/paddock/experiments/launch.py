@@ -25,6 +25,7 @@ from paddock.experiments.spec_urls import spec_urls_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
 from paddock.teams.services import audit_record
+from paddock.teams.team_secrets import secrets_missing
 from workers.spec import RunSpec
 
 MAX_SEEDS = 16
@@ -103,10 +104,17 @@ def _check_quota(*, team: Team, runs: list[PlannedRun], starting: int | None = N
 def spec_admit(*, team: Team, spec: RunSpec) -> dict:
     """What a validated spec must pass beyond its schema before a run of it is created (a
     launch's spec, each member of a sweep): its paths inside the allowed roots, its URLs
-    inside the egress policy. DomainError otherwise; returns the spec, normalized."""
+    inside the egress policy, the secrets it names among its team's. DomainError otherwise;
+    returns the spec, normalized."""
     normalized = spec.to_dict()
     spec_paths_check(team_id=team.pk, spec=normalized)
     spec_urls_check(spec=spec)
+    missing = secrets_missing(
+        team_id=team.pk, names=[(f"spec.{f}", name) for f, name in spec.secret_names()]
+    )
+    if missing:
+        raise DomainError(ErrorCode.SECRET_MISSING, missing[0]["message"],
+                          field=missing[0]["field"], errors=missing)  # fmt: skip
     return normalized
 
 

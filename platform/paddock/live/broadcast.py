@@ -17,7 +17,8 @@ from channels.layers import get_channel_layer
 from paddock.experiments.models import Run
 from workers.live_messages import Cursor, StateMessage
 
-from .groups import experiment_group, run_group
+from .access import session_mark
+from .groups import ACCESS_GROUP, experiment_group, run_group
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +75,19 @@ def broadcast_state(run_id: int) -> None:
     if run is None:
         return
     _send(run_id, run["experiment_id"], {**state_message(run).model_dump(), "type": "run.state"})
+
+
+def broadcast_access_changed(
+    *, token_ids: list[int], user_ids: list[int], session_keys: list[str]
+) -> None:
+    """Every stream hears it; those of these tokens, users or sessions re-check or close
+    (live/access.py: access_change_applies). Sessions go out as their marks, never keys."""
+    message = {"type": "access.changed", "tokens": token_ids, "users": user_ids,
+               "sessions": [session_mark(key) for key in session_keys]}  # fmt: skip
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(ACCESS_GROUP, message)
+    except Exception:  # best effort: the periodic re-check still closes the stream
+        log.exception("broadcast of revoked access failed")

@@ -29,13 +29,16 @@ from paddock.experiments.control import RUN_CONTROLS
 from workers.live_messages import ControlMessage, ErrorMessage, MetricsMessage
 
 from .access import (
+    accepted_subprotocol,
+    access_change_applies,
     parse_cursors,
     scope_actor,
+    session_mark,
     stream_experiment,
     stream_run,
     stream_run_allowed,
 )
-from .groups import experiment_group, run_group
+from .groups import ACCESS_GROUP, experiment_group, run_group
 from .snapshots import experiment_run_ids, run_replay, run_snapshot_text
 
 MIN_INTERVAL_S = 0.2
@@ -46,9 +49,10 @@ MIN_INTERVAL_S = 0.2
 BURST = 3
 FORBIDDEN = 4403
 MAX_CLIENT_FRAME = 4096  # a control message is a few dozen bytes
-# An open stream re-checks its viewer's access this often: a member removed from the team
-# (their tokens revoked) or a token revoked stops receiving within this time, not when the
-# socket happens to close. One or two indexed queries per viewer per interval.
+# An open stream re-checks its viewer's access this often: what no `access.changed` message
+# announces (a token that expired, a membership changed in the database by hand) stops it
+# within this time. A revoked token, a removed member and a logout close it at once
+# (live/access.py). One or two indexed queries per viewer per interval.
 ACCESS_RECHECK_S = 30.0
 # The consumers' reads (the access checks, the snapshots and replays, control) run in these
 # threads, not in the one thread Channels gives all the consumers of a process: there a
@@ -95,8 +99,12 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = []
 
     async def _join(self, group: str) -> None:
-        await self.channel_layer.group_add(group, self.channel_name)
-        self.groups_joined = [group]
+        self.groups_joined = [group, ACCESS_GROUP]
+        for name in self.groups_joined:
+            await self.channel_layer.group_add(name, self.channel_name)
+
+    async def accept(self, subprotocol=None, headers=None):
+        await super().accept(accepted_subprotocol(self.scope), headers)
 
     async def _start(self, group: str, run_ids: list[int], cursors: dict[int, tuple]) -> None:
         self._begin()
@@ -142,7 +150,25 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
                 return
 
     def _still_allowed(self) -> bool:
+        """Whether the scope's credentials still reach the stream (read anew each time)."""
+        self.actor = scope_actor(self.scope)
+        session = self.scope.get("session")
+        self.session = session_mark(session.session_key if session is not None else None)
+        return self._allowed(self.actor)
+
+    def _allowed(self, actor) -> bool:
         raise NotImplementedError
+
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        """Credentials stopped working (live/access.py): close if they were this stream's."""
+        actor = getattr(self, "actor", None)
+        if actor is None:
+            return  # not through its first check yet: that check reads them anew
+        what = access_change_applies(event, actor=actor, session=self.session)
+        if what == "close" or (
+            what == "recheck" and not await database_sync_to_async(self._still_allowed)()
+        ):
+            await self.close(code=FORBIDDEN)
 
     # ---- group messages -------------------------------------------------------------------
 
@@ -289,8 +315,8 @@ class RunStreamConsumer(_StreamConsumer):
     def _control_target(self, run_id: int | None) -> int | None:
         return self.run_id
 
-    def _still_allowed(self) -> bool:
-        return stream_run_allowed(scope_actor(self.scope), self.run_id)
+    def _allowed(self, actor) -> bool:
+        return stream_run_allowed(actor, self.run_id)
 
 
 class ExperimentStreamConsumer(_StreamConsumer):
@@ -313,5 +339,5 @@ class ExperimentStreamConsumer(_StreamConsumer):
     def _control_target(self, run_id: int | None) -> int | None:
         return run_id if run_id in self.run_ids else None
 
-    def _still_allowed(self) -> bool:
-        return stream_experiment(scope_actor(self.scope), self.experiment_id) is not None
+    def _allowed(self, actor) -> bool:
+        return stream_experiment(actor, self.experiment_id) is not None

@@ -1,4 +1,7 @@
-"""Channels group names (docs/live-protocol.md): `run.<id>` and `experiment.<id>`."""
+"""Channels group names (docs/live-protocol.md): `run.<id>` and `experiment.<id>`, and
+`access`, which every stream joins: credentials that stopped working (live/access.py)."""
+
+ACCESS_GROUP = "access"
 
 
 def run_group(run_id: int) -> str:

@@ -1,5 +1,7 @@
 """What a websocket handshake must pass before a consumer sees it (asgi.py wires these).
 
+- The request policy (http/policy.py): an allowed Host, and https when the platform takes
+  https only; refused as any other handshake below.
 - The route: a path no route takes (an unknown path, a run id that is not a number or is
   negative, a missing trailing slash) is refused with a close before accept, which the
   ASGI server answers with HTTP 403. Channels' router raises instead, which the server
@@ -8,7 +10,7 @@
   another site must not ride on the user's session cookie (cross-site websocket
   hijacking), so a handshake with an `Origin` must come from one of ALLOWED_HOSTS, as
   Channels checks it. A handshake without `Origin` is a program, not a browser (the CLI,
-  a script with `?token=`, docs/live-protocol.md): it is let through, but its cookies are
+  a script with a token header, docs/live-protocol.md): it is let through, but its cookies are
   dropped first, so only a token can authenticate it.
 - The session: read only when the handshake carries a session cookie (`session_users`)."""
 
@@ -20,6 +22,8 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.http.cookie import parse_cookie
 from django.urls import register_converter
+
+from paddock.http.policy import scope_is_https, scope_refusal
 
 MAX_ID = 2**63 - 1
 REFUSED = 4404  # sent before accept: the server answers the handshake with HTTP 403
@@ -47,6 +51,19 @@ async def _refuse(scope, receive, send) -> None:
     message = await receive()
     if message["type"] == "websocket.connect":
         await send({"type": "websocket.close", "code": REFUSED})
+
+
+def request_policy(application):
+    """An ASGI app: the request policy's host and https rules before `application`."""
+
+    async def app(scope, receive, send):
+        headers = dict(scope.get("headers") or [])
+        if scope_refusal(scope, headers, secure=scope_is_https(scope, headers)) is not None:
+            await _refuse(scope, receive, send)
+            return
+        await application(scope, receive, send)
+
+    return app
 
 
 def refuse_unrouted(router):
@@ -116,38 +133,3 @@ def session_users(application):
         await application(dict(scope, user=AnonymousUser()), receive, send)
 
     return app
-
-
-def malformed_handshakes_answered() -> bool:
-    """Make uvicorn's websockets-sansio server answer a handshake it cannot parse.
-
-    Why: for an upgrade request whose request line or headers are too long (over
-    websockets' 8 KiB a line) or malformed, the websockets library prepares its refusal
-    (414, 431 or 400) and stops parsing; uvicorn only looks at parsed events, so it never
-    wrote that refusal nor closed the socket, and the connection stayed open with no reply
-    for as long as the client cared to hold it. Here the refusal is written and the socket
-    closed. Idempotent; False when uvicorn or that protocol is not there."""
-    try:
-        from uvicorn.protocols.websockets import websockets_sansio_impl as impl
-    except ImportError:
-        return False
-    protocol = getattr(impl, "WebSocketsSansIOProtocol", None)
-    if protocol is None:
-        return False
-    if getattr(protocol, "paddock_answers_malformed", False):
-        return True
-    received = protocol.data_received
-
-    def data_received(self, data: bytes) -> None:
-        received(self, data)
-        conn = self.conn
-        if self.handshake_initiated or conn.handshake_exc is None:
-            return
-        if not self.transport.is_closing():
-            self.transport.write(b"".join(conn.data_to_send()))
-            self.handshake_complete = self.close_sent = True
-            self.transport.close()
-
-    protocol.data_received = data_received
-    protocol.paddock_answers_malformed = True
-    return True

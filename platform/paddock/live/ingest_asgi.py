@@ -14,20 +14,18 @@ included, goes to Django."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import close_old_connections
-from django.http.request import split_domain_port, validate_host
 
-from paddock.core.client_address import scope_client_address
 from paddock.core.errors import ErrorCode
-from paddock.core.job_doors import Answer, error_answer
+from paddock.http.answers import Answer, error_answer
+from paddock.http.client_address import scope_client_address
+from paddock.http.policy import scope_is_https, scope_refusal, security_headers
 from workers.events import MAX_BODY_BYTES
 
 from .broadcast import broadcast_batch_async
@@ -35,6 +33,7 @@ from .views import ingest_answer, too_large
 
 log = logging.getLogger(__name__)
 PATH = re.compile(r"/api/v1/runs/([0-9]+)/ingest")  # the Django route's <int:run_id>
+PATH_PREFIX = "/api/v1/runs/"  # what the response headers depend on (an API path)
 # Ingests in flight per server process. An ingest waits on PostgreSQL about half its time, so
 # two threads keep the database busy while one of them parses; more threads only contend
 # for the GIL with the event loop, which does the websocket fan-out (bench/live_latency.py:
@@ -56,38 +55,12 @@ def ingest_router(django_app):
     return app
 
 
-def _host_allowed(host: str) -> bool:
-    """ALLOWED_HOSTS, as Django checks it for every request it serves."""
-    allowed = settings.ALLOWED_HOSTS
-    if settings.DEBUG and not allowed:
-        allowed = [".localhost", "127.0.0.1", "[::1]"]
-    domain, _ = split_domain_port(host)
-    return bool(domain) and validate_host(domain, allowed)
-
-
-def _secure(scope, headers: dict[bytes, bytes]) -> bool:
-    """https, as Django decides it: the connection's scheme, or the proxy's header named by
-    SECURE_PROXY_SSL_HEADER."""
-    if scope.get("scheme") == "https":
-        return True
-    proxy = settings.SECURE_PROXY_SSL_HEADER
-    if not proxy:
-        return False
-    name = proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode("latin-1")
-    value = headers.get(name, b"").decode("latin-1").split(",")[0].strip()
-    return value == proxy[1]
-
-
 async def _serve(run_id: int, scope, receive, send) -> None:
     headers = {name.lower(): value for name, value in scope["headers"]}
-    if not _host_allowed(headers.get(b"host", b"").decode("latin-1")):
-        await _respond(send, error_answer(ErrorCode.BAD_HOST, "Host not allowed"))
-        return
-    if settings.SECURE_SSL_REDIRECT and not _secure(scope, headers):
-        # Django would redirect; a client following a redirect re-sends a POST as a GET, and
-        # a run token must not travel in clear: refuse, and say why
-        message = "this server takes ingest over https only"
-        await _respond(send, error_answer(ErrorCode.HTTPS_REQUIRED, message))
+    secure = scope_is_https(scope, headers)
+    refused = scope_refusal(scope, headers, secure=secure)
+    if refused is not None:
+        await _respond(send, refused, secure)
         return
     try:
         length = int(headers.get(b"content-length") or 0)
@@ -109,7 +82,7 @@ async def _serve(run_id: int, scope, receive, send) -> None:
         )
     for batch in published:
         await broadcast_batch_async(**batch)
-    await _respond(send, answer)
+    await _respond(send, answer, secure)
 
 
 async def _read_body(receive, length: int) -> bytes | int | None:
@@ -143,13 +116,9 @@ def _answer(*, published: list[dict[str, Any]], **request: Any) -> Answer:
         close_old_connections()
 
 
-async def _respond(send, answer: Answer) -> None:
-    body = json.dumps(answer.body).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"x-content-type-options", b"nosniff"),
-        *((name.lower().encode(), value.encode()) for name, value in answer.headers.items()),
-    ]
+async def _respond(send, answer: Answer, secure: bool) -> None:
+    body, headers = answer.asgi_head()
+    extra = security_headers(path=PATH_PREFIX, content_type="application/json", secure=secure)
+    headers += [(name.lower().encode(), value.encode()) for name, value in extra]
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

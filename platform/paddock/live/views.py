@@ -13,10 +13,11 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from paddock.core.client_address import request_client_address
 from paddock.core.errors import DomainError, ErrorCode
-from paddock.core.job_doors import Answer, bearer_secret, error_answer, refusal
 from paddock.core.jsonbody import JsonBodyError, json_parse
+from paddock.http.answers import Answer, error_answer, refusal
+from paddock.http.client_address import request_client_address
+from paddock.http.policy import job_bearer
 from workers.events import MAX_BODY_BYTES
 
 from .broadcast import broadcast_batch
@@ -37,10 +38,9 @@ def ingest_answer(
 ) -> Answer:  # fmt: skip
     """The answer to one ingest request whose body is within MAX_BODY_BYTES. `publish`
     gets the stored batch after commit (the channel-layer broadcast by default)."""
-    raw = bearer_secret(authorization)
-    if raw is None:
-        message = "send the run token as 'Authorization: Bearer …'"
-        return error_answer(ErrorCode.NOT_AUTHENTICATED, message)
+    raw = job_bearer(authorization, client_ip=client_ip, what="run token")
+    if isinstance(raw, Answer):
+        return raw
     try:
         parsed = json_parse(body)
     except JsonBodyError as exc:
@@ -63,4 +63,4 @@ def ingest(request: HttpRequest, run_id: int) -> JsonResponse:
             run_id=run_id, authorization=request.headers.get("Authorization", ""),
             body=request.body, client_ip=request_client_address(request),
         )  # fmt: skip
-    return answer.json_response()
+    return answer.response()

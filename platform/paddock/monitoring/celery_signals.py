@@ -2,13 +2,11 @@
 task (a pool child under prefork: PROMETHEUS_MULTIPROC_DIR lets the pool's processes add
 up). With `PADDOCK_WORKER_METRICS_PORT` set, the worker's main process also serves the
 scrape of those series on that port (the web's `/metrics` serves them too when both share
-one multiprocess directory, as under `paddock up`), with the same access rule as the web's:
-the bearer token when one is set, otherwise loopback only."""
+one multiprocess directory, as under `paddock up`), with the web's access rule (http/policy.py:
+metrics_scrape_allowed)."""
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 import os
 import threading
@@ -16,8 +14,8 @@ import time
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from celery.signals import task_failure, task_postrun, task_prerun, worker_ready
-from django.conf import settings  # a lazy object: read on a scrape, not at import
 
+from paddock.http.policy import metrics_scrape_allowed
 from paddock.monitoring.metrics import CELERY_TASK_FAILURES, CELERY_TASK_LATENCY, scrape
 
 log = logging.getLogger(__name__)
@@ -42,15 +40,10 @@ def _task_failed(sender=None, **_):
 
 
 def _scrape_app(meta, start_response):  # WSGI: `meta` is the request environ
-    token = settings.PADDOCK_METRICS_TOKEN
-    if token:
-        scheme, _, given = meta.get("HTTP_AUTHORIZATION", "").partition(" ")
-        allowed = scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
-    else:
-        try:
-            allowed = ipaddress.ip_address(meta.get("REMOTE_ADDR", "")).is_loopback
-        except ValueError:
-            allowed = False
+    allowed = metrics_scrape_allowed(
+        authorization=meta.get("HTTP_AUTHORIZATION", ""), peer=meta.get("REMOTE_ADDR"),
+        proxied="HTTP_X_FORWARDED_FOR" in meta or "HTTP_FORWARDED" in meta,
+    )  # fmt: skip
     if not allowed or meta.get("PATH_INFO") != "/metrics":
         start_response("403 Forbidden" if not allowed else "404 Not Found", [])
         return [b""]

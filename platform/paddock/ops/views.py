@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 
+from paddock.http.policy import request_scrape_allowed
+
 from .health import health_report
 
 
@@ -11,13 +13,22 @@ def livez(request: HttpRequest) -> JsonResponse:
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 while the server can reach its database (so it can serve), with every component's
-    state in the body; `?strict=1` answers 503 unless every component is healthy."""
+    """200 while the server can reach its database (so it can serve); `?strict=1` answers
+    503 unless every component is healthy. The body says `ok` or `degraded`, and names each
+    component's state (addresses, versions, host names) only to an operator: a staff
+    session, or a caller the Prometheus scrape's rule admits (the metrics token, or this
+    machine: `paddock up`, the container's health check)."""
     report = health_report()
     down = not report["components"]["database"]["ok"]
     if request.GET.get("strict") in ("1", "true"):
         down = report["status"] != "ok"
+    if not _operator(request):
+        report = {"status": report["status"]}
     return JsonResponse(report, status=503 if down else 200)
+
+
+def _operator(request: HttpRequest) -> bool:
+    return getattr(request.user, "is_staff", False) or request_scrape_allowed(request)
 
 
 def spa(request: HttpRequest) -> HttpResponse:

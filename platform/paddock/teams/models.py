@@ -101,3 +101,30 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target_type}:{self.target_id}"
+
+
+class TeamSecret(models.Model):
+    """A value a team's runs use without anyone reading it back (a reward service's token):
+    named in a spec (`secret: NAME`), handed to the run's job at bootstrap, never shown by
+    the API after it is set (only `masked`). `sealed` is the value encrypted with a key
+    derived from the deployment's secret key, bound to the team and the name
+    (teams/secret_box.py)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=64)
+    sealed = models.TextField()
+    masked = models.CharField(max_length=16)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="team_secret_once")]
+
+    def __str__(self) -> str:
+        return f"secret {self.name} of {self.team_id}"

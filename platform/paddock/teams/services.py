@@ -5,8 +5,9 @@ records an AuditEvent in the same transaction as its write."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -24,6 +25,7 @@ from paddock.teams.models import (
     TeamQuota,
 )
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
+from paddock.teams.signals import access_revoked_on_commit
 
 API_TOKEN_KIND = "pdk"
 # last_used_at is written at most this often per token: not a write on every request
@@ -174,9 +176,11 @@ def member_tokens_revoke(*, team_id: int, user_id: int) -> int:
     this service (the Django admin, a team deleted) call it through the post_delete signal
     (teams/apps.py), and api_token_authenticate refuses a token without its membership in
     any case."""
-    return ApiToken.objects.filter(team_id=team_id, user_id=user_id, revoked_at=None).update(
-        revoked_at=timezone.now()
-    )
+    live = ApiToken.objects.filter(team_id=team_id, user_id=user_id, revoked_at=None)
+    token_ids = list(live.values_list("pk", flat=True))
+    revoked = ApiToken.objects.filter(pk__in=token_ids).update(revoked_at=timezone.now())
+    access_revoked_on_commit(token_ids=token_ids, user_ids=[user_id])
+    return revoked
 
 
 # --- API tokens ----------------------------------------------------------------------------
@@ -187,10 +191,19 @@ def api_token_create(
     *, actor: Actor, team: Team, name: str, expires_at: datetime | None = None
 ) -> tuple[ApiToken, str]:
     """A personal token of the actor for `team`. Returns (token, secret); the secret is
-    never stored nor shown again. It acts with the user's role in the team."""
+    never stored nor shown again. It acts with the user's role in the team, until
+    `expires_at`: at most PADDOCK_TOKEN_MAX_DAYS from now, and that long without one."""
     actor.require(team.pk, Role.VIEWER, what="team")
-    if expires_at is not None and expires_at <= timezone.now():
+    now = timezone.now()
+    if expires_at is not None and expires_at <= now:
         raise DomainError(ErrorCode.INVALID, "must be in the future", field="expires_at")
+    longest = _token_lifetime()
+    if longest is not None:
+        if expires_at is None:
+            expires_at = now + longest
+        elif expires_at > now + longest:
+            message = f"at most {longest.days} days from now (PADDOCK_TOKEN_MAX_DAYS)"
+            raise DomainError(ErrorCode.INVALID, message, field="expires_at")
     new = secret_new(API_TOKEN_KIND)
     token = ApiToken.objects.create(
         team=team,
@@ -216,11 +229,17 @@ def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+        access_revoked_on_commit(token_ids=[token.pk])
         audit_record(
             actor=actor, team_id=token.team_id, action="token.revoke", target_type="token",
             target_id=token.pk, data={"name": token.name, "prefix": token.prefix},
         )  # fmt: skip
     return token
+
+
+def _token_lifetime() -> timedelta | None:
+    days = settings.PADDOCK_TOKEN_MAX_DAYS
+    return timedelta(days=days) if days > 0 else None
 
 
 def _live_token_sql(_shape=None) -> str:
@@ -271,6 +290,10 @@ def api_token_authenticate(*, raw: str) -> ApiToken:
         raise DomainError(ErrorCode.TOKEN_REVOKED, "this API token was revoked")
     if token.expires_at is not None and token.expires_at <= now:
         raise DomainError(ErrorCode.TOKEN_EXPIRED, "this API token has expired")
+    longest = _token_lifetime()  # a token older than the limit (made before it was lowered)
+    if longest is not None and token.created_at + longest <= now:
+        raise DomainError(ErrorCode.TOKEN_EXPIRED, "this API token is past the longest life "
+                          "a token may have (PADDOCK_TOKEN_MAX_DAYS)")  # fmt: skip
     if not token.user.is_active:
         raise DomainError(ErrorCode.TOKEN_INVALID, "the token's user is deactivated")
     stale = token.last_used_at is None or (

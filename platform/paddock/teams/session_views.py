@@ -12,12 +12,13 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
-from paddock.core.client_address import request_client_address
 from paddock.core.errors import ErrorCode, error_body
 from paddock.core.jsonbody import JsonBodyError, json_parse
-from paddock.core.ratelimit import login_blocked, login_failure_record
+from paddock.http.client_address import request_client_address
+from paddock.http.limits import login_blocked, login_failure_record
 from paddock.teams.access import actor_for
 from paddock.teams.selectors import team_list
+from paddock.teams.signals import access_revoked_on_commit
 
 
 def _error(code: ErrorCode, message: str, field: str | None = None) -> JsonResponse:
@@ -92,5 +93,8 @@ def session_login(request: HttpRequest) -> JsonResponse:
 
 @require_POST
 def session_logout(request: HttpRequest) -> JsonResponse:
+    ended = request.session.session_key
     logout(request)
+    if ended:  # its open websockets close (teams/signals.py)
+        access_revoked_on_commit(session_keys=[ended])
     return JsonResponse({"ok": True})

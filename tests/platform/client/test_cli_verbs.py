@@ -190,6 +190,17 @@ def test_tokens_create_and_revoke(cli, world):
     assert me.status_code == 401
 
 
+def test_secrets_set_list_delete(cli, world, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("tok-0123456789-abcdefghij\n"))
+    code, out, _ = cli("secrets", "set", "judge", "--team", "team-a")  # the value from stdin
+    assert code == 0 and "secret judge set (••••ghij)" in out
+    listed = cli.json("secrets", "list", "--team", "team-a")
+    assert [(s["name"], s["masked"]) for s in listed] == [("judge", "••••ghij")]
+    assert "0123456789" not in json.dumps(listed)
+    code, out, _ = cli("secrets", "delete", "judge", "--team", "team-a")
+    assert code == 0 and cli.json("secrets", "list", "--team", "team-a") == []
+
+
 def test_clusters_register_list_health(cli, world, monkeypatch):
     from tests.conftest import free_port
 

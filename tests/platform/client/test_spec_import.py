@@ -74,12 +74,20 @@ def test_verl_config_translates_to_a_valid_spec(verl: dict) -> None:
     assert run.data.chat_template_kwargs == {"enable_thinking": False}
     assert run.seed == 7
     assert (run.checkpoint.every, run.checkpoint.keep_last) == (20, 3)
+    # trainer.logger [console, wandb] with its project and experiment names
+    assert run.logging.wandb is not None and run.logging.tensorboard is None
+    assert (run.logging.wandb.project, run.logging.wandb.run_name) == (
+        "gsm8k-lora",
+        "qwen2.5-3b-grpo",
+    )
+    assert run.logging.wandb.mode == "online"
+    # 8 GPUs of one node, actor and rollout colocated there: 4 trainer ranks, 4 engines
+    r = run.resources
+    assert (r.executor, r.trainer_gpus, r.trainer_actors) == ("ray", 4, 4)
+    assert (r.rollout_replicas, r.rollout_gpus) == (4, 1)
 
     # what Paddock has no setting for is listed, by its dotted source key
     for key in (
-        "trainer.logger",
-        "trainer.n_gpus_per_node",
-        "trainer.total_epochs",
         "actor_rollout_ref.rollout.tensor_model_parallel_size",
         "actor_rollout_ref.actor.fsdp_config.param_offload",
         "data.reward_fn_key",
@@ -94,6 +102,9 @@ def test_verl_config_translates_to_a_valid_spec(verl: dict) -> None:
         "data.max_response_length",
         "algorithm.kl_ctrl.kl_coef",
         "actor_rollout_ref.actor._target_",
+        "trainer.total_epochs",  # total_training_steps, set, is what verl runs
+        "trainer.logger",
+        "trainer.n_gpus_per_node",
     ):
         assert key not in unmapped
     assert unmapped == sorted(unmapped)
@@ -131,9 +142,11 @@ def test_nemo_rl_config_translates_to_a_valid_spec(nemo: dict) -> None:
     assert (overlong.buffer, overlong.weight, overlong.max_new_tokens) == (128, 1.0, 2048)
     assert run.seed == 42 and run.checkpoint.every == 25
 
+    # 8 GPUs, generation colocated: 4 trainer ranks and 4 engines; W&B from logger.wandb
+    r = run.resources
+    assert (r.executor, r.trainer_gpus, r.rollout_replicas) == ("ray", 4, 4)
+    assert run.logging.wandb is not None and run.logging.wandb.mode == "online"
     for key in (
-        "cluster.gpus_per_node",
-        "logger.wandb.project",
         "grpo.max_num_epochs",
         "checkpointing.keep_top_k",  # best-k by a metric is not Paddock's keep_last
         "data.default.prompt_file",
@@ -147,13 +160,15 @@ def test_nemo_rl_config_translates_to_a_valid_spec(nemo: dict) -> None:
         "grpo.use_leave_one_out_baseline",
         "data.default.dataset_name",
         "loss_fn.ratio_clip_c",  # null: nothing to map
+        "cluster.gpus_per_node",
+        "logger.wandb.project",
     ):
         assert key not in unmapped
 
 
 def test_the_spec_holds_only_what_the_source_set(verl: dict) -> None:
     spec, _ = import_spec("verl", verl)
-    assert "resources" not in spec and "async" not in spec
+    assert "async" not in spec and "tensorboard" not in spec["logging"]
     full = RunSpec.model_validate(spec).to_dict()
     for path, value in _flat(spec).items():
         node = full

@@ -31,8 +31,9 @@ async def _connect(run: Run, token: str) -> list[dict]:
     path = f"/ws/runs/{run.pk}/"
     scope = {
         "type": "websocket", "asgi": {"version": "3.0"}, "path": path,
-        "raw_path": path.encode(), "query_string": f"token={token}".encode(),
-        "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 50000),
+        "raw_path": path.encode(), "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {token}".encode())],
+        "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000), "subprotocols": [],
     }  # fmt: skip
     inbox: asyncio.Queue = asyncio.Queue()

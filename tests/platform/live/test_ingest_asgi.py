@@ -16,7 +16,7 @@ from paddock.experiments.models import IngestBatch, MetricPoint, Run
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.live.consumers import BURST, MIN_INTERVAL_S
-from paddock.live.wscompression import websocket_compression_fast
+from paddock.live.uvicorn_ws import websocket_compression_fast
 from paddock.teams.access import actor_for
 from paddock.teams.services import api_token_create
 from workers.events import MAX_BODY_BYTES
@@ -69,11 +69,12 @@ def test_a_batch_is_stored_once_and_broadcast_to_viewers(asgi_server, job, world
     run, token = job
     member = world.users_a["member"]
     _, viewer_token = api_token_create(actor=actor_for(user=member), team=world.team_a, name="v")
-    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={viewer_token}"
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
+    bearer = {"Authorization": f"Bearer {viewer_token}"}
     batch = {"dispatch": 1, "seq": 7, "events": [metric(1, loss=0.5), metric(2, loss=0.25)]}
     endpoint = f"{asgi_server.url}/api/v1/runs/{run.pk}/ingest"
     auth = {"Authorization": f"Bearer {token}"}
-    with connect(ws_url, origin=asgi_server.url) as ws:
+    with connect(ws_url, origin=asgi_server.url, additional_headers=bearer) as ws:
         assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
         reply = requests.post(endpoint, json=batch, headers=auth, timeout=10)
         assert reply.status_code == 200
@@ -95,11 +96,15 @@ def test_a_viewer_gets_a_burst_at_once_then_coalesced_messages(asgi_server, job,
     run, token = job
     member = world.users_a["member"]
     _, viewer_token = api_token_create(actor=actor_for(user=member), team=world.team_a, name="v")
-    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={viewer_token}"
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
+    bearer = {"Authorization": f"Bearer {viewer_token}"}
     endpoint = f"{asgi_server.url}/api/v1/runs/{run.pk}/ingest"
     auth = {"Authorization": f"Bearer {token}"}
     batches = 12
-    with connect(ws_url, origin=asgi_server.url) as ws, requests.Session() as http:
+    with (
+        connect(ws_url, origin=asgi_server.url, additional_headers=bearer) as ws,
+        requests.Session() as http,
+    ):
         assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
         started = time.monotonic()
         for seq in range(1, batches + 1):
@@ -122,7 +127,7 @@ def test_a_viewer_gets_a_burst_at_once_then_coalesced_messages(asgi_server, job,
 
 
 def test_websocket_compression_is_cheap_and_still_negotiated(asgi_server, job, world):
-    """uvicorn's permessage-deflate at zlib level 1 (live/wscompression.py): the factory
+    """uvicorn's permessage-deflate at zlib level 1 (live/uvicorn_ws.py): the factory
     uvicorn builds it with gets the level, and a viewer of the real server still negotiates
     compression and reads its messages."""
     from uvicorn.protocols.websockets import websockets_sansio_impl as impl
@@ -135,7 +140,8 @@ def test_websocket_compression_is_cheap_and_still_negotiated(asgi_server, job, w
     run, _ = job
     member = world.users_a["member"]
     _, viewer_token = api_token_create(actor=actor_for(user=member), team=world.team_a, name="v")
-    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={viewer_token}"
-    with connect(ws_url, origin=asgi_server.url) as ws:
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
+    bearer = {"Authorization": f"Bearer {viewer_token}"}
+    with connect(ws_url, origin=asgi_server.url, additional_headers=bearer) as ws:
         assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
         assert any(isinstance(e, PerMessageDeflate) for e in ws.protocol.extensions)

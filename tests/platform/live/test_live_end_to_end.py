@@ -69,11 +69,15 @@ def test_metrics_stream_and_controls_reach_the_job_and_every_viewer(
     )  # fmt: skip
     reporter = Reporter(config, on_desired_state=control)
     control.reporter = reporter
-    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={token}"
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
+    bearer = {"Authorization": f"Bearer {token}"}
     origin = asgi_server.url
     try:
         reporter.status("running", detail="started")
-        with connect(ws_url, origin=origin) as ws, connect(ws_url, origin=origin) as viewer:
+        with (
+            connect(ws_url, origin=origin, additional_headers=bearer) as ws,
+            connect(ws_url, origin=origin, additional_headers=bearer) as viewer,
+        ):
             snapshot = json.loads(ws.recv(timeout=10))
             assert snapshot["type"] == "snapshot" and snapshot["run_id"] == run.pk
             json.loads(viewer.recv(timeout=10))
@@ -101,9 +105,10 @@ def test_metrics_stream_and_controls_reach_the_job_and_every_viewer(
 def test_a_viewer_of_another_team_is_refused(asgi_server, launched, world):
     run = _dispatched_run(launched)
     outsider_token = _token(world, world.users_b["owner"], world.team_b)
-    url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={outsider_token}"
+    url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
+    outsider = {"Authorization": f"Bearer {outsider_token}"}
     with pytest.raises(InvalidStatus) as refused:
-        connect(url, origin=asgi_server.url).recv(timeout=5)
+        connect(url, origin=asgi_server.url, additional_headers=outsider).recv(timeout=5)
     assert refused.value.response.status_code == 403
     anonymous = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
     with pytest.raises(InvalidStatus):
@@ -113,8 +118,9 @@ def test_a_viewer_of_another_team_is_refused(asgi_server, launched, world):
 def test_a_viewer_may_watch_but_not_control(asgi_server, launched, world):
     run = _dispatched_run(launched)
     token = _token(world, world.users_a["viewer"], world.team_a)
-    url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={token}"
-    with connect(url, origin=asgi_server.url) as ws:
+    url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
+    bearer = {"Authorization": f"Bearer {token}"}
+    with connect(url, origin=asgi_server.url, additional_headers=bearer) as ws:
         assert json.loads(ws.recv(timeout=10))["type"] == "snapshot"
         ws.send(json.dumps({"action": "abort"}))
         error = _recv_until(ws, lambda m: m["type"] == "error")

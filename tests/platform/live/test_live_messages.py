@@ -50,7 +50,8 @@ def test_every_server_message_is_its_model_byte_for_byte(asgi_server, launched, 
     ingest = f"{asgi_server.url}/api/v1/runs/{run.pk}/ingest"
     member = world.users_a["member"]
     token = api_token_create(actor=actor_for(user=member), team=world.team_a, name="ws")[1]
-    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/?token={token}"
+    ws_url = f"ws://127.0.0.1:{asgi_server.port}/ws/runs/{run.pk}/"
+    bearer = {"Authorization": f"Bearer {token}"}
     t = 1764490000.0
     store = settings.PADDOCK_ARTIFACTS_URI.rstrip("/")
     first = [
@@ -61,7 +62,7 @@ def test_every_server_message_is_its_model_byte_for_byte(asgi_server, launched, 
     assert requests.post(ingest, json={"dispatch": 1, "seq": 0, "events": first},
                          headers=job, timeout=10).status_code == 200  # fmt: skip
 
-    with connect(ws_url, origin=asgi_server.url) as ws:
+    with connect(ws_url, origin=asgi_server.url, additional_headers=bearer) as ws:
         [snapshot] = _until(ws, {"snapshot"})
         assert snapshot["points"]["reward/mean"] == [[1, 0.25, t + 1]]
         assert snapshot["run"]["state"] == "running"
@@ -88,8 +89,8 @@ def test_every_server_message_is_its_model_byte_for_byte(asgi_server, launched, 
         assert (state["state"], state["desired_state"]) == ("pausing", "paused")
 
     # a reconnect after the first batch: the second batch's steps and lines, then the state
-    after = f"{ws_url}&after=1:0"
-    with connect(after, origin=asgi_server.url) as ws:
+    after = f"{ws_url}?after=1:0"
+    with connect(after, origin=asgi_server.url, additional_headers=bearer) as ws:
         replay = _until(ws, {"metrics", "log", "state"})
     assert [m["type"] for m in replay][-1] == "state"
     steps = next(m for m in replay if m["type"] == "metrics")["steps"]

@@ -116,8 +116,9 @@ async def _connect_and_snapshot(run_id: int, token: str) -> dict:
     path = f"/ws/runs/{run_id}/"
     scope = {
         "type": "websocket", "asgi": {"version": "3.0"}, "path": path,
-        "raw_path": path.encode(), "query_string": f"token={token}".encode(),
-        "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 50000),
+        "raw_path": path.encode(), "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {token}".encode())],
+        "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000), "subprotocols": [],
     }  # fmt: skip
     inbox: asyncio.Queue = asyncio.Queue()

@@ -73,6 +73,29 @@ def test_expiry_must_lie_ahead(world, client_as):
     assert reply.json()["field"] == "expires_at"
 
 
+def test_a_token_lives_at_most_the_operators_limit(world, client_as, settings, created):
+    """PADDOCK_TOKEN_MAX_DAYS: a token made without an expiry gets it, one asking for more
+    is refused naming the field, and a token older than the limit (made before it was
+    lowered) is refused as expired."""
+    settings.PADDOCK_TOKEN_MAX_DAYS = 30
+    client = client_as(world.users_a[Role.MEMBER])
+    url = f"/api/v1/teams/{world.team_a.pk}/tokens"
+    made = client.post(url, {"name": "default"}, format="json")
+    assert made.status_code == 201
+    lifetime = ApiToken.objects.get(pk=made.json()["id"])
+    assert timedelta(days=29) < lifetime.expires_at - timezone.now() <= timedelta(days=30)
+    too_long = (timezone.now() + timedelta(days=31)).isoformat()
+    refused = client.post(url, {"name": "long", "expires_at": too_long}, format="json")
+    assert refused.status_code == 400 and refused.json()["field"] == "expires_at"
+    # `created` (made under the default) is fine until it is older than the limit
+    assert bearer(created["token"]).get("/api/v1/me").status_code == 200
+    ApiToken.objects.filter(pk=created["id"]).update(
+        created_at=timezone.now() - timedelta(days=30), expires_at=None
+    )
+    reply = bearer(created["token"]).get("/api/v1/me")
+    assert (reply.status_code, reply.json()["code"]) == (401, "token_expired")
+
+
 def test_a_revoked_token_is_refused_and_revocation_is_audited(world, client_as, created):
     client = client_as(world.users_a[Role.MEMBER])
     reply = client.delete(f"/api/v1/teams/{world.team_a.pk}/tokens/{created['id']}")

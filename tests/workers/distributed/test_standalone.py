@@ -70,10 +70,10 @@ def test_two_gloo_ranks_match_one_process(one, two):
 
 
 def test_the_staleness_check_splits_over_ranks_and_adds_up(one, two):
-    """loop/version_check.py on two ranks: 5 stale samples split 3 + 2 (micro-batch 2, so
-    the second rank runs a repeat to keep its gathers in step), each under the version-0
-    adapter swapped in (into DTensor shards when LoRA is sharded); the summed result is one
-    process's."""
+    """The stale-token check (LoraPolicy.stale_sums) on two ranks: 5 stale samples split
+    3 + 2 (micro-batch 2, so the second rank runs a repeat to keep its gathers in step),
+    each under the version-0 adapter swapped in (into DTensor shards when LoRA is sharded);
+    the summed result is one process's."""
     one, two = one[1]["stale_check"], two[1]["stale_check"]
     assert one["tokens"] == two["tokens"] == 5 * (20 - 8)  # every response token, once
     for key, value in one["sums"].items():

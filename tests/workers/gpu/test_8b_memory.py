@@ -119,7 +119,7 @@ def test_8b_trains_16x1024_beside_its_engine_on_one_gpu(model_dir):
     resident = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
     for _ in range(2):  # the second step holds the optimizer's state as well
-        metrics = policy.train_step(batch)
+        metrics = policy.train_step(policy.adapter, batch)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated(dev)
     print(

@@ -123,7 +123,7 @@ def test_bf16_policy_matches_float32_reference(model_dir):
             policy.model.zero_grad(set_to_none=True)
             lp, _ = policy.token_logprobs(batch)
             (lp * batch.mask * batch.advantages[:, None]).sum().backward()
-            grads.append(torch.cat([p.grad.flatten() for p in policy.params]))
+            grads.append(torch.cat([p.grad.flatten() for p in policy.adapter.params]))
             if policy is fast:
                 lp_fast = lp.detach()
             else:
@@ -216,7 +216,7 @@ def test_compiled_layers_match_the_eager_policy(model_dir):
         policy.model.zero_grad(set_to_none=True)
         lp, _ = policy.token_logprobs(batch, share_prompts=False)
         (lp * batch.mask * batch.advantages[:, None]).sum().backward()
-        out.append((lp.detach(), torch.cat([p.grad.flatten() for p in policy.params])))
+        out.append((lp.detach(), torch.cat([p.grad.flatten() for p in policy.adapter.params])))
     assert token_mult_prob_error(out[1][0], out[0][0], batch.mask) < 1.01
     # one graph for the first layer (its input needs no grad), one for all the others (the
     # CPU test in test_policy.py holds the layers to exactly two); the head's chunk maths

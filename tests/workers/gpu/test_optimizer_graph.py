@@ -78,8 +78,9 @@ def test_graphed_clip_and_adamw_match_eager():
 def test_policy_step_replays_the_optimizer_graph(model_dir):  # noqa: F811
     eager = LoraPolicy(make_spec(model_dir), model_dir, optimizer_graph=False)
     graphed = LoraPolicy(make_spec(model_dir), model_dir)  # on by default here
-    assert eager.optimizer_graph is None and graphed.optimizer_graph is not None
-    assert graphed.optimizer.defaults["fused"] and graphed.optimizer.defaults["capturable"]
+    assert eager.adapter.graph is None and graphed.adapter.graph is not None
+    defaults = graphed.adapter.optimizer.defaults
+    assert defaults["fused"] and defaults["capturable"]
     adapter = random_adapter(eager)
     batch = collate(samples(12, 20, 40), 0)
     for p in (eager, graphed):
@@ -90,11 +91,10 @@ def test_policy_step_replays_the_optimizer_graph(model_dir):  # noqa: F811
         out = []
         for p in (eager, graphed):
             p.load_adapter_tensors(adapter, 1)
-            out.append(p.train_step(batch))
+            out.append(p.train_step(p.adapter, batch))
         a, b = out
         assert abs(a["loss/total"] - b["loss/total"]) <= 1e-4 * max(1.0, abs(a["loss/total"]))
         assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-3 * a["grad_norm"]
-    assert (graphed.optimizer_graph.eager_steps, graphed.optimizer_graph.replays) == (1, 2)
-    assert all(
-        p.grad is v for p, v in zip(graphed.params, graphed.optimizer_graph.views, strict=True)
-    )
+    graph = graphed.adapter.graph
+    assert (graph.eager_steps, graph.replays) == (1, 2)
+    assert all(p.grad is v for p, v in zip(graphed.adapter.params, graph.views, strict=True))

@@ -68,7 +68,7 @@ async def _check(model_dir: Path, kernel: str) -> None:
             for name, p in policy.model.named_parameters():
                 if "lora_B" in name:
                     p.copy_(torch.randn(p.shape, generator=g).to(p.dtype) * 0.05)
-        policy.adapter_version = 1
+        policy.adapter.version = 1
         update = await LocalExecutor(policy).adapter_update(with_probe=True)
         assert await pool.load_adapter(run, update, policy.spec.lora) == 1
         assert pool.lanes[run].handshakes[-1]["probe_err"] <= pool.engine.probe_atol

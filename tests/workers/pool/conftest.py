@@ -67,7 +67,7 @@ class AdapterMaker:
     async def update(self, seed: int, version: int, scale: float = 1.0) -> AdapterUpdate:
         """The adapter of `seed` as the trainer publishes it, labelled `version`."""
         self._set(seed, scale)
-        self.policy.adapter_version = version
+        self.policy.adapter.version = version
         update = await LocalExecutor(self.policy).adapter_update()
         self.tensors[seed] = {k: v.clone() for k, v in update.tensors.items()}
         return update
@@ -80,7 +80,7 @@ class AdapterMaker:
     def logprobs(self, seed: int, results: list[GroupResult], temperature: float):
         """The trainer's logprobs of every sample of `results` (with tokens) under adapter
         `seed`."""
-        self.policy.load_adapter_tensors(self.tensors[seed], self.policy.adapter_version)
+        self.policy.load_adapter_tensors(self.tensors[seed], self.policy.adapter.version)
         samples = [
             TrainSample(r.prompt_ids, s.token_ids, s.logprobs, s.versions, 0.0)
             for r in results
@@ -89,9 +89,9 @@ class AdapterMaker:
         ]
         batch = collate(samples, self.tok.pad_token_id)
         rollout = self.policy.spec.rollout.model_copy(update={"temperature": temperature})
-        self.policy.spec = self.policy.spec.model_copy(update={"rollout": rollout})
+        spec = self.policy.spec.model_copy(update={"rollout": rollout})
         self.policy.model.eval()
-        lp, _ = self.policy.token_logprobs(batch)
+        lp, _ = self.policy.token_logprobs(batch, spec=spec)
         return [lp[i, : len(s.response_ids)].tolist() for i, s in enumerate(samples)]
 
 

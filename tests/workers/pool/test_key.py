@@ -62,11 +62,8 @@ def test_settings_a_pool_cannot_host_are_refused_by_name():
     assert misfit(parse_spec({"resources": {"engine_process": True}}), pool_key(parse_spec({})))
 
 
-def test_the_trainer_checks_its_part_of_the_key():
-    # MultiLoraTrainer's join check is this function: one definition of what it shares
-    from workers.policy import multi
-
-    assert multi.trainer_key is trainer_key
+def test_the_pool_key_holds_the_trainers_part():
+    # what the runs of one policy share is checked at admission, as part of the pool key
     assert set(trainer_key(parse_spec({}))) <= set(pool_key(parse_spec({})))
 
 

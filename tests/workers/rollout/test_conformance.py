@@ -60,7 +60,7 @@ class Trainer:
                     p.copy_(
                         torch.randn(p.shape, generator=gen) * (1.0 if version >= WILD else 0.05)
                     )
-        self.policy.adapter_version = version
+        self.policy.adapter.version = version
 
     async def update(self, version: int) -> AdapterUpdate:
         self.set_version(version)
@@ -83,9 +83,8 @@ class Trainer:
                 "rollout": self.policy.spec.rollout.model_copy(update={"temperature": temperature})
             }
         )
-        self.policy.spec = spec
         self.policy.model.eval()
-        lp, _ = self.policy.token_logprobs(batch)
+        lp, _ = self.policy.token_logprobs(batch, spec=spec)
         return [lp[i, : len(s.response_ids)].tolist() for i, s in enumerate(samples)]
 
 

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from ...policy import lora as lora_io
+from ...policy.batch import left_pad
 from ...spec import LoraSpec, TorchRolloutSpec
 from ..static_decode import StaticDecoder, supports
 
@@ -72,17 +73,6 @@ class StepSource(Protocol):
 
     def leave(self, slot: int) -> None:
         """A pool's run leaves `slot`, its adapter emptied."""
-
-
-def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Token sequences as [N, longest] ids padded on the left, and their mask."""
-    width = max(len(p) for p in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    for u, p in enumerate(seqs):
-        ids[u, width - len(p) :] = torch.tensor(p)
-        attn[u, width - len(p) :] = 1
-    return ids.to(device), attn.to(device)
 
 
 def shared_prompts(prompts: list[list[int]], pad_id: int, device: torch.device, adapters=None):

@@ -160,3 +160,34 @@ class DatasetUploadSerializer(serializers.Serializer):
     team = Id()
     name = Name(max_length=200)
     file = serializers.FileField()
+
+
+# a pasted config or script: real ones are tens of kilobytes
+MAX_IMPORT_TEXT = 256 * 1024
+
+
+class ConfigImportSerializer(serializers.Serializer):
+    config = serializers.CharField(required=False, allow_blank=True, max_length=MAX_IMPORT_TEXT,
+                                   trim_whitespace=False)  # fmt: skip
+    command = serializers.CharField(required=False, allow_blank=True, max_length=MAX_IMPORT_TEXT,
+                                    trim_whitespace=False)  # fmt: skip
+    source = serializers.ChoiceField(choices=["verl", "nemo-rl"], required=False, allow_null=True)
+    dataset = Id(required=False, allow_null=True)
+
+    def validate(self, attrs):
+        if not (attrs.get("config") or "").strip() and not (attrs.get("command") or "").strip():
+            raise serializers.ValidationError({"config": "give a config (YAML) or a command line"})
+        return attrs
+
+
+class UnmappedKeySerializer(serializers.Serializer):
+    key = serializers.CharField()
+    origin = serializers.CharField(help_text="the file (or 'command line') that set it")
+    note = serializers.CharField(allow_null=True, help_text="why it was left out, where known")
+
+
+class SpecImportSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=["verl", "nemo-rl"])
+    spec = serializers.JSONField(help_text="only the keys the import set")
+    files = serializers.ListField(child=serializers.CharField(), help_text="base first")
+    unmapped = UnmappedKeySerializer(many=True)

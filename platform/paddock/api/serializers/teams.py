@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 from rest_framework import serializers
 
-from paddock.teams.models import ApiToken, AuditEvent, Membership, Role, Team, TeamQuota
+from paddock.teams.models import ApiToken, AuditEvent, Membership, Role, Team, TeamQuota, TeamSecret
 
 from .common import Id, Name, UserBriefSerializer, datetime_text
 
@@ -66,6 +66,24 @@ class TokenCreatedSerializer(TokenSerializer):
 
     class Meta(TokenSerializer.Meta):
         fields = [*TokenSerializer.Meta.fields, "token"]
+
+
+class SecretSerializer(serializers.ModelSerializer):
+    """A team secret as the API shows it: never its value."""
+
+    updated_by = UserBriefSerializer(allow_null=True)
+
+    class Meta:
+        model = TeamSecret
+        fields = ["name", "masked", "updated_by", "created_at", "updated_at"]
+
+
+class SecretSetSerializer(serializers.Serializer):
+    value = serializers.CharField(
+        max_length=8192, trim_whitespace=False, write_only=True,
+        help_text="a token (sent as Authorization: Bearer) or a JSON object of headers; "
+        "never shown again",
+    )  # fmt: skip
 
 
 class QuotaSerializer(serializers.ModelSerializer):
