@@ -50,16 +50,19 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=None, help="default: one pool's")
     parser.add_argument("--team", default=None)
     parser.add_argument("--poll", type=float, default=2.0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="another override of the spec (repeatable)")  # fmt: skip
     args = parser.parse_args()
 
     client = PaddockClient.from_environment()
-    spec = apply_overrides(yaml.safe_load(Path(args.spec).read_text()),
-                           [f"train.steps={args.steps}"])  # fmt: skip
+    overrides = [f"train.steps={args.steps}", *args.set]
+    spec = apply_overrides(yaml.safe_load(Path(args.spec).read_text()), overrides)
     params = {"lora.r": [int(r) for r in args.ranks.split(",")],
               "train.lr": [float(x) for x in args.lrs.split(",")],
               "seed": [int(s) for s in args.seeds.split(",")]}  # fmt: skip
     stopping = {"rule": "median", "min_steps": args.min_steps, "min_members": args.min_members}
-    print(f"$ paddock sweeps launch {args.spec} --set train.steps={args.steps} "
+    sets = " ".join(f"--set {o}" for o in overrides)
+    print(f"$ paddock sweeps launch {args.spec} {sets} "
           f"-p lora.r={args.ranks} -p train.lr={args.lrs} -p seed={args.seeds} --stop median "
           f"--min-steps {args.min_steps} --min-members {args.min_members}"
           + (f" --parallel {args.parallel}" if args.parallel else ""), flush=True)  # fmt: skip
