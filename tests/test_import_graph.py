@@ -17,11 +17,12 @@ SEAM = {
     "workers.spec": "the run spec: launch validation, the launcher's JSON Schema, stored specs",
     "workers.events": "the ingest contract: the events a job reports and the reply",
     "workers.names": "the names both halves use (backends, run states, …)",
-    "workers.pool.key": "the pool key, which dispatch packs pooled runs by",
+    "workers.pool_key": "the pool key, which dispatch packs pooled runs by",
     "workers.job_replies": "the job doors' answers: run and pool bootstrap, pool members",
     "workers.live_messages": "the websocket's messages, which live/ builds (and the TS types)",
     "workers.egress": "the egress policy: a launch checks a spec's URLs with it, dispatch "
     "hands it to jobs",
+    "workers.path_guard": "the path guard: launch, ingest and downloads read paths as jobs do",
 }
 # what the data plane must never import: Django and what runs on it, the control plane's
 # package, and the API client / CLI package (which imports neither half)

@@ -31,6 +31,11 @@ class RunBootstrap(_Reply):
     resume_from: str | None = Field(
         None, description="the newest reported checkpoint, from dispatch 2 on"
     )
+    read_roots: list[str] | None = Field(
+        None,
+        description="the folders the job may read the spec's paths in (its PathGuard, "
+        "workers/path_guard.py): its team's model and data roots, its uploads, its own folder",
+    )
     secrets: dict[str, str] = Field(
         default_factory=dict,
         description="the team secrets the run's spec names, name → value (workers/grants.py); "
@@ -43,7 +48,7 @@ class PoolBootstrap(_Reply):
 
     token: str = Field(min_length=1, description="the pool token (pdp_…), for the members")
     capacity: int = Field(ge=1, description="how many runs the pool hosts at most")
-    key: dict[str, Any] = Field(description="the pool key (workers/pool/key.py) and cluster")
+    key: dict[str, Any] = Field(description="the pool key (workers/pool_key.py) and cluster")
 
 
 class ListedMember(_Reply):

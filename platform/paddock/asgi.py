@@ -16,6 +16,7 @@ django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from paddock.api.fast_reads import fast_read  # noqa: E402
+from paddock.http.body_limits import body_capped  # noqa: E402
 from paddock.http.lanes import LanedASGIHandler, switch_interval  # noqa: E402
 from paddock.live.handshake import (  # noqa: E402
     origin_policy,
@@ -25,20 +26,16 @@ from paddock.live.handshake import (  # noqa: E402
 )
 from paddock.live.ingest_asgi import ingest_router  # noqa: E402
 from paddock.live.routing import websocket_urlpatterns  # noqa: E402
-from paddock.live.uvicorn_ws import (  # noqa: E402
-    malformed_handshakes_answered,
-    websocket_compression_fast,
-)
+from paddock.live.uvicorn_ws import websocket_compression_fast  # noqa: E402
 
 switch_interval()  # the event loop's share of the GIL (http/lanes.py says why)
 websocket_compression_fast()  # the live fan-out's CPU (live/uvicorn_ws.py says why)
-malformed_handshakes_answered()  # an oversized handshake gets its 414, not silence
 
 django_asgi_app = LanedASGIHandler(fast=fast_read)
 
 application = ProtocolTypeRouter(
     {
-        "http": ingest_router(django_asgi_app),
+        "http": ingest_router(body_capped(django_asgi_app)),
         # live/handshake.py: the request policy, unknown paths refused, the Origin rule,
         # then the session
         "websocket": request_policy(

@@ -25,7 +25,11 @@ PADDOCK_PUBLIC_URL = ENV.public_url
 PADDOCK_ARTIFACTS_URI = ENV.artifacts_uri
 # Where a spec's model.path and data paths may point (experiments/spec_paths.py)
 PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "models")).split(":")
-PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
+# a root holding {team} is one per team (/srv/data/{team}: team 7 reads /srv/data/7), one
+# without it is shared by every team (workers/path_guard.py)
+PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data" / "{team}")).split(
+    ":"
+)
 # where a spec's logging.tensorboard.dir may point besides the run's own output (none: only there)
 PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":") if r]
 # What a spec's URLs may reach (workers/egress.py): launch checks them against it, and dispatch
@@ -36,6 +40,13 @@ PADDOCK_EGRESS = EgressPolicy.from_env()
 PADDOCK_CLUSTER_NETWORKS = cidrs_from(
     "PADDOCK_CLUSTER_NETWORKS", os.environ.get("PADDOCK_CLUSTER_NETWORKS", "")
 )
+# every user's quota over all their teams (teams/models.py UserQuota; staff change one user's
+# in the admin): creating teams does not multiply what a user may run
+PADDOCK_USER_MAX_CONCURRENT_RUNS = int(os.environ.get("PADDOCK_USER_MAX_CONCURRENT_RUNS", "8"))
+PADDOCK_USER_MAX_GPUS = float(os.environ.get("PADDOCK_USER_MAX_GPUS", "16"))
+PADDOCK_USER_MAX_QUEUED_RUNS = int(os.environ.get("PADDOCK_USER_MAX_QUEUED_RUNS", "100"))
+# the largest dataset upload: refused while it arrives, never read into memory
+PADDOCK_MAX_DATASET_BYTES = int(os.environ.get("PADDOCK_MAX_DATASET_BYTES", str(256 * 2**20)))
 # the operator's spec limits (workers/spec.py reads the variable itself); handed to every job
 PADDOCK_SPEC_LIMITS = os.environ.get("PADDOCK_SPEC_LIMITS", "")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies

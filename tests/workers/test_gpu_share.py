@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch._dynamo.utils import counters
 
+from workers.adapters.lora import load_spec_model
 from workers.loop import setup
 from workers.loop.executor import LocalExecutor
 from workers.loop.gpu_share import (
@@ -32,7 +33,6 @@ from workers.loop.gpu_share import (
 )
 from workers.policy import LoraPolicy, TrainSample
 from workers.policy.batch import collate
-from workers.policy.lora import load_spec_model
 from workers.rollout.static_decode import StaticDecoder
 from workers.rollout.torch_engine import TorchBackend, draw
 from workers.spec import RunSpec, parse_spec, spec_errors

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..data.examples import Example
 from ..data.prompts import Prompt
-from ..data.tasks import Example
 from .tool_calls import ToolCall, check_call, function_schema
 
 Message = dict[str, Any]
@@ -75,11 +75,6 @@ class Environment(Protocol):
         None when it plays the data task's examples."""
 
     async def close(self) -> None: ...
-
-
-class EnvironmentError_(RuntimeError):
-    """An environment failed an episode (raised, hung, answered nonsense): the episode
-    fails and is counted; the run goes on."""
 
 
 # Blocking environments (Gymnasium's step, a verifiers tool written as a plain function)
@@ -145,10 +140,3 @@ class Toolbox:
                 continue
             obs.messages.append(tool_message(call.name, str(result)))
         return obs
-
-
-def awaitable(value: Any) -> Awaitable[Any]:
-    async def done() -> Any:
-        return value
-
-    return done()

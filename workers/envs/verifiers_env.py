@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import create_model
 
-from ..data.tasks import Example
+from ..data.examples import Example
 from .base import Message, ModelTurn, Observation, Toolbox
 
 MAX_TASKS = 100_000  # an infinite taskset is read this far
@@ -93,8 +93,8 @@ def _messages(data: Any) -> list[Message]:
 
 
 class VerifiersSession:
-    def __init__(self, env: VerifiersEnvironment, task: Any, toolsets: list[Any]):
-        self.env, self.task, self.toolsets = env, task, toolsets
+    def __init__(self, task: Any, toolsets: list[Any]):
+        self.task, self.toolsets = task, toolsets
         self.prompt = _messages(task.data)
         self.toolbox = Toolbox(_tools_of(toolsets))
         self.conversation: list[tuple[str, Any]] = []  # (kind, verifiers message)
@@ -174,7 +174,7 @@ class VerifiersEnvironment:
         for ts in toolsets:
             await ts.setup()
             await ts.setup_task(task)
-        return VerifiersSession(self, task, toolsets)
+        return VerifiersSession(task, toolsets)
 
     async def close(self) -> None:
         pass

@@ -727,7 +727,8 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
-            environments?: unknown;
+            /** @description the multi-turn environments a run there may name (env.name): the built-ins and those the cluster advertises */
+            readonly environments: string[];
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -740,7 +741,8 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
-            environments?: unknown;
+            /** @description the multi-turn environments a run there may name (env.name): the built-ins and those the cluster advertises */
+            readonly environments: string[];
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -1033,7 +1035,7 @@ export interface components {
             dispatch_count: number;
             /** Format: date-time */
             created_at: string;
-            /** @description what its runs share (workers/pool/key.py) */
+            /** @description what its runs share (workers/pool_key.py) */
             key: {
                 [key: string]: unknown;
             };

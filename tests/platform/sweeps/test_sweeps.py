@@ -313,6 +313,16 @@ def test_a_sweep_is_held_to_the_teams_quota(world, client_as):
     assert third.state == "active" and third.reason == ""
 
 
+def test_a_sweep_is_held_to_its_launching_users_quota_too(world, client_as, settings):
+    settings.PADDOCK_USER_MAX_CONCURRENT_RUNS = 1
+    settings.PADDOCK_USER_MAX_QUEUED_RUNS = 1
+    client = client_as(world.users_a[Role.MEMBER])
+    reply = create(client, world.team_a, parallel=3, params={"lora.r": [8, 16, 32]})
+    assert (reply.status_code, reply.json()["code"]) == (409, "quota_exceeded")
+    assert "over all your teams" in reply.json()["message"]
+    assert create(client, world.team_a, parallel=2, params={"lora.r": [8, 16]}).status_code == 201
+
+
 def test_another_team_sees_nothing_of_a_sweep(world, client_as):
     sweep = _made(world, client_as)
     other = client_as(world.users_b[Role.OWNER])

@@ -19,32 +19,15 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from ...policy import lora as lora_io
+from ...adapters import lora as lora_io
+from ...adapters.update import AdapterUpdate
 from ...spec import LoraSpec, RunSpec
-from ..base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
+from ..base import GroupRequest, GroupResult, PauseMode, pause_mode_check
 from ..gate import RequestGate, unfinished
 from ..pool_engine import LanePool
 from .engine import TorchEngine, engine_device
 from .rows import Adapter
 from .sources import decodes_static
-
-
-def _settler(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
-    """What the decode thread calls with a group's result (or the error that ended it)."""
-
-    def settle(result: GroupResult | BaseException) -> None:
-        loop.call_soon_threadsafe(_set, future, result)
-
-    return settle
-
-
-def _set(future: asyncio.Future, result: GroupResult | BaseException) -> None:
-    if future.done():  # its caller was cancelled
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
 
 
 class TorchLane:
@@ -86,7 +69,7 @@ class TorchLane:
             return [unfinished(r) for r in requests]
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in requests]
-        self.engine.submit(self.adapter, requests, [_settler(loop, f) for f in futures])
+        self.engine.submit(self.adapter, requests, futures)
         return list(await asyncio.gather(*futures))
 
     async def load_adapter(self, update: AdapterUpdate) -> int:
