@@ -20,6 +20,7 @@ SEAM = {
     "workers.pool.key": "the pool key, which dispatch packs pooled runs by",
     "workers.job_replies": "the job doors' answers: run and pool bootstrap, pool members",
     "workers.live_messages": "the websocket's messages, which live/ builds (and the TS types)",
+    "workers.alarms": "the alarm rules over metric series, which experiments/alarms.py applies",
     "workers.egress": "the egress policy: a launch checks a spec's URLs with it, dispatch "
     "hands it to jobs",
 }
@@ -108,6 +109,7 @@ LAZY_IMPORTS = {
     ("monitoring/metrics.py", "django.db.models"): AT_SCRAPE,
     ("monitoring/metrics.py", "paddock.experiments.models"): AT_SCRAPE,
     ("monitoring/metrics.py", "redis"): AT_SCRAPE,
+    ("monitoring/metrics.py", "paddock.experiments.alarms"): AT_SCRAPE,
     ("monitoring/metrics.py", "django.conf"): AT_SCRAPE,
     ("monitoring/metrics.py", "django.utils"): AT_SCRAPE,
     ("ops/doctor.py", "django"): "`paddock doctor` is a command-line entry: it sets Django up",

@@ -19,6 +19,8 @@ EXPORTS = {
     "RUN_STATES": (names.RUN_STATES, "RunState"),
     "TERMINAL_RUN_STATES": (names.TERMINAL_RUN_STATES, "TerminalRunState"),
     "DESIRED_STATES": (names.DESIRED_STATES, "DesiredState"),
+    "ALARM_NAMES": (names.ALARM_NAMES, "AlarmName"),
+    "HEALTH_METRICS": (names.HEALTH_METRICS, "HealthMetric"),
 }
 
 

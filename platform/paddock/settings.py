@@ -184,6 +184,7 @@ CELERY_BEAT_SCHEDULE = {
     "run-reconcile": {"task": "paddock.clusters.tasks.run_reconcile", "schedule": 3.0},
     "cluster-health": {"task": "paddock.clusters.tasks.cluster_health", "schedule": 15.0},
     "sweeps-tick": {"task": "paddock.sweeps.tasks.sweeps_tick", "schedule": 3.0},
+    "alarms-judge": {"task": "paddock.experiments.tasks.runs_alarms_judge", "schedule": 3.0},
 }
 
 # --- Channels: a layer that a Celery task in another process can reach, in both modes ---

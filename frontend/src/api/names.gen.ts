@@ -24,3 +24,26 @@ export type TerminalRunState = (typeof TERMINAL_RUN_STATES)[number];
 
 export const DESIRED_STATES = ["running", "paused", "aborted"] as const;
 export type DesiredState = (typeof DESIRED_STATES)[number];
+
+export const ALARM_NAMES = [
+  "entropy_collapse",
+  "kl_drift",
+  "prob_error_drift",
+  "reward_collapse",
+  "grad_norm_spike",
+  "lora_rank_collapse",
+  "zero_variance_groups",
+] as const;
+export type AlarmName = (typeof ALARM_NAMES)[number];
+
+export const HEALTH_METRICS = [
+  "reward/mean",
+  "entropy",
+  "kl",
+  "token_mult_prob_error",
+  "gen_kl_error",
+  "grad_norm",
+  "lora/effective_rank",
+  "groups/zero_variance_frac",
+] as const;
+export type HealthMetric = (typeof HEALTH_METRICS)[number];

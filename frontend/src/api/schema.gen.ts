@@ -7,6 +7,23 @@
  */
 
 export interface paths {
+    "/api/v1/alarms": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The alarms of several runs (the compare and sweep pages), named by `runs` or by `experiment`. */
+        get: operations["alarms_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/clusters": {
         parameters: {
             query?: never;
@@ -261,6 +278,43 @@ export interface paths {
         get?: never;
         put?: never;
         post: operations["runs_abort_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{id}/alarms": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The run's alarms (docs/alarms.md): what each saw and since which step, and
+         *     whether it pauses the run.
+         */
+        get: operations["runs_alarms_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{id}/alarms/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Arm an alarm to pause the run when it fires (`{"pause": true}`), or disarm it. */
+        post: operations["runs_alarms_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -651,6 +705,50 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        AlarmArmRequest: {
+            /** @description pause the run when this alarm fires */
+            pause: boolean;
+        };
+        /**
+         * AlarmRow
+         * @description One alarm of the run (workers/alarms.py), as the control plane last judged it.
+         */
+        AlarmRow: {
+            /** Name */
+            name: components["schemas"]["NameEnum"];
+            /** Firing */
+            firing: boolean;
+            /**
+             * Since Step
+             * @description the first step of what it saw (while firing)
+             */
+            since_step: number | null;
+            /**
+             * Step
+             * @description the run's step it was last judged at
+             */
+            step: number;
+            /**
+             * Value
+             * @description the figure it judged, at that step
+             */
+            value: number | null;
+            /**
+             * Message
+             * @description what it saw, for people; empty while quiet
+             */
+            message: string;
+            /**
+             * Pause
+             * @description it pauses the run when it fires
+             */
+            pause: boolean;
+            /**
+             * About
+             * @description what the alarm watches, in a sentence
+             */
+            about: string;
+        };
         AuditEvent: {
             readonly id: number;
             actor: components["schemas"]["UserBrief"] | null;
@@ -763,6 +861,11 @@ export interface components {
                 [key: string]: unknown;
             };
             backends?: string[];
+        };
+        /** ComparedAlarms */
+        ComparedAlarms: {
+            /** Runs */
+            runs: components["schemas"]["RunAlarms"][];
         };
         ConfigImportRequest: {
             config?: string;
@@ -905,6 +1008,8 @@ export interface components {
             x: string;
             runs: components["schemas"]["RunMetrics"][];
         };
+        /** @enum {string} */
+        NameEnum: "entropy_collapse" | "kl_drift" | "prob_error_drift" | "reward_collapse" | "grad_norm_spike" | "lora_rank_collapse" | "zero_variance_groups";
         /** @enum {unknown} */
         NullEnum: null;
         /**
@@ -1148,6 +1253,13 @@ export interface components {
             started_at?: string | null;
             /** Format: date-time */
             finished_at?: string | null;
+        };
+        /** RunAlarms */
+        RunAlarms: {
+            /** Run Id */
+            run_id: number;
+            /** Alarms */
+            alarms: components["schemas"]["AlarmRow"][];
         };
         /**
          * @description One run, with the pool that hosts it (`pool_info`, set by the view: clusters'
@@ -1581,6 +1693,62 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    alarms_retrieve: {
+        parameters: {
+            query?: {
+                /** @description every run of this experiment, oldest first */
+                experiment?: number;
+                /** @description comma-separated run ids (at most 50); or `experiment` */
+                runs?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ComparedAlarms"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     clusters_list: {
         parameters: {
             query?: never;
@@ -2491,6 +2659,117 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    runs_alarms_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunAlarms"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    runs_alarms_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlarmArmRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunAlarms"];
                 };
             };
             400: {

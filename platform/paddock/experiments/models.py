@@ -22,6 +22,7 @@ def _choices(name: str, values: tuple[str, ...]) -> type[models.TextChoices]:
 RunState = _choices("RunState", names.RUN_STATES)
 DesiredState = _choices("DesiredState", names.DESIRED_STATES)
 Backend = _choices("Backend", names.BACKENDS)
+AlarmName = _choices("AlarmName", names.ALARM_NAMES)
 
 
 class ConfigVersion(models.Model):
@@ -137,6 +138,30 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.backend}, seed {self.seed}, {self.state})"
+
+
+class RunAlarm(models.Model):
+    """One alarm of workers/alarms.py on one run: whether it fires, what it saw and since
+    which step (experiments/alarms.py judges the run's series as they arrive), and whether
+    it pauses the run when it fires. A row per (run, alarm), made when first judged or set."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alarms")
+    name = models.CharField(max_length=40, choices=AlarmName.choices)
+    firing = models.BooleanField(default=False)
+    since_step = models.BigIntegerField(null=True, blank=True)
+    value = models.FloatField(null=True, blank=True)
+    message = models.TextField(blank=True)
+    # the run's step it was last judged at (the runs whose step moved past it are judged next)
+    step = models.BigIntegerField(default=0)
+    fired_at = models.DateTimeField(null=True, blank=True)
+    pause = models.BooleanField(default=False, help_text="pause the run when it fires")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="runalarm_once")]
+
+    def __str__(self) -> str:
+        return f"{self.name} of run {self.run_id}: {'firing' if self.firing else 'quiet'}"
 
 
 class Checkpoint(models.Model):
