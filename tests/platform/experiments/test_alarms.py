@@ -58,8 +58,9 @@ def _collapse(step: int) -> float:
     return 1.5 if step <= 40 else 1.5 * math.exp(-(step - 40) / 4)
 
 
-def test_an_alarm_fires_once_says_since_when_and_clears(world, member, changed,
-                                                        django_capture_on_commit_callbacks):  # fmt: skip
+def test_an_alarm_fires_once_says_since_when_and_clears(
+    world, member, changed, django_capture_on_commit_callbacks
+):
     run = _run(member, world.team_a)
     _report(run, 1, 40, _collapse)
     assert runs_alarms_due() == [run.pk]
