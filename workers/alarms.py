@@ -32,6 +32,7 @@ class Limits:
     entropy_floor: float = 0.1  # entropy below this share of its first window's
     kl_limit: float = 0.1  # nats per token to the base model
     prob_error_limit: float = 1.05  # token_mult_prob_error ("above 1.05 worth a look")
+    gen_kl_limit: float = 0.002  # gen_kl_error (NeMo-RL's test suites hold LoRA runs below it)
     reward_lost: float = 0.5  # share of the reward's rise lost again
     reward_noise: float = 3.0  # a rise and a fall must exceed this many standard errors
     spike_factor: float = 10.0  # grad_norm over this many times its recent median
@@ -122,21 +123,23 @@ def kl_drift(s: Mapping[str, Series], lim: Limits) -> Finding | None:
 def prob_error_drift(s: Mapping[str, Series], lim: Limits) -> Finding | None:
     """The engine's logprobs drifted from the trainer's for the same adapter version: the
     engine serves something else than the trainer trains (a stale or merged adapter, other
-    sampling settings), and every importance weight is off."""
-    pts = _finite(s.get("token_mult_prob_error"))
-    if len(pts) < lim.window + lim.persist:
-        return None
-    smooth = _trailing(pts, lim.window, statistics.median)
-    since, n = _streak(smooth, lambda v: v > lim.prob_error_limit)
-    if since is None or n < lim.persist:
-        return None
-    now = smooth[-1][1]
-    gen_kl = _finite(s.get("gen_kl_error"))
-    also = f" (gen_kl_error {gen_kl[-1][1]:.3g})" if gen_kl else ""
-    return Finding("prob_error_drift", since, now,
-                   f"token_mult_prob_error is {now:.4f}{also}, above "
-                   f"{lim.prob_error_limit:g} since step {since}: the engine's logprobs no "
-                   f"longer match the trainer's")  # fmt: skip
+    sampling settings), and every importance weight is off. Judged on
+    token_mult_prob_error and on gen_kl_error, each against its limit."""
+    worst: Finding | None = None
+    for key, limit in (("token_mult_prob_error", lim.prob_error_limit),
+                       ("gen_kl_error", lim.gen_kl_limit)):  # fmt: skip
+        pts = _finite(s.get(key))
+        if len(pts) < lim.window + lim.persist:
+            continue
+        smooth = _trailing(pts, lim.window, statistics.median)
+        since, n = _streak(smooth, lambda v, limit=limit: v > limit)
+        if since is None or n < lim.persist or (worst and worst.since_step <= since):
+            continue
+        now = smooth[-1][1]
+        worst = Finding("prob_error_drift", since, now,
+                        f"{key} is {now:.4g}, above {limit:g} since step {since}: the "
+                        f"engine's logprobs no longer match the trainer's")  # fmt: skip
+    return worst
 
 
 def reward_collapse(s: Mapping[str, Series], lim: Limits) -> Finding | None:

@@ -105,7 +105,11 @@ def test_prob_error_drift_names_the_engine_mismatch():
     found = _fired(_healthy(token_mult_prob_error=drift))
     assert list(found) == ["prob_error_drift"]
     f = found["prob_error_drift"]
-    assert 72 <= f.since_step <= 82 and "gen_kl_error" in f.message
+    assert 72 <= f.since_step <= 82 and f.message.startswith("token_mult_prob_error is")
+    # gen_kl_error alone past its limit is the same drift, said on its own figure
+    gen_kl = _noisy([0.0008 if i < 70 else 0.01 for i in range(STEPS)], 0.0001)
+    g = _fired(_healthy(gen_kl_error=gen_kl))["prob_error_drift"]
+    assert 71 <= g.since_step <= 80 and g.message.startswith("gen_kl_error is")
 
 
 def test_reward_collapse_after_it_rose():

@@ -47,3 +47,18 @@ export const HEALTH_METRICS = [
   "groups/zero_variance_frac",
 ] as const;
 export type HealthMetric = (typeof HEALTH_METRICS)[number];
+
+export const ALARM_LIMITS = {
+  window: 10,
+  persist: 5,
+  entropy_floor: 0.1,
+  kl_limit: 0.1,
+  prob_error_limit: 1.05,
+  gen_kl_limit: 0.002,
+  reward_lost: 0.5,
+  reward_noise: 3.0,
+  spike_factor: 10.0,
+  rank_floor: 0.5,
+  rank_min_peak: 2.0,
+  zero_variance: 0.9,
+} as const;
