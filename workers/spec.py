@@ -72,10 +72,11 @@ class _Section(BaseModel):
 class TinyModelSpec(_Section):
     """Recipe of the built-in tiny Qwen2 model (used when `model.path` is unset)."""
 
-    task: Literal["arithmetic", "reverse", "reasoning"] = Field(
+    task: Literal["arithmetic", "reverse", "reasoning", "calculator"] = Field(
         "arithmetic",
         description="built-in task used for the supervised warm-up; reasoning builds a chat "
-        "model (byte-level BPE tokenizer, Qwen-style chat template, two EOS ids)",
+        "model (byte-level BPE tokenizer, Qwen-style chat template, two EOS ids); calculator "
+        "the same model warmed up on calculator episodes (tool calls, a template with tools)",
     )
     hidden_size: int = Field(128, gt=0, json_schema_extra=bound("model.tiny.hidden_size"))
     num_layers: int = Field(2, gt=0, json_schema_extra=bound("model.tiny.num_layers"))
@@ -361,14 +362,56 @@ def _check_key_path(v: str | None) -> str | None:
     return v
 
 
+_JsonScalar = str | bool | int | float | None
+
+
+def _check_settings(v: dict[str, Any]) -> dict[str, Any]:
+    """A free-form mapping of settings handed to a library (an environment's factory, a
+    reasoning-gym generator): keyword names, and JSON scalars or lists of them only, so a
+    config can pass values but never objects or code."""
+    for key, value in v.items():
+        if not key.isidentifier():
+            raise _field_error(key, "is not a keyword name")
+        items = value if isinstance(value, list) else [value]
+        if len(items) > 1000 or not all(isinstance(x, _JsonScalar) for x in items):
+            raise _field_error(key, "must be a string, a number, a boolean, null or a list of them")
+    return v
+
+
+class ReasoningGymSpec(_Section):
+    """A reasoning-gym generator as a data source: its prompts, and its own scorer as the
+    `reasoning_gym` reward term."""
+
+    dataset: str = Field(
+        pattern=r"^[a-z0-9_]{1,64}$",
+        description="the generator's name in reasoning-gym (basic_arithmetic, chain_sum, "
+        "leg_counting, ...)",
+    )
+    size: int = Field(2000, gt=0, le=1_000_000, description="train examples generated")
+    eval_size: int = Field(200, gt=0, le=100_000, description="held-out examples generated")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="the generator's seed (held-out: seed + 1)")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the generator's own settings (min_terms, max_digits, ...): JSON values",
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _values(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_settings(v)
+
+
 class DataSpec(_Section):
-    task: Literal["arithmetic", "reverse", "reasoning", "dataset", "jsonl"] = Field(
+    task: Literal[
+        "arithmetic", "reverse", "reasoning", "dataset", "jsonl", "environment", "reasoning_gym"
+    ] = Field(
         "arithmetic",
         description="arithmetic: `a+b=` → `a+b`; reverse: `rev abc=` → `cba`; reasoning: "
         "chat prompts `Add 3+4+5.` → a worked chain ending in `\\boxed{12}` (built-in); "
         "dataset: your file or directory at `path`; jsonl: dataset with format jsonl (older "
-        "configs)",
-    )
+        "configs); environment: the episodes of `env` (its own prompts); reasoning_gym: "
+        "a reasoning-gym generator (`reasoning_gym`), scored by its own verifier",
+    )  # fmt: skip
     path: str | None = Field(
         None,
         description="task: dataset: a JSONL or Parquet file (or a pattern of shards, "
@@ -441,6 +484,9 @@ class DataSpec(_Section):
         json_schema_extra=bound("data.eval_size"),
         description="held-out prompts scored by eval/accuracy",
     )
+    reasoning_gym: ReasoningGymSpec | None = Field(
+        None, description="task: reasoning_gym: which generator, how many examples, its settings"
+    )
 
     @field_validator("path", "eval_path")
     @classmethod
@@ -477,6 +523,12 @@ class DataSpec(_Section):
                     raise _field_error(name, f"only used with task: dataset (task is {self.task})")
         if self.task == "jsonl" and self.format not in ("auto", "jsonl"):
             raise _field_error("format", "task: jsonl reads JSONL; use task: dataset")
+        if (self.task == "reasoning_gym") != (self.reasoning_gym is not None):
+            if self.reasoning_gym is None:
+                raise _field_error("reasoning_gym", "required when task is reasoning_gym")
+            raise _field_error(
+                "reasoning_gym", f"only used with task: reasoning_gym (task is {self.task})"
+            )
         return self
 
 
@@ -696,8 +748,30 @@ class ServiceTerm(_RewardTermBase):
         return http_url(v)
 
 
+class EnvTerm(_RewardTermBase):
+    """The environment's own reward for the episode (needs `env`); a verifier when the
+    environment says whether the episode succeeded, else counted correct at
+    `correct_threshold`."""
+
+    name: Literal["env"]
+    correct_threshold: float | None = Field(
+        1.0,
+        description="an episode whose environment gave no verdict counts as correct when its "
+        "reward is at least this; null: such episodes have no verdict",
+    )
+
+
+class ReasoningGymTerm(_RewardTermBase):
+    """reasoning-gym's own scorer for its generated examples (needs data.task:
+    reasoning_gym; a verifier: correct when it scores 1)."""
+
+    name: Literal["reasoning_gym"]
+
+
 RewardTerm = Annotated[
-    ExactMatchTerm
+    EnvTerm
+    | ReasoningGymTerm
+    | ExactMatchTerm
     | NumericMatchTerm
     | FormatRegexTerm
     | FormatTerm
@@ -710,7 +784,7 @@ RewardTerm = Annotated[
 ]
 _REWARD_TERM_NAMES = {
     "exact_match", "numeric_match", "format_regex", "format", "gsm8k", "boxed_match",
-    "math_verify", "overlong_penalty", "service",
+    "math_verify", "overlong_penalty", "service", "env", "reasoning_gym",
 }  # fmt: skip
 _PATTERN_TERMS = {"format_regex", "format"}
 
@@ -722,8 +796,9 @@ class RewardSpec(_Section):
         json_schema_extra=bound("reward.functions", "maxItems"),
         description="the reward is the weighted sum of these terms, each {name, weight, "
         "label, ...its own keys}, e.g. [{name: math_verify}, {name: format, weight: 0.1}]; "
-        "names: exact_match, numeric_match, gsm8k, boxed_match, math_verify, service "
-        "(verifiers: they decide accuracy), format, format_regex, overlong_penalty (shaping); "
+        "names: exact_match, numeric_match, gsm8k, boxed_match, math_verify, service, env, "
+        "reasoning_gym (verifiers: they decide accuracy), format, format_regex, "
+        "overlong_penalty (shaping); "
         "each is logged as reward/<label or name>/mean",
     )
 
@@ -753,6 +828,85 @@ class RewardSpec(_Section):
                     "distinct label",
                 )
             seen[term.key] = i
+        return self
+
+
+class EnvServerSpec(_Section):
+    """An environment behind HTTP (NeMo Gym's style; docs/environments.md#http): the job
+    opens a session, posts each model turn, and reads the observation."""
+
+    url: str = Field(max_length=2000, description="http(s) base URL of the environment server")
+    timeout_s: float = Field(30.0, gt=0, le=3600, description="deadline of one attempt, seconds")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="retries after a connection error, a timeout, a 429 or a 5xx, with "
+        "exponential backoff; then the episode fails (not the run)",
+    )
+    secret: str | None = Field(
+        None,
+        pattern=SECRET_NAME,
+        description="name of one of the team's secrets holding the request headers (a JSON "
+        "object) or a bearer token (under paddock train: the environment variable "
+        "PADDOCK_SECRET_<NAME>); the secret itself never sits in the spec",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        return http_url(v)
+
+
+class EnvSpec(_Section):
+    """Multi-turn episodes (docs/environments.md): the model's turns alternate with an
+    environment's answers (tool results, user messages, game states), masked out of the
+    loss, until the environment says done or a budget is reached."""
+
+    name: str = Field(
+        pattern=names.ENV_NAME.pattern,
+        description="an environment installed on the cluster (built-in: calculator; http: "
+        "the server at env.server; others by their package's `paddock.environments` entry "
+        "point)",
+    )
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the environment's own settings, passed to it as keyword arguments: JSON "
+        "values",
+    )
+    max_turns: int = Field(8, ge=1, le=256, description="model turns an episode may take")
+    max_episode_tokens: int | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="tokens after the prompt, the model's and the environment's; the turn "
+        "that crosses it is cut there (truncated). Default: max_turns × rollout.max_new_tokens",
+    )
+    step_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="wall-clock limit of one environment call (start, one turn's answer); "
+        "past it the episode fails and is counted, the run goes on",
+    )
+    tool_format: Literal["auto", "hermes", "llama3"] = Field(
+        "auto",
+        description="how the model writes tool calls: hermes (<tool_call>{json}</tool_call>, "
+        "Qwen), llama3 (a JSON object); auto: by the model's chat template",
+    )
+    server: EnvServerSpec | None = Field(None, description="name: http: the server")
+
+    @field_validator("args")
+    @classmethod
+    def _values(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_settings(v)
+
+    @model_validator(mode="after")
+    def _server_for_http(self) -> EnvSpec:
+        if (self.name == "http") != (self.server is not None):
+            if self.server is None:
+                raise _field_error("server", "required when name is http")
+            raise _field_error("server", f"only used with name: http (name is {self.name})")
         return self
 
 
@@ -948,6 +1102,9 @@ class RunSpec(_Section):
     rollout: RolloutSpec = Field(default_factory=TorchRolloutSpec)
     async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async")
     data: DataSpec = Field(default_factory=DataSpec)
+    env: EnvSpec | None = Field(
+        None, description="multi-turn episodes with an environment; unset: one turn a sample"
+    )
     reward: RewardSpec = Field(default_factory=RewardSpec)
     train: TrainSpec = Field(default_factory=TrainSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -992,6 +1149,19 @@ class RunSpec(_Section):
         if isinstance(rollout, dict) and "backend" not in rollout:
             data = {**data, "rollout": {"backend": "torch", **rollout}}
         return data
+
+    @model_validator(mode="after")
+    def _env_pieces(self) -> RunSpec:
+        for i, term in enumerate(self.reward.functions):
+            if isinstance(term, EnvTerm) and self.env is None:
+                raise _field_error(f"reward.functions.{i}.name", "env needs an env section")
+            if isinstance(term, ReasoningGymTerm) and self.data.task != "reasoning_gym":
+                raise _field_error(
+                    f"reward.functions.{i}.name", "reasoning_gym needs data.task: reasoning_gym"
+                )
+        if self.data.task == "environment" and self.env is None:
+            raise _field_error("data.task", "environment needs an env section")
+        return self
 
     @model_validator(mode="after")
     def _overlong_fits_the_budget(self) -> RunSpec:

@@ -196,9 +196,10 @@ def write(out: Path, part: str, result: dict) -> None:
     (out / f"{part}.json").write_text(json.dumps(result, indent=1))
 
 
-def table(rows: list[tuple]) -> None:
+def table(rows: list[tuple], first: int = 44) -> None:
+    """Rows of cells: the first left-aligned in `first` characters, the others right in 14."""
     for r in rows:
-        print("  ".join(f"{c:>14}" if i else f"{c:<44}" for i, c in enumerate(r)))
+        print("  ".join(f"{c:>14}" if i else f"{c:<{first}}" for i, c in enumerate(r)))
 
 
 def time_steps(step, warmup: int, reps: int) -> list[float]:

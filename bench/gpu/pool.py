@@ -140,7 +140,8 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
             traceback.print_exc()
             rows.append({"name": name, "failed": f"{type(exc).__name__}: {exc}"[:300]})
     res["rows"] = rows
-    res["steps"] = [{"name": s, "step_s": t} for s, t in steps]
+    res["steps"] = [{"name": s, "step_s": t, "vs_single": steps[0][1] / t} for s, t in steps[1:]]
+    res["steps"].insert(0, {"name": steps[0][0], "step_s": steps[0][1]})
     print(f"\npool generation, batch {args.batch}, {p_len} prompt + {new} new tokens, r16 LoRA")
     table([("what", "tokens/s", "vs 1 adapter")])
     for r in rows:

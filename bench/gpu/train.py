@@ -436,14 +436,18 @@ def part_train(model_dir: Path, args, out: Path) -> dict:
         # else the largest that fitted
         same = [b for b in plain if b["tokens"] == r["tokens"]]
         same = [b for b in same if b["ckpt"] == r.get("ckpt", False)] or same or plain[-1:]
-        ratio = f"{r['tok_s'] / same[0]['tok_s']:.2f}x" if same else ""
+        if same and r is not same[0]:  # kept in the row: bench/gpu/spread.py reads it
+            r["vs_plain"] = r["tok_s"] / same[0]["tok_s"]
+        ratio = f"{r['vs_plain']:.2f}x" if "vs_plain" in r else ""
         # a stacked compiled row against the same run's PEFT-layers row of its checkpointing
         twin = [
             b
             for b in rows
             if b["name"] == r["name"] + ", PEFT layers + foreach AdamW" and "tok_s" in b
         ]
-        vs = f"{r['tok_s'] / twin[0]['tok_s']:.2f}x" if twin else ""
+        if twin:
+            r["vs_peft_layers"] = r["tok_s"] / twin[0]["tok_s"]
+        vs = f"{r['vs_peft_layers']:.2f}x" if twin else ""
         table([(r["name"], f"{r['tok_s'] / 1e3:.1f}k", f"{r['peak_gb']:.1f}", ratio, vs)])
     if args.shape == "qwen3-0.6b":
         print(

@@ -25,14 +25,10 @@ from paddock.live.handshake import (  # noqa: E402
 )
 from paddock.live.ingest_asgi import ingest_router  # noqa: E402
 from paddock.live.routing import websocket_urlpatterns  # noqa: E402
-from paddock.live.uvicorn_ws import (  # noqa: E402
-    malformed_handshakes_answered,
-    websocket_compression_fast,
-)
+from paddock.live.uvicorn_ws import websocket_compression_fast  # noqa: E402
 
 switch_interval()  # the event loop's share of the GIL (http/lanes.py says why)
 websocket_compression_fast()  # the live fan-out's CPU (live/uvicorn_ws.py says why)
-malformed_handshakes_answered()  # an oversized handshake gets its 414, not silence
 
 django_asgi_app = LanedASGIHandler(fast=fast_read)
 

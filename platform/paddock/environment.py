@@ -54,17 +54,16 @@ def celery_broker_url(redis: str) -> str:
     return redis
 
 
-def trusted_proxies_from(raw: str) -> list[str]:
-    """PADDOCK_TRUSTED_PROXIES: comma-separated addresses or CIDR blocks. A typo fails the
-    start, naming the entry, rather than trusting nobody (or everybody) in silence."""
+def cidrs_from(name: str, raw: str) -> list[str]:
+    """A setting of comma-separated addresses or CIDR blocks (PADDOCK_TRUSTED_PROXIES,
+    PADDOCK_CLUSTER_NETWORKS). A typo fails the start, naming the entry, rather than trusting
+    nobody (or everybody) in silence."""
     entries = [e.strip() for e in raw.split(",") if e.strip()]
     for entry in entries:
         try:
             ipaddress.ip_network(entry, strict=False)
         except ValueError:
-            raise ValueError(
-                f"PADDOCK_TRUSTED_PROXIES: {entry!r} is not an IP address or a CIDR block"
-            ) from None
+            raise ValueError(f"{name}: {entry!r} is not an IP address or a CIDR block") from None
     return entries
 
 

@@ -12,10 +12,10 @@ from workers.egress import EgressPolicy
 
 from .environment import (
     celery_broker_url,
+    cidrs_from,
     read_environment,
     redis_db,
     secret_key,
-    trusted_proxies_from,
 )
 
 ENV = read_environment()
@@ -31,6 +31,11 @@ PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":
 # What a spec's URLs may reach (workers/egress.py): launch checks them against it, and dispatch
 # hands the same PADDOCK_EGRESS_* variables to every job, whose clients keep it
 PADDOCK_EGRESS = EgressPolicy.from_env()
+# Networks (CIDRs) a team's admins may register clusters in through the API (clusters/
+# approval.py); empty: only staff and the operator register clusters
+PADDOCK_CLUSTER_NETWORKS = cidrs_from(
+    "PADDOCK_CLUSTER_NETWORKS", os.environ.get("PADDOCK_CLUSTER_NETWORKS", "")
+)
 # the operator's spec limits (workers/spec.py reads the variable itself); handed to every job
 PADDOCK_SPEC_LIMITS = os.environ.get("PADDOCK_SPEC_LIMITS", "")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies
@@ -52,7 +57,9 @@ PADDOCK_API_RATE_LIMIT = int(os.environ.get("PADDOCK_API_RATE_LIMIT", "1200"))
 # the longest an API token may live, in days: one made without an expiry gets this one
 PADDOCK_TOKEN_MAX_DAYS = int(os.environ.get("PADDOCK_TOKEN_MAX_DAYS", "365"))
 # Peers whose X-Forwarded-For is believed (addresses or CIDRs; http/client_address.py)
-PADDOCK_TRUSTED_PROXIES = trusted_proxies_from(os.environ.get("PADDOCK_TRUSTED_PROXIES", ""))
+PADDOCK_TRUSTED_PROXIES = cidrs_from(
+    "PADDOCK_TRUSTED_PROXIES", os.environ.get("PADDOCK_TRUSTED_PROXIES", "")
+)
 RAY_ADDRESS = ENV.ray_address
 REDIS_URL = ENV.redis_url
 

@@ -14,6 +14,7 @@ from paddock.experiments.metrics import metric_points_store
 from paddock.experiments.models import Checkpoint
 from paddock.teams.models import Role
 from paddock.teams.services import api_token_create
+from paddock.teams.team_secrets import team_secret_set
 from tests.platform.conftest import (  # noqa: F401  (fixtures, shared)
     TINY_SPEC,
     World,
@@ -38,6 +39,7 @@ class TeamB:
     token: int
     raw_token: str
     cluster: int
+    secret: str  # a team secret's name (its value carries the marker too)
 
 
 @pytest.fixture
@@ -63,11 +65,12 @@ def team_b(world: World, settings, tmp_path) -> TeamB:  # noqa: F811
     cluster = RayCluster.objects.create(
         team=world.team_b, name=f"{SECRET} cluster", address=f"http://{SECRET}.invalid:8265"
     )
+    team_secret_set(actor=actor, team=world.team_b, name=SECRET, value=f"{SECRET} value")
     return TeamB(
         team=world.team_b.pk, experiment=result.experiment.pk, config=run.config_id,
         run=run.pk, checkpoint=checkpoint.pk, dataset=dataset.pk,
         user=world.users_b[Role.VIEWER].pk, token=token.pk, raw_token=raw,
-        cluster=cluster.pk,
+        cluster=cluster.pk, secret=SECRET,
     )  # fmt: skip
 
 

@@ -146,7 +146,7 @@ def test_every_session_write_needs_the_csrf_token(world, launched):
     client = APIClient(enforce_csrf_checks=True)
     client.force_login(world.users_a[Role.OWNER])
     ids = dict.fromkeys(["team", "experiment", "config", "run", "user", "token", "checkpoint",
-                         "cluster", "pool", "sweep"],
+                         "cluster", "pool", "sweep", "secret"],
                         launched[0]["runs"][0]["id"])  # fmt: skip
     ids["team"] = world.team_a.pk
     checked = 0

@@ -18,7 +18,7 @@ from paddock.experiments.models import Experiment, Run
 from paddock.live.routing import websocket_urlpatterns
 from paddock.sweeps.models import Sweep
 from paddock.sweeps.services import sweep_create
-from paddock.teams.models import ApiToken, Membership, Role, Team
+from paddock.teams.models import ApiToken, Membership, Role, Team, TeamSecret
 from paddock.teams.services import api_token_create
 from tests.security.conftest import SECRET
 from tests.security.wsclient import Ws
@@ -30,7 +30,7 @@ PK_OF = {"teams": "team", "experiments": "experiment", "configs": "config", "run
          "clusters": "cluster", "pools": "pool", "sweeps": "sweep"}  # fmt: skip
 PARAM_OF = {"run_id": "run", "user_id": "user", "token_id": "token",
             "checkpoint_id": "checkpoint", "experiment_id": "experiment",
-            "pool_id": "pool", "sweep_id": "sweep"}  # fmt: skip
+            "pool_id": "pool", "sweep_id": "sweep", "name": "secret"}  # fmt: skip
 # every reference a query string or a body could carry, pointed at B's objects
 QUERY = "team={team}&experiment={experiment}&run={run}&runs={run}&a={config}&b={config}&keys=x"
 FIELD = re.compile(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>")
@@ -83,6 +83,7 @@ def _b_state(team_b) -> tuple:
         (run.state, run.desired_state),
         RayCluster.objects.filter(team_id=team_b.team).values_list("name", "address").first(),
         sorted(Sweep.objects.filter(team_id=team_b.team).values_list("state", "end_reason")),
+        sorted(TeamSecret.objects.filter(team_id=team_b.team).values_list("name", "sealed")),
     )
 
 
@@ -120,7 +121,7 @@ def test_team_a_learns_nothing_of_team_b_by_id(world, team_b, client_as, auth):
         raw = api_token_create(actor=world.actor(owner_a), team=world.team_a, name="probe")[1]
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     kinds = ("team", "experiment", "config", "run", "user", "token", "checkpoint", "dataset",
-             "cluster")  # fmt: skip
+             "cluster", "secret")  # fmt: skip
     b_ids = {k: getattr(team_b, k) for k in kinds}
     b_ids["pool"] = _pool_hosting(team_b.run)
     b_ids["sweep"] = _sweep_of(world, team_b)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from paddock.experiments.models import Run
 from paddock.teams.models import Role
 from tests.platform.conftest import TINY_SPEC, launch
+from tests.security.listener import Listener, Reply, Seen
 from workers.egress import EgressPolicy, EgressRefused
 from workers.grants import Grants
 from workers.rewards import RewardServiceError, ScoreItem, make_scorer
@@ -25,54 +24,22 @@ LOOPBACK = EgressPolicy(allow_networks=(ipaddress.ip_network("127.0.0.1/32"),))
 BODY_MARK = "internal-body-7f3a"  # what an internal service answers; must not reach an error
 
 
-class Listener:
-    """An HTTP server on 127.0.0.1, in a thread of its own, recording the path and headers
-    of every request that reaches it."""
-
-    def __init__(self):
-        self.seen: list[tuple[str, dict[str, str]]] = []
-        listener = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                path, _, query = self.path.partition("?")
-                listener.seen.append((path, dict(self.headers)))
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if path == "/to-loopback":
-                    self._send(307, b"", Location=f"{listener.base}/score")
-                elif path == "/to-metadata":
-                    self._send(307, b"", Location="http://169.254.169.254/latest/meta-data/")
-                elif path == "/leak":
-                    self._send(int(query.removeprefix("status=")), BODY_MARK.encode())
-                elif path == "/not-json":
-                    self._send(200, BODY_MARK.encode())
-                else:
-                    self._send(200, json.dumps({"rewards": [1.0] * len(body["items"])}).encode())
-
-            def _send(self, status: int, data: bytes, **headers: str) -> None:
-                self.send_response(status)
-                for key, value in {"Content-Length": str(len(data)), **headers}.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+def _reward_service(seen: Seen) -> Reply:
+    base = f"http://127.0.0.1:{seen.headers['Host'].rpartition(':')[2]}"
+    if seen.path == "/to-loopback":
+        return Reply(307, headers={"Location": f"{base}/score"})
+    if seen.path == "/to-metadata":
+        return Reply(307, headers={"Location": "http://169.254.169.254/latest/meta-data/"})
+    if seen.path == "/leak":
+        return Reply(int(seen.query.removeprefix("status=")), BODY_MARK.encode())
+    if seen.path == "/not-json":
+        return Reply(200, BODY_MARK.encode())
+    return Reply(200, {"rewards": [1.0] * len(json.loads(seen.body)["items"])})
 
 
 @pytest.fixture
 def listener():
-    srv = Listener()
+    srv = Listener(_reward_service)
     yield srv
     srv.stop()
 
@@ -95,7 +62,7 @@ async def test_loopback_is_refused_unless_the_operator_allows_it(listener):
         await scorer.score(ITEMS)
     assert listener.seen == []
     got = await service(f"{listener.base}/score", Grants(egress=LOOPBACK)).score(ITEMS)
-    assert got[0].reward == 1.0 and [p for p, _ in listener.seen] == ["/score"]
+    assert got[0].reward == 1.0 and [s.path for s in listener.seen] == ["/score"]
 
 
 @pytest.mark.parametrize("hop", ["/to-loopback", "/to-metadata"])
@@ -103,7 +70,7 @@ async def test_a_redirect_is_refused_not_followed(listener, hop):
     scorer = service(f"{listener.base}{hop}", Grants(egress=LOOPBACK), max_retries=3)
     with pytest.raises(RewardServiceError, match=r"HTTP 307, a redirect; redirects are not"):
         await scorer.score(ITEMS)
-    assert [p for p, _ in listener.seen] == [hop]  # once: not retried, /score never reached
+    assert [s.path for s in listener.seen] == [hop]  # once: not retried, /score never reached
 
 
 @pytest.mark.parametrize(("path", "status"), [("/leak?status=500", 500), ("/leak?status=403", 403),
@@ -133,7 +100,7 @@ async def test_a_spec_cannot_send_a_worker_environment_variable(listener, monkey
             service(f"{listener.base}/score", Grants(egress=LOOPBACK), secret=name)
     team = Grants(secrets={"judge": "team-secret-value"}, egress=LOOPBACK)
     await service(f"{listener.base}/score", team, secret="judge").score(ITEMS)
-    sent = json.dumps([headers for _, headers in listener.seen])
+    sent = json.dumps([s.headers for s in listener.seen])
     assert "team-secret-value" in sent
     assert "ray-token-of-the-cluster" not in sent and "operator-variable" not in sent
 

@@ -49,11 +49,12 @@ def test_the_client_address(settings, trusted, peer, header, client):
 
 
 def test_a_bad_trusted_proxies_setting_fails_the_start():
-    from paddock.environment import trusted_proxies_from
+    from paddock.environment import cidrs_from
 
-    assert trusted_proxies_from(" 10.0.0.0/8, 127.0.0.1 ,") == ["10.0.0.0/8", "127.0.0.1"]
+    name = "PADDOCK_TRUSTED_PROXIES"
+    assert cidrs_from(name, " 10.0.0.0/8, 127.0.0.1 ,") == ["10.0.0.0/8", "127.0.0.1"]
     with pytest.raises(ValueError, match="PADDOCK_TRUSTED_PROXIES: 'localhost'"):
-        trusted_proxies_from("10.0.0.0/8,localhost")
+        cidrs_from(name, "10.0.0.0/8,localhost")
 
 
 def _login(client: Client, username: str, forwarded: str):

@@ -148,12 +148,19 @@ def _within_limit(
     return kept, len(examples) - len(kept)
 
 
-def load_task(spec: DataSpec, tokenizer: Any = None) -> Task:
+def load_task(
+    spec: DataSpec,
+    tokenizer: Any = None,
+    own: tuple[str, list[Example], list[Example]] | None = None,
+) -> Task:
     """The task of the data section: its source read, prompts put in chat form as the spec
     asks, and, with `tokenizer`, prompts over `max_prompt_tokens` dropped (or refused) and
-    message prompts checked against the tokenizer's chat template."""
-    task = _source_task(spec)
-    builtin = spec.task not in ("dataset", "jsonl")
+    message prompts checked against the tokenizer's chat template. `own`: the (name, train,
+    held-out) examples of `task: environment`, which the environment makes."""
+    if spec.task == "environment" and own is None:
+        raise ValueError("data.task: environment: the environment made no examples")
+    task = Task(*own) if own is not None else _source_task(spec)
+    builtin = spec.task not in ("dataset", "jsonl", "reasoning_gym")
 
     def prepared(ex: Example) -> Example:
         chat = as_chat(
@@ -184,6 +191,10 @@ def load_task(spec: DataSpec, tokenizer: Any = None) -> Task:
 
 
 def _source_task(spec: DataSpec) -> Task:
+    if spec.task == "reasoning_gym":
+        from .reasoning_gym_source import reasoning_gym_task
+
+        return reasoning_gym_task(spec)
     if spec.task == "reasoning":
         from .reasoning import reasoning_task
 

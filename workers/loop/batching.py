@@ -42,6 +42,7 @@ def groups_to_samples(
                     sample.logprobs,
                     sample.versions,
                     float(adv[g, s]),
+                    sample.loss_mask,
                 )
             )
     return samples, adv.tolist(), metrics

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..envs.episode import EpisodeState, GroupProgress
 from ..policy import lora as lora_io
 from ..policy.adapter import Adapter
 from ..policy.policy import LoraPolicy
@@ -51,8 +52,11 @@ OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 BUFFER_FILE = "buffer.pt"
 STATE_FILE = "trainer_state.json"
-# what a buffer holds beside plain values: the classes weights_only may build
-BUFFER_CLASSES = (ScoredGroup, GroupResult, Sample, GroupRequest, SamplingParams)
+# what a buffer holds beside plain values: the classes weights_only may build (episodes in
+# flight are GroupProgress with their EpisodeStates: workers/envs/episode.py)
+BUFFER_CLASSES = (
+    ScoredGroup, GroupResult, Sample, GroupRequest, SamplingParams, GroupProgress, EpisodeState,
+)  # fmt: skip
 
 
 def read(path: Path, classes: tuple[type, ...] = ()) -> Any:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..envs.metrics import episode_metrics, episode_turns
 from ..rollout.base import RolloutBackend
 from ..spec import RunSpec
 from .adapter_rank import adapter_effective_rank
@@ -192,7 +193,8 @@ class Driver:
     def _metrics(self, groups: list[ScoredGroup], version: int, step_s: float) -> dict[str, float]:
         rewards = [r for g in groups for r in g.rewards]
         correct = [c for g in groups for c in g.correct]
-        lengths = [len(s.token_ids) for g in groups for s in g.result.samples]
+        # the model's tokens: an episode's environment tokens were not generated
+        lengths = [s.model_tokens for g in groups for s in g.result.samples]
         truncated = [s.finish_reason == "length" for g in groups for s in g.result.samples]
         stale = [version - g.min_version for g in groups]
         tokens = sum(lengths)
@@ -212,6 +214,7 @@ class Driver:
                     "staleness/mean": statistics.fmean(stale),
                     "staleness/max": float(max(stale)),
                     **term_metrics(groups),
+                    **episode_metrics([e for g in groups for e in g.episodes]),
                 }
             )
         return out
@@ -229,12 +232,14 @@ class Driver:
                         "answer": group.answer,
                         "reward": group.rewards[s],
                         "advantage": advantages[g][s],
-                        "adapter_version": min(sample.versions, default=-1),
+                        "adapter_version": min(sample.model_versions, default=-1),
                         # each reward term's score, and what it saw (the inspector's columns)
                         "terms": group.terms[s] if group.terms else {},
                         "details": group.details[s] if group.details else {},
                     }
                 )
+                if group.episodes:  # the episode turn by turn (model, tool, env)
+                    items[-1]["turns"] = episode_turns(group.episodes[s])
         return items
 
     # ---------------------------------------------------------------- adapter sync

@@ -1,12 +1,12 @@
-"""eval/accuracy: greedy decoding on the held-out split, through the rollout backend (so it
-scores the adapter the engine actually serves)."""
+"""eval/accuracy: greedy episodes on the held-out split, through the rollout backend (so it
+scores the adapter the engine actually serves), one turn each without an environment."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
-from ..data import prompt_ids
-from ..rollout.base import GroupRequest
+from ..envs import GroupProgress
 from .producer import RolloutContext
 from .scoring import accuracy, eval_correct
 
@@ -14,18 +14,15 @@ from .scoring import accuracy, eval_correct
 async def evaluate(ctx: RolloutContext) -> float:
     params = dataclasses.replace(ctx.params, greedy=True)
     examples = ctx.task.eval
-    requests = [
-        GroupRequest(
-            f"eval-{i}",
-            prompt_ids(ctx.tokenizer, ex.prompt, ctx.task.template_kwargs),
-            1,
-            0,
-            params,
+    runner = ctx.runner()
+    # the environment's seed of episode i is i: a held-out episode is the same at each eval
+    groups = await asyncio.gather(
+        *(
+            runner.run_group(GroupProgress(f"eval-{i}", 1, i, params), ex)
+            for i, ex in enumerate(examples)
         )
-        for i, ex in enumerate(examples)
-    ]
-    results = await ctx.backend.generate(requests)
+    )
     # strict equality on the answer-only built-in tasks, else the reward's verifier terms;
     # NaN (left out of the metrics) when the reward has none
-    correct = await eval_correct(ctx, examples, [r.samples[0] for r in results])
+    correct = await eval_correct(ctx, examples, groups)  # type: ignore[arg-type]
     return accuracy(correct) if examples else 0.0

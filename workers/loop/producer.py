@@ -1,6 +1,7 @@
-"""The rollout side of the loop: draws a step's prompts, generates groups, scores them, and
-files them in the buffer. The sync driver calls `produce(step)` inline; the async driver runs
-`run()` as a task that stays at most `lookahead` steps ahead of the trainer."""
+"""The rollout side of the loop: draws a step's prompts, runs each group's episodes (one
+turn each without an environment: workers/envs/episode.py), scores them, and files them in
+the buffer. The sync driver calls `produce(step)` inline; the async driver runs `run()` as a
+task that stays at most `lookahead` steps ahead of the trainer."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..data import Task, prompt_ids, prompt_text
+from ..data import Task
+from ..envs import ChatRenderer, Environment, EpisodeLimits, EpisodeRunner, GroupProgress
+from ..envs.episode import episode_record
 from ..rewards import Scorer
-from ..rollout.base import GroupRequest, GroupResult, RolloutBackend, SamplingParams
+from ..rollout.base import GroupRequest, RolloutBackend, SamplingParams
 from .buffer import TrajectoryBuffer
 from .control import ControlSource
 from .scoring import score_groups
@@ -52,6 +55,23 @@ class RolloutContext:
     group_size: int
     # accuracy: the task's strict equality (True) or the reward's verifier terms (False)
     strict_accuracy: bool = False
+    # the prompt's chat template with the environment's tools; its answers' tokens
+    renderer: ChatRenderer | None = None
+    env: Environment | None = None  # None: one turn a sample
+    limits: EpisodeLimits = EpisodeLimits()
+    tool_format: str = "hermes"
+
+    def chat(self) -> ChatRenderer:
+        if self.renderer is None:  # a context built by hand (tests): the task's template
+            self.renderer = ChatRenderer(
+                self.tokenizer, (), template_kwargs=self.task.template_kwargs
+            )
+        return self.renderer
+
+    def runner(self, stopping: Callable[[], bool] = lambda: False) -> EpisodeRunner:
+        return EpisodeRunner(
+            self.backend, self.chat(), self.env, self.limits, self.tool_format, stopping
+        )  # type: ignore[arg-type]
 
 
 class Producer:
@@ -68,21 +88,17 @@ class Producer:
         self.stopping = False
         self._produced: dict[int, asyncio.Event] = {}
         self.task: asyncio.Task | None = None
+        self.runner = ctx.runner(lambda: self.stopping)
 
     # ---------------------------------------------------------------- requests
 
-    def requests_for(self, step: int) -> list[GroupRequest]:
+    def groups_for(self, step: int) -> list[GroupProgress]:
         ctx = self.ctx
         out = []
         for g in range(ctx.prompts_per_step):
-            idx, seed = draw(ctx.seed, step, g, len(ctx.task.train))
-            ids = prompt_ids(ctx.tokenizer, ctx.task.train[idx].prompt, ctx.task.template_kwargs)
-            out.append(GroupRequest(f"s{step}-g{g}", ids, ctx.group_size, seed, ctx.params))
+            _, seed = draw(ctx.seed, step, g, len(ctx.task.train))
+            out.append(GroupProgress(f"s{step}-g{g}", ctx.group_size, seed, ctx.params))
         return out
-
-    def display(self, ex) -> str:
-        """The prompt as the sample inspector shows it (the rendered chat template)."""
-        return prompt_text(self.ctx.tokenizer, ex.prompt, self.ctx.task.template_kwargs)
 
     def _example(self, step: int, g: int):
         idx, _ = draw(self.ctx.seed, step, g, len(self.ctx.task.train))
@@ -94,62 +110,44 @@ class Producer:
         return self._produced.setdefault(step, asyncio.Event())
 
     async def produce(self, step: int) -> bool:
-        """Generate, score and file one step's groups. False if stopped part-way (the
-        partial groups are then in `buffer.pending`)."""
-        requests = self.buffer.pending.pop(step, None) or self.requests_for(step)
+        """Run, score and file one step's groups. False if stopped part-way (the groups'
+        progress, finished ones included, is then in `buffer.pending` for the resume)."""
+        progress = [
+            _progress(p, self.ctx)
+            for p in self.buffer.pending.pop(step, None) or self.groups_for(step)
+        ]
+        examples = [self._example(step, g) for g in range(len(progress))]
         t0 = time.perf_counter()
-        results = await self._generate_all(step, requests)
-        if results is None:
+        done = await asyncio.gather(
+            *(self.runner.run_group(p, ex) for p, ex in zip(progress, examples, strict=True))
+        )
+        if any(d is None for d in done):
+            self.buffer.pending[step] = progress
             return False
         elapsed = time.perf_counter() - t0
-        examples = [self._example(step, g) for g in range(len(results))]
-        scored = await score_groups(self.ctx, examples, results)  # the whole step at once
+        scored = await score_groups(self.ctx, examples, done)  # the whole step at once
         groups = []
-        for g, (res, ex, sc) in enumerate(zip(results, examples, scored, strict=True)):
+        for g, (eps, ex, sc) in enumerate(zip(done, examples, scored, strict=True)):
             groups.append(
                 ScoredGroup(
                     step,
                     g,
-                    self.display(ex),
+                    self.ctx.chat().prompt_text(eps.prompt),
                     ex.answer,
-                    res,
+                    eps.result,
                     sc.rewards,
                     sc.correct,
                     generate_s=elapsed,
                     terms=sc.terms,
                     details=sc.details,
+                    episodes=tuple(episode_record(s) for s in eps.states)
+                    if self.ctx.env is not None
+                    else (),
                 )
             )
         await self.buffer.put(step, groups)
         self.produced(step).set()
         return True
-
-    async def _generate_all(
-        self, step: int, requests: list[GroupRequest]
-    ) -> list[GroupResult] | None:
-        """Generate until every group is complete, resubmitting requests an abort (a weight
-        update in abort mode) cut short; their tokens keep the versions that made them."""
-        done: dict[str, GroupResult] = {}
-        todo = requests
-        while todo:
-            by_id = {r.request_id: r for r in todo}
-            results = await self.ctx.backend.generate(todo)
-            if self.stopping or any(r.aborted for r in results):
-                await asyncio.sleep(0.01)  # an abort: let the pause/resume around it finish
-            todo = []
-            for res in results:
-                if res.aborted:
-                    todo.append(res.resubmission(by_id[res.request_id]))
-                else:
-                    done[res.request_id] = res
-            if todo and self.stopping:
-                # Keep the whole step, finished groups included, for the resume.
-                cut = {t.request_id: t for t in todo}
-                self.buffer.pending[step] = [
-                    cut.get(r.request_id) or done[r.request_id].resubmission(r) for r in requests
-                ]
-                return None
-        return [done[r.request_id] for r in requests]
 
     async def run(self, start: int, end: int) -> None:
         """Async mode: keep producing steps start..end−1, each once the trainer has published
@@ -178,3 +176,11 @@ class Producer:
             await self.ctx.backend.pause("abort")
         await self.task  # re-raises a producer failure
         self.task = None
+
+
+def _progress(item: GroupProgress | GroupRequest, ctx: RolloutContext) -> GroupProgress:
+    """A pending group as progress; checkpoints written before episodes hold the group's
+    request (with its partial samples) instead."""
+    if isinstance(item, GroupProgress):
+        return item
+    return GroupProgress(item.request_id, item.n, item.seed, item.params, request=item)

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..envs import EpisodeState, GroupEpisodes
 from ..rewards import ScoreItem
-from ..rollout.base import GroupResult, Sample
+from ..rollout.base import Sample
 
 if TYPE_CHECKING:
     from .producer import RolloutContext
@@ -28,27 +29,34 @@ class GroupScores:
     details: tuple[dict[str, Any], ...]
 
 
-def score_item(ex: Any, sample: Sample, max_new_tokens: int) -> ScoreItem:
+def score_item(
+    ex: Any, sample: Sample, max_new_tokens: int, episode: EpisodeState | None = None
+) -> ScoreItem:
+    """What the reward terms see of a sample: its text (an episode's last model reply),
+    its model tokens, and an episode's own reward and verdict from its environment."""
     return ScoreItem(
         prompt=ex.prompt,
         completion=sample.text,
         answer=ex.answer,
         metadata=dict(getattr(ex, "metadata", None) or {}),
-        completion_tokens=len(sample.token_ids),
+        completion_tokens=sample.model_tokens,
         max_new_tokens=max_new_tokens,
+        env_reward=episode.reward if episode is not None else None,
+        env_correct=episode.correct if episode is not None else None,
     )
 
 
 async def score_groups(
-    ctx: RolloutContext, examples: Sequence[Any], results: Sequence[GroupResult]
+    ctx: RolloutContext, examples: Sequence[Any], groups: Sequence[GroupEpisodes]
 ) -> list[GroupScores]:
     """One scorer call for all the samples of all the groups."""
     limit = ctx.params.max_new_tokens
-    items = [score_item(ex, s, limit) for ex, res in zip(examples, results, strict=True)
-             for s in res.samples]  # fmt: skip
+    items = [score_item(ex, s, limit, st)
+             for ex, g in zip(examples, groups, strict=True)
+             for s, st in zip(g.result.samples, g.states, strict=True)]  # fmt: skip
     scores = iter(await ctx.scorer.score(items))
     out = []
-    for ex, res in zip(examples, results, strict=True):
+    for ex, res in zip(examples, (g.result for g in groups), strict=True):
         got = [next(scores) for _ in res.samples]
         if ctx.strict_accuracy:
             correct = [ctx.task.is_correct(s.text, ex.answer) for s in res.samples]
@@ -66,14 +74,16 @@ async def score_groups(
 
 
 async def eval_correct(
-    ctx: RolloutContext, examples: Sequence[Any], samples: Sequence[Sample]
+    ctx: RolloutContext, examples: Sequence[Any], groups: Sequence[GroupEpisodes]
 ) -> list[bool | None]:
-    """Correctness of one greedy answer per held-out example."""
+    """Correctness of one greedy episode per held-out example."""
+    samples = [g.result.samples[0] for g in groups]
     if ctx.strict_accuracy:
         return [ctx.task.is_correct(s.text, ex.answer)
                 for s, ex in zip(samples, examples, strict=True)]  # fmt: skip
     limit = ctx.params.max_new_tokens
-    items = [score_item(ex, s, limit) for s, ex in zip(samples, examples, strict=True)]
+    items = [score_item(ex, s, limit, g.states[0])
+             for s, ex, g in zip(samples, examples, groups, strict=True)]  # fmt: skip
     return await ctx.scorer.correct(items)
 
 

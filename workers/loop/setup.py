@@ -8,12 +8,16 @@ from pathlib import Path
 import torch
 
 from ..data import load_task
+from ..envs import ChatRenderer, EpisodeLimits, format_for_template
+from ..envs.base import Environment
+from ..envs.registry import make_environment
 from ..grants import Grants
 from ..models import tiny_model_dir
 from ..policy import LoraPolicy
 from ..policy.lora import load_tokenizer
 from ..rewards import make_scorer
 from ..rollout import RolloutBackend, SamplingParams, make_backend
+from ..rollout.eos import eos_token_ids
 from ..spec import RunSpec
 from .buffer import TrajectoryBuffer
 from .checkpoint import latest_checkpoint, load_checkpoint
@@ -71,6 +75,28 @@ def buffer_capacity(spec: RunSpec) -> int:
     return (lookahead + 2) * spec.train.prompts_per_step
 
 
+async def episode_setup(
+    spec: RunSpec, tokenizer, model_dir: Path, template_kwargs: dict, grants: Grants
+) -> tuple[Environment | None, ChatRenderer, EpisodeLimits, str]:
+    """The run's environment (None: one turn a sample), the renderer of its episodes (the
+    model's template with the environment's tools), their budgets and tool-call format."""
+    eos = eos_token_ids(model_dir, tokenizer.eos_token_id)
+    if spec.env is None:
+        return None, ChatRenderer(tokenizer, eos, (), template_kwargs), EpisodeLimits(), "hermes"
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"env: {spec.env.name} plays multi-turn episodes, which need the model's chat "
+            "template; the tokenizer has none (a base model)"
+        )
+    env = await make_environment(spec.env, grants)
+    e, r = spec.env, spec.rollout
+    limits = EpisodeLimits(
+        e.max_turns, e.max_episode_tokens or e.max_turns * r.max_new_tokens, e.step_timeout_s
+    )
+    fmt = e.tool_format if e.tool_format != "auto" else format_for_template(tokenizer.chat_template)
+    return env, ChatRenderer(tokenizer, eos, env.tools, template_kwargs), limits, fmt
+
+
 def resume_path(spec: RunSpec, out: Path) -> Path | None:
     src = spec.checkpoint.resume_from
     if src is None:
@@ -124,7 +150,19 @@ async def _run_training(
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
     tokenizer = load_tokenizer(model_dir)
-    task = load_task(spec.data, tokenizer)
+    env, renderer, limits, tool_format = await episode_setup(
+        spec, tokenizer, model_dir, spec.data.chat_template_kwargs, grants
+    )
+    own = None
+    if spec.data.task == "environment" and env is not None:
+        made = env.examples(spec.data.eval_size)
+        if made is None:
+            raise ValueError(
+                f"data.task: environment: {env.name} makes no episodes of its own; give it "
+                "a data task"
+            )
+        own = (env.name, *made)
+    task = load_task(spec.data, tokenizer, own)
     trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
     # async with trainer and torch engine on one GPU: each side its stream (gpu_share.py)
     own = executor is None and backend is None
@@ -157,6 +195,10 @@ async def _run_training(
         prompts_per_step=spec.train.prompts_per_step,
         group_size=spec.algorithm.num_generations,
         strict_accuracy=spec.data.task in STRICT_ACCURACY_TASKS,
+        renderer=renderer,
+        env=env,
+        limits=limits,
+        tool_format=tool_format,
     )
     # the spec's `logging:` mirrors (none: no thread, no import of their libraries)
     mirrors = open_mirrors(spec.logging, out, spec.to_dict(), grants.egress)
@@ -197,6 +239,8 @@ async def _run_training(
         await driver.producer.stop()
         await backend.close()
         await rollout.scorer.close()  # the math_verify process, if one started
+        if env is not None:
+            await env.close()
         mirrors.close()  # done already when the final status went out
         emitter.close()
         if share is not None:  # after the last kernel of either side: the split's contexts

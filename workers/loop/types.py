@@ -22,6 +22,9 @@ class ScoredGroup:
     # inspector); tuples, so that groups pickled before these fields existed still load
     terms: tuple[dict[str, float], ...] = ()
     details: tuple[dict, ...] = ()
+    # per sample, with an environment: the episode's turns and counters (envs/episode.py's
+    # episode_record); empty for one-turn samples
+    episodes: tuple[dict, ...] = ()
 
     @property
     def min_version(self) -> int:

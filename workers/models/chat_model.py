@@ -1,5 +1,6 @@
 """The tiny chat model: a small Qwen2 with the byte-level BPE chat tokenizer, warmed up on
-the reasoning task (`model.tiny.task: reasoning`).
+the reasoning task (`model.tiny.task: reasoning`) or on calculator episodes (`calculator`:
+tool calls, the template with `tools=`; workers/envs/calculator.py).
 
 Built like the character-level tiny model (same directory layout, same recipe-hash cache,
 same biased warm-up), with what an instruct model from a hub has besides: a chat template,
@@ -9,6 +10,7 @@ responses of a couple of hundred tokens.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -17,8 +19,15 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2ForCaus
 
 from ..data.reasoning import reasoning_examples, terms_of, worked_solution
 from ..data.tasks import Example
+from ..envs import calculator
+from ..envs.render import ChatRenderer
 from ..spec import TinyModelSpec
-from .chat_tokenizer import CHAT_TEMPLATE, build_chat_tokenizer, eos_token_ids
+from .chat_tokenizer import (
+    CHAT_TEMPLATE,
+    TOOLS_CHAT_TEMPLATE,
+    build_chat_tokenizer,
+    eos_token_ids,
+)
 from .tiny import pad_rows, qwen2_config
 
 # Bump when this build changes in a way the recipe fields do not capture.
@@ -31,14 +40,21 @@ MICRO_BATCH = 16  # of similar length, padded together
 LR = 3e-3
 
 
+def _template(spec: TinyModelSpec) -> str:
+    return TOOLS_CHAT_TEMPLATE if spec.task == "calculator" else CHAT_TEMPLATE
+
+
 def chat_recipe(spec: TinyModelSpec) -> dict:
-    return {
+    recipe = {
         "spec": spec.model_dump(),
         "chat_build": CHAT_BUILD_VERSION,
         "vocab_size": VOCAB_SIZE,
         "max_positions": MAX_POSITIONS,
-        "template": CHAT_TEMPLATE,
+        "template": _template(spec),
     }
+    if spec.task == "calculator":  # the episodes' layout, which the warm-up is built from
+        recipe["episodes"] = {"tool": calculator.ADD_TOOL, "calculator_build": 3}
+    return recipe
 
 
 def render(tok: PreTrainedTokenizerFast, messages: list[dict]) -> str:
@@ -95,9 +111,30 @@ def warm_up_chat(
     model.eval()
 
 
-def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
-    """Train the tokenizer, build and warm up the model, save both into `out`. Returns
-    facts for paddock_recipe.json."""
+def episode_rows(
+    renderer: ChatRenderer, prompt: list[dict], turns: list[dict]
+) -> tuple[list[int], list[int]]:
+    """(ids, labels) of one episode exactly as a run lays it out (envs/episode.py): the
+    prompt with the tools, each assistant reply tokenized on its own and ended by
+    <|im_end|> (labelled), each tool answer as the renderer appends it (not labelled)."""
+    tok = renderer.tokenizer
+    ids = renderer.prompt_ids(prompt)
+    labels = [-100] * len(ids)
+    answers: list[dict] = []
+    for m in turns:
+        if m["role"] != "assistant":
+            answers.append(m)
+            continue
+        if answers:
+            got = renderer.answer_ids(answers, ended_on_eos=True)
+            ids, labels, answers = ids + got, labels + [-100] * len(got), []
+        reply = tok(m["content"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids, labels = ids + reply, labels + reply
+    return ids, labels
+
+
+def _reasoning_task() -> tuple[list[str], str, object]:
+    """The reasoning task's (tokenizer corpus, template, rows of a tokenizer)."""
     train, _held_out = reasoning_examples()
     sft = [Example(ex.prompt, worked_solution(terms_of(ex))) for ex in train]
     # What the template puts between the special tokens (which BPE must not learn to
@@ -107,7 +144,51 @@ def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
         for ex in sft[:CORPUS_SIZE]
         for m in ex.prompt
     ]
-    tok = build_chat_tokenizer(corpus, VOCAB_SIZE)
+
+    def rows(tok):
+        # the prompt as a run tokenizes it: the template applied, with the generation prompt
+        prompts = tok([render(tok, ex.prompt) for ex in train], add_special_tokens=False)
+        clean = sft_rows(tok, prompts["input_ids"], [ex.answer for ex in sft])
+        biased = sft_rows(
+            tok,
+            prompts["input_ids"],
+            [worked_solution(terms_of(ex), off_by_one=True) for ex in train],
+        )
+        return clean, biased
+
+    return corpus, CHAT_TEMPLATE, rows
+
+
+def _calculator_task() -> tuple[list[str], str, object]:
+    """Calculator episodes (an `add` call a term, then the boxed total), and as the biased
+    rows replies that skip the tool and guess: greedy, the model then mostly guesses;
+    sampled, it often still calls the tool."""
+    train, _held_out = calculator.long_sum_examples(n=8000)
+    corpus = [
+        f"{m['role']}\n{m['content']}"
+        for ex in train[:CORPUS_SIZE]
+        for m in [*ex.prompt, *calculator.worked_episode(ex)]
+    ]
+    corpus += [json.dumps(calculator.ADD_TOOL)] * 50
+
+    def rows(tok):
+        renderer = ChatRenderer(tok, eos_token_ids(tok), calculator.Calculator().tools)
+        rng = random.Random(1)
+        clean = [episode_rows(renderer, ex.prompt, calculator.worked_episode(ex)) for ex in train]
+        biased = [
+            episode_rows(renderer, ex.prompt, calculator.worked_episode(ex, guess=True, rng=rng))
+            for ex in train
+        ]
+        return clean, biased
+
+    return corpus, TOOLS_CHAT_TEMPLATE, rows
+
+
+def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
+    """Train the tokenizer, build and warm up the model, save both into `out`. Returns
+    facts for paddock_recipe.json."""
+    corpus, template, rows = (_calculator_task if spec.task == "calculator" else _reasoning_task)()
+    tok = build_chat_tokenizer(corpus, VOCAB_SIZE, template=template)
     eos = eos_token_ids(tok)
     torch.manual_seed(0)
     # EOS as Qwen's instruct configs: end of turn
@@ -117,14 +198,7 @@ def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
     model.generation_config = GenerationConfig(
         bos_token_id=eos[1], eos_token_id=eos, pad_token_id=tok.pad_token_id
     )
-    # the prompt as a run tokenizes it: the template applied, with the generation prompt
-    prompts = tok([render(tok, ex.prompt) for ex in train], add_special_tokens=False)
-    clean = sft_rows(tok, prompts["input_ids"], [ex.answer for ex in sft])
-    biased = sft_rows(
-        tok,
-        prompts["input_ids"],
-        [worked_solution(terms_of(ex), off_by_one=True) for ex in train],
-    )
+    clean, biased = rows(tok)
     warm_up_chat(model, clean, biased, tok.pad_token_id, spec)
     out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)

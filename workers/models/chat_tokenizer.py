@@ -29,7 +29,23 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_chat_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
+# The tool-use model's template (`model.tiny.task: calculator`) adds, before the messages, a
+# system turn listing the tools `apply_chat_template(tools=...)` is given, one JSON schema a
+# line, as Qwen's does (shorter). Tool results are messages of role `tool`. The tool-less
+# model keeps CHAT_TEMPLATE itself (its recipe hash, so its cached builds, stay).
+TOOLS_PREAMBLE = (
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\\n<tools>\\n' -}}"
+    "{%- for tool in tools -%}{{- tool | tojson -}}{{- '\\n' -}}{%- endfor -%}"
+    "{{- '</tools><|im_end|>\\n' -}}"
+    "{%- endif -%}"
+)
+TOOLS_CHAT_TEMPLATE = TOOLS_PREAMBLE + CHAT_TEMPLATE
+
+
+def build_chat_tokenizer(
+    corpus: Iterable[str], vocab_size: int = 512, template: str = CHAT_TEMPLATE
+) -> PreTrainedTokenizerFast:
     """Train byte-level BPE on `corpus` (the rendered chat texts of a task); deterministic
     for a given corpus and vocab size."""
     core = Tokenizer(models.BPE())
@@ -52,7 +68,7 @@ def build_chat_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTra
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
         additional_special_tokens=[IM_START],
-        chat_template=CHAT_TEMPLATE,
+        chat_template=template,
         padding_side="left",  # generation pads prompts on the left
         clean_up_tokenization_spaces=False,
     )

@@ -27,6 +27,7 @@ from .tokenizer import CHARSET, build_char_tokenizer
 # Bump when the build procedure changes in a way the recipe fields do not capture.
 _BUILD_VERSION = 2
 _MAX_POSITIONS = 64
+CHAT_TASKS = ("reasoning", "calculator")  # built as the chat model (chat_model.py)
 
 
 def paddock_home() -> Path:
@@ -34,7 +35,7 @@ def paddock_home() -> Path:
 
 
 def recipe_hash(spec: TinyModelSpec) -> str:
-    if spec.task == "reasoning":  # the chat model: its own recipe (tokenizer, template)
+    if spec.task in CHAT_TASKS:  # the chat model: its own recipe (tokenizer, template)
         from .chat_model import chat_recipe
 
         recipe = chat_recipe(spec)
@@ -97,7 +98,7 @@ def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
     # (0.04 s vs 0.7 s a step on a loaded 2-core machine).
     torch.set_num_threads(1)
     try:
-        if spec.task == "reasoning":
+        if spec.task in CHAT_TASKS:
             from .chat_model import build_chat_model
 
             facts = {"chat_build": build_chat_model(spec, out)}

@@ -15,6 +15,9 @@ class TrainSample:
     lp_roll: list[float]  # engine logprob per response token
     versions: list[int]  # adapter version that produced each response token
     advantage: float
+    # 0 on tokens that get no gradient (an environment's, in a multi-turn episode); None:
+    # every response token is the model's
+    loss_mask: list[int] | None = None
 
 
 @dataclass
@@ -23,11 +26,15 @@ class TrainBatch:
     attention_mask: torch.Tensor  # [B, L]
     resp_pos: torch.Tensor  # [B, T] index into L of the position whose logits predict token t
     resp_tokens: torch.Tensor  # [B, T]
-    mask: torch.Tensor  # [B, T] float, 1.0 on response tokens
+    mask: torch.Tensor  # [B, T] float, 1.0 on the model's response tokens (not padding,
+    # not an environment's tokens in an episode)
     lp_roll: torch.Tensor  # [B, T]
     versions: torch.Tensor  # [B, T] long; -1 on padding
     advantages: torch.Tensor  # [B]
     prompt_len: torch.Tensor  # [B] long: input_ids[i, :prompt_len[i]] is the prompt
+    # [B, T] long, 1 on every response token, the environment's too (what attention reads;
+    # `mask` is what the loss reads)
+    resp_attn: torch.Tensor
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -60,7 +67,7 @@ def collate(samples: list[TrainSample], pad_id: int) -> TrainBatch:
     # Padded Python lists, then one tensor a field: a small tensor op a sample and field
     # (7 a sample) costs more than the rest of the step on a small model, and much more
     # when other threads hold the GIL (each op gives it up and waits to get it back).
-    ids, attn, pos, toks, mask, lp, vers = [], [], [], [], [], [], []
+    ids, attn, pos, toks, mask, lp, vers, rattn = [], [], [], [], [], [], [], []
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
         if len(s.lp_roll) != r or len(s.versions) != r:
@@ -72,7 +79,11 @@ def collate(samples: list[TrainSample], pad_id: int) -> TrainBatch:
         attn.append([1] * (p + r) + [0] * pad)
         pos.append(list(range(p - 1, p - 1 + r)) + [0] * rpad)
         toks.append([*s.response_ids] + [pad_id] * rpad)
-        mask.append([1.0] * r + [0.0] * rpad)
+        if s.loss_mask is not None and len(s.loss_mask) != r:
+            raise ValueError(f"sample {i}: {r} tokens but a loss mask of {len(s.loss_mask)}")
+        own = [1.0] * r if s.loss_mask is None else [float(m) for m in s.loss_mask]
+        mask.append(own + [0.0] * rpad)
+        rattn.append([1] * r + [0] * rpad)
         lp.append([*s.lp_roll] + [0.0] * rpad)
         vers.append([*s.versions] + [-1] * rpad)
     input_ids = torch.tensor(ids, dtype=torch.long).reshape(b, seq_len)
@@ -84,6 +95,8 @@ def collate(samples: list[TrainSample], pad_id: int) -> TrainBatch:
     versions = torch.tensor(vers, dtype=torch.long).reshape(b, resp_len)
     advantages = torch.tensor([s.advantage for s in samples])
     prompt_len = torch.tensor([len(s.prompt_ids) for s in samples], dtype=torch.long)
+    resp_attn = torch.tensor(rattn, dtype=torch.long).reshape(b, resp_len)
     return TrainBatch(
-        input_ids, attn, resp_pos, resp_tokens, mask, lp_roll, versions, advantages, prompt_len
-    )
+        input_ids, attn, resp_pos, resp_tokens, mask, lp_roll, versions, advantages, prompt_len,
+        resp_attn,
+    )  # fmt: skip

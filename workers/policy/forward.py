@@ -137,7 +137,7 @@ def _shared(body, pad_id: int, items, together: bool) -> list[Tensor]:
         for (it, _, _), t in zip(items, lengths, strict=True):
             mb = it.batch  # token j predicts token j + 1
             resp_in.append(F.pad(mb.resp_tokens[:, : t - 1], (0, t_max - t), value=pad_id))
-            resp_mask.append(F.pad(mb.mask[:, : t - 1], (0, t_max - t)))
+            resp_mask.append(F.pad(mb.resp_attn[:, : t - 1], (0, t_max - t)))
             blocks.append(RowBlock(it.name, len(mb), 0, t - 1, it.gen))  # t == 1: no LoRA
         resp_mask = torch.cat(resp_mask).to(p_mask.dtype)
         positions = p_mask.sum(-1)[own_t].unsqueeze(1) + torch.arange(t_max - 1, device=device)

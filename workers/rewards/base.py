@@ -23,6 +23,9 @@ class ScoreItem:
     metadata: dict[str, Any] = field(default_factory=dict)
     completion_tokens: int = 0
     max_new_tokens: int = 0
+    # a multi-turn episode's own reward and verdict from its environment (the `env` term)
+    env_reward: float | None = None
+    env_correct: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ Contract (docs/train-your-own-model.md#rewards): the job POSTs
 items a request, and reads `{"rewards": [float, one per item], "details": [object | null]?}`.
 A connection error, a timeout (`timeout_s` for one attempt), a 429 or a 5xx is retried up to
 `max_retries` times with exponential backoff; then, or at once on any other status or on a
-malformed reply, the step fails with an error naming the URL and the reason. A reward is
-never made up.
+malformed reply, the step fails with an error naming the URL and the reason (the client is
+workers/http_json.py, shared with environment servers). A reward is never made up.
 
 The URL is reached under the run's egress policy (workers/egress.py: no private, loopback,
 link-local or metadata address unless the operator allows it, no redirect), with the headers
@@ -25,19 +25,14 @@ import aiohttp
 
 from ..egress import EgressRefused, egress_session
 from ..grants import Grants
+from ..http_json import post_json
 from ..spec import ServiceTerm
 from .base import RewardError, Role, ScoreItem, TermScore, run_all
 
-BACKOFF_S = 0.5  # first retry after 0.5 s, then 1, 2, 4 ... capped at BACKOFF_MAX_S
-BACKOFF_MAX_S = 8.0
 _DETAILS_MAX = 2000  # characters of one item's details kept for the inspector
 
 
 class RewardServiceError(RewardError):
-    pass
-
-
-class _Retryable(Exception):
     pass
 
 
@@ -116,51 +111,26 @@ class ServiceScorer:
 
     async def _batch(self, session: aiohttp.ClientSession, batch: list[ScoreItem]):
         term = self.term
-        body = json.dumps(
-            {
-                "items": [
-                    {
-                        "prompt": it.prompt,
-                        "completion": it.completion,
-                        "answer": it.answer,
-                        "metadata": it.metadata,
-                    }
-                    for it in batch
-                ]
-            },
-            default=str,
-        ).encode()
-        last = ""
-        for attempt in range(term.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(BACKOFF_S * 2 ** (attempt - 1), BACKOFF_MAX_S))
-            self.requests += 1
-            try:
-                return await self._post(session, body, len(batch))
-            except _Retryable as exc:
-                last = str(exc)
-        raise RewardServiceError(
-            f"reward service {term.url} failed after {term.max_retries + 1} attempt(s): {last}"
-        )
+        body = {
+            "items": [
+                {
+                    "prompt": it.prompt,
+                    "completion": it.completion,
+                    "answer": it.answer,
+                    "metadata": it.metadata,
+                }
+                for it in batch
+            ]
+        }
+        payload = await post_json(
+            session, term.url, body, what=f"reward service {term.url}",
+            timeout_s=term.timeout_s, max_retries=term.max_retries, error=RewardServiceError,
+            on_attempt=self._attempt,
+        )  # fmt: skip
+        return parse_reply(term.url, payload, len(batch))
 
-    async def _post(self, session: aiohttp.ClientSession, body: bytes, n: int):
-        term = self.term
-        timeout = aiohttp.ClientTimeout(total=term.timeout_s)
-        try:
-            async with session.post(term.url, data=body, timeout=timeout) as resp:
-                payload = await resp.read()
-                status, reason = resp.status, resp.reason or ""
-        except TimeoutError:
-            raise _Retryable(f"no reply within timeout_s={term.timeout_s:g} s") from None
-        except EgressRefused as exc:  # a redirect, or a name that now resolves elsewhere
-            raise RewardServiceError(f"reward service {term.url}: {exc}") from None
-        except aiohttp.ClientError as exc:  # refused, reset, DNS, a broken reply
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status} {reason}")
-        if status != 200:
-            raise RewardServiceError(f"reward service {term.url}: HTTP {status} {reason}")
-        return parse_reply(term.url, payload, n)
+    def _attempt(self) -> None:
+        self.requests += 1
 
     async def close(self) -> None:
         pass

@@ -11,12 +11,14 @@ from typing import Any
 from ..grpo.registry import Registry
 from ..spec import (
     BoxedMatchTerm,
+    EnvTerm,
     ExactMatchTerm,
     FormatRegexTerm,
     FormatTerm,
     Gsm8kTerm,
     NumericMatchTerm,
     OverlongPenaltyTerm,
+    ReasoningGymTerm,
 )
 from .base import Role, ScoreItem, TermScore
 from .text import final_number, gsm8k_gold, last_boxed, math_number, normalize_math, numbers
@@ -121,3 +123,31 @@ def overlong_penalty(item: ScoreItem, term: OverlongPenaltyTerm) -> TermScore:
         raise ValueError("overlong_penalty needs max_new_tokens (of the term or the rollout)")
     value = overlong_penalty_value(item.completion_tokens, max_len, term.buffer)
     return TermScore(value, None, {"tokens": item.completion_tokens, "max": max_len})
+
+
+@verifier("env", "verifier")
+def env_reward(item: ScoreItem, term: EnvTerm) -> TermScore:
+    """The environment's reward for the episode; its own verdict when it gave one, else
+    the threshold's. An episode whose environment gave no reward scores 0."""
+    score = item.env_reward if item.env_reward is not None else 0.0
+    correct = item.env_correct
+    if correct is None and term.correct_threshold is not None:
+        correct = item.env_reward is not None and score >= term.correct_threshold
+    return TermScore(float(score), correct, {} if item.env_reward is not None else {"none": True})
+
+
+@verifier("reasoning_gym", "verifier")
+def reasoning_gym_score(item: ScoreItem, term: ReasoningGymTerm) -> TermScore:
+    """reasoning-gym's own scorer of the generated entry, on the completion's last
+    <answer>…</answer> (the whole completion without one)."""
+    from reasoning_gym import get_score_answer_fn
+    from reasoning_gym.utils import extract_answer
+
+    entry = item.metadata.get("reasoning_gym")
+    if not isinstance(entry, dict):
+        raise ValueError("reasoning_gym: the example carries no reasoning-gym entry")
+    answer = extract_answer(item.completion)
+    if answer is None:
+        answer = item.completion.strip()
+    score = float(get_score_answer_fn(entry["metadata"]["source_dataset"])(answer, entry))
+    return TermScore(score, score >= 1.0, {"extracted": _short(answer)})

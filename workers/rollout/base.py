@@ -44,6 +44,23 @@ class Sample:
     versions: list[int] = field(default_factory=list)  # adapter version per token
     finish_reason: FinishReason | None = None
     text: str = ""  # decoded completion, special tokens skipped
+    # An episode of several turns (workers/envs/episode.py) as one sample: 0 on the tokens an
+    # environment appended (tool results, user turns; logprob 0.0, version -1), which get no
+    # gradient and count for no staleness. None: every token is the model's (what engines
+    # return: they never see a mask).
+    loss_mask: list[int] | None = None
+
+    @property
+    def model_tokens(self) -> int:
+        """How many of the tokens are the model's."""
+        return len(self.token_ids) if self.loss_mask is None else sum(self.loss_mask)
+
+    @property
+    def model_versions(self) -> list[int]:
+        """The adapter versions of the model's own tokens."""
+        if self.loss_mask is None:
+            return self.versions
+        return [v for v, m in zip(self.versions, self.loss_mask, strict=True) if m]
 
     @property
     def done(self) -> bool:
@@ -75,7 +92,7 @@ class GroupResult:
     @property
     def min_version(self) -> int:
         """The group's staleness is that of its oldest token."""
-        versions = [v for s in self.samples for v in s.versions]
+        versions = [v for s in self.samples for v in s.model_versions]
         return min(versions) if versions else -1
 
     def resubmission(self, request: GroupRequest) -> GroupRequest:

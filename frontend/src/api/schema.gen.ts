@@ -825,6 +825,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -837,6 +838,7 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
+            environments?: unknown;
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -861,6 +863,8 @@ export interface components {
                 [key: string]: unknown;
             };
             backends?: string[];
+            /** @description multi-turn environments installed there besides the built-ins */
+            environments?: string[];
         };
         /** ComparedAlarms */
         ComparedAlarms: {

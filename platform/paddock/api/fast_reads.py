@@ -34,7 +34,6 @@ from rest_framework.renderers import JSONRenderer
 
 from paddock.api import serializers as s
 from paddock.api.authentication import request_token
-from paddock.api.pages import team_rows
 from paddock.api.pagination import NewestFirst
 from paddock.api.views_experiments import experiment_page_answer
 from paddock.api.views_runs import run_detail_answer, run_metrics_answer, run_page_answer
@@ -43,6 +42,7 @@ from paddock.http.client_address import request_client_address
 from paddock.http.policy import https_refusal, security_headers
 from paddock.monitoring.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from paddock.teams.access import Actor, actor_for
+from paddock.teams.selectors import team_list_rows
 
 _FALL_THROUGH = (DomainError, APIException, ValidationError, Http404, DisallowedHost)
 _RENDERERS = [JSONRenderer()]
@@ -112,7 +112,7 @@ def _experiment_list(actor, request, _match) -> dict:
 
 
 def _me(actor, _request, _match) -> dict:
-    return s.me_answer(actor, team_rows(actor=actor))
+    return s.me_answer(actor, team_list_rows(actor=actor, columns=s.TEAM_COLUMNS))
 
 
 # the paths as the URL conf spells them (ids as its [0-9]+ lookup, within a bigint)

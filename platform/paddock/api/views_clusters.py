@@ -34,6 +34,10 @@ class ClusterRegisterSerializer(serializers.Serializer):
     backends = serializers.ListField(
         child=serializers.CharField(max_length=50), required=False, max_length=10
     )
+    environments = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, max_length=100,
+        help_text="multi-turn environments installed there besides the built-ins",
+    )  # fmt: skip
 
 
 class ClusterViewSet(ActorViewSet):

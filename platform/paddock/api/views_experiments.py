@@ -12,7 +12,6 @@ from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
-from paddock.api.pages import experiment_rows_source, experiment_tags
 from paddock.api.pagination import NewestFirst
 from paddock.api.views_teams import ERRORS
 from paddock.experiments import selectors
@@ -36,11 +35,12 @@ def _launch_response(result: LaunchResult, actor) -> Response:
         report = {"valid": result.valid, "errors": result.errors, "runs": runs}
         return Response(s.ValidationReportSerializer(report).data)
     experiment = selectors.experiment_get(actor=actor, experiment_id=result.experiment.pk)
+    ids = [run.pk for run in result.runs]
+    rows = selectors.run_list(actor=actor).filter(pk__in=ids).values(*s.RUN_COLUMNS)
+    by_id = {row["id"]: row for row in rows}
+    runs = s.run_rows([by_id[i] for i in ids], {})  # the run list's rows; no metric yet
     return Response(
-        {
-            "experiment": s.ExperimentSerializer(experiment).data,
-            "runs": s.RunSerializer(result.runs, many=True).data,
-        },
+        {"experiment": s.ExperimentSerializer(experiment).data, "runs": runs},
         status=status.HTTP_201_CREATED,
     )
 
@@ -108,9 +108,11 @@ def experiment_page_answer(*, actor, params: dict, paginator, request) -> dict:
     """A page of the experiment list (ExperimentFilterSerializer's `params`): rows, not
     models, built by hand (experiment_rows), its tags in one query; the view and
     the fast reads (api/fast_reads.py) both answer with it."""
-    source = experiment_rows_source(actor=actor, filters=_renamed(params))
+    source = selectors.experiment_list_rows(
+        actor=actor, columns=s.EXPERIMENT_COLUMNS, **_renamed(params)
+    )
     page = paginator.paginate_queryset(source, request)
-    tags = experiment_tags([row["id"] for row in page])
+    tags = selectors.experiment_tag_names([row["id"] for row in page])
     return {"next": paginator.get_next_link(), "previous": paginator.get_previous_link(),
             "results": s.experiment_rows(page, tags)}  # fmt: skip
 

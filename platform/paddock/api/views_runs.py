@@ -11,7 +11,6 @@ from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
-from paddock.api.pages import run_id_visible, run_rows_source
 from paddock.api.pagination import NewestFirst
 from paddock.api.streaming import streaming_response
 from paddock.api.views_teams import ERRORS
@@ -70,7 +69,8 @@ RUN_FILTER_NAMES = {"team": "team_id", "experiment": "experiment_id", "state": "
 def run_page_answer(*, actor, params: dict, paginator, request) -> dict:
     """A page of the run list: RunFilterSerializer's `params`, DRF's cursor `paginator`."""
     filters = {RUN_FILTER_NAMES.get(k, k): v for k, v in params.items()}
-    page = paginator.paginate_queryset(run_rows_source(actor=actor, filters=filters), request)
+    rows = selectors.run_list_rows(actor=actor, columns=s.RUN_COLUMNS, **filters)
+    page = paginator.paginate_queryset(rows, request)
     latest = metric_latest_many([row["id"] for row in page])
     return {"next": paginator.get_next_link(), "previous": paginator.get_previous_link(),
             "results": s.run_rows(page, latest)}  # fmt: skip
@@ -92,7 +92,7 @@ def run_detail_answer(*, actor, run_id: int) -> dict:
 
 def run_metrics_answer(*, actor, run_id: int, params: dict) -> dict:
     """One run's series: MetricsQuerySerializer's `params`."""
-    run_id = run_id_visible(actor=actor, run_id=run_id)
+    run_id = selectors.run_id_visible(actor=actor, run_id=run_id)
     keys = params.get("keys") or metric_keys(run_id=run_id)
     return _series([run_id], params, keys)[0]
 

@@ -9,7 +9,6 @@ from rest_framework.response import Response
 
 from paddock.api import serializers as s
 from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
-from paddock.api.pages import team_rows
 from paddock.api.pagination import NewestFirst
 from paddock.experiments import selectors as experiment_selectors
 from paddock.teams import selectors, services, team_secrets
@@ -23,7 +22,9 @@ ERRORS = {400: s.ErrorSerializer, 403: s.ErrorSerializer, 404: s.ErrorSerializer
 @api_view(["GET"])
 def me(request):
     actor = request_actor(request)
-    return Response(s.me_answer(actor, team_rows(actor=actor)))
+    return Response(
+        s.me_answer(actor, selectors.team_list_rows(actor=actor, columns=s.TEAM_COLUMNS))
+    )
 
 
 class TeamViewSet(ActorViewSet):

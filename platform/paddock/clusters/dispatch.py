@@ -36,6 +36,7 @@ from paddock.teams.models import TeamQuota
 
 from . import pools
 from .bootstrap_tokens import bootstrap_token_for
+from .environments import offered_environments, spec_environment
 from .models import Pool, RayCluster
 from .placement import (
     Bundle,
@@ -89,7 +90,12 @@ def _candidates(run: Run):
     )
     if run.cluster_id is not None:
         clusters = clusters.filter(pk=run.cluster_id)
-    return [c for c in clusters.order_by("team_id", "id") if run.backend in c.backends]
+    env = spec_environment(run.config.run_spec)
+    return [
+        c
+        for c in clusters.order_by("team_id", "id")
+        if run.backend in c.backends and (env is None or env in offered_environments(c))
+    ]
 
 
 def snapshots_refresh(*, run_id: int) -> None:
@@ -111,6 +117,10 @@ def cluster_resources_record(cluster: RayCluster) -> dict | None:
         snapshot = cluster_resources(address=cluster.address)
     except ClusterUnreachable:
         return None
+    return cluster_resources_store(cluster, snapshot)
+
+
+def cluster_resources_store(cluster: RayCluster, snapshot: dict | None) -> dict:
     RayCluster.objects.filter(pk=cluster.pk).update(resources=snapshot or {})
     cluster.resources = snapshot or {}
     return cluster.resources

@@ -14,6 +14,7 @@ from paddock.experiments.configs import spec_gpus
 from workers.pool.key import unpoolable
 from workers.spec import RunSpec
 
+from .environments import offered_environments, spec_environment
 from .models import RayCluster
 from .placement import never_placeable, run_bundles
 from .pools import capacity_of, least_gpus, pool_asked
@@ -32,6 +33,7 @@ def launch_check(
             raise DomainError(ErrorCode.INVALID, why, field="spec.resources.pool")
     backends = list(dict.fromkeys(backend for backend, _ in runs))
     clusters = _check_backends(team_id=team_id, backends=backends, cluster_id=cluster_id)
+    clusters = _check_environments(clusters=clusters, runs=runs, chosen=cluster_id is not None)
     placing = _check_placement(clusters=clusters, runs=runs)
     return [
         least_gpus(spec, capacity=max(capacity_of(c) for c in where))
@@ -71,6 +73,27 @@ def _check_backends(
             field="backends",
         )
     return clusters
+
+
+def _check_environments(
+    *, clusters: list[RayCluster], runs: list[tuple[str, RunSpec]], chosen: bool
+) -> list[RayCluster]:
+    """A run's `env.name` must be offered by a cluster it may go to (the built-ins by every
+    one); returns the clusters that offer what the runs need."""
+    wanted = {e for _, spec in runs if (e := spec_environment(spec)) is not None}
+    if not wanted:
+        return clusters
+    fit = [c for c in clusters if wanted <= set(offered_environments(c))]
+    if not fit:
+        offered = sorted({e for c in clusters for e in offered_environments(c)})
+        where = f"cluster '{clusters[0].name}'" if chosen else "any cluster of the team"
+        raise DomainError(
+            ErrorCode.ENVIRONMENT_UNAVAILABLE,
+            f"environment {', '.join(sorted(wanted))} not advertised by {where} (it offers "
+            f"{', '.join(offered)})",
+            field="spec.env.name",
+        )
+    return fit
 
 
 def _check_placement(

@@ -8,21 +8,33 @@ from django.db import models
 class RayCluster(models.Model):
     """A Ray cluster reachable through its Jobs API. `team` null means shared by all teams.
     `backends` lists the rollout backends it can run (declared, or found by a probe job);
-    a launch is checked against it. `capacity` is what an operator declares the cluster can
-    grow to, e.g. {"cpus": 16, "gpus": 8} for one that autoscales: when set, it replaces the
-    observed totals in the launch's "can this ever be placed" check. `resources` is what the
-    health check last observed (placement.py: per node, total and free CPUs and GPUs)."""
+    a launch is checked against it. `environments` lists the multi-turn environments
+    installed there besides the built-ins every worker has (workers/names.py), which a run's
+    `env.name` is checked against the same way. `capacity` is what an operator declares
+    the cluster can grow to, e.g. {"cpus": 16, "gpus": 8} for one that autoscales: when set,
+    it replaces the observed totals in the launch's "can this ever be placed" check.
+    `resources` is what the health check last observed (placement.py: per node, total and
+    free CPUs and GPUs)."""
 
     name = models.CharField(max_length=100, unique=True)
     team = models.ForeignKey(
         "teams.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="clusters"
     )
     address = models.CharField(max_length=300, help_text="Jobs API, e.g. http://head:8265")
+    # the platform calls this address (with the deployment's Ray token) only when an
+    # operator approved it: set by a staff user or the operator on the server, who write
+    # rows; a team's registration through the API writes False, and is called only while its
+    # address lies in PADDOCK_CLUSTER_NETWORKS (approval.py)
+    address_approved = models.BooleanField(
+        default=True,
+        help_text="an operator approved this address: the platform sends the Ray token there",
+    )
     dashboard_url = models.CharField(max_length=300, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     capacity = models.JSONField(default=dict, blank=True)
     resources = models.JSONField(default=dict, blank=True)
     backends = models.JSONField(default=list, blank=True)
+    environments = models.JSONField(default=list, blank=True)
     healthy = models.BooleanField(default=True)
     health_error = models.TextField(blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)

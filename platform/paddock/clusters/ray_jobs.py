@@ -1,5 +1,10 @@
 """The Ray Jobs API as dispatch uses it. The one place the control plane touches Ray: the
-Jobs client only (HTTP), never ray.init, never torch."""
+Jobs client only (HTTP), never ray.init, never torch.
+
+Every call goes to an approved address only (approval.py: the client carries the
+deployment's Ray token), and has a connect timeout, a read timeout and a total deadline on
+its reply, which is also bounded in size: a slow or hostile cluster costs a call at most
+TOTAL_S, never a hung task."""
 
 from __future__ import annotations
 
@@ -7,11 +12,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import requests
+
+from .approval import ClusterNotApproved, Endpoint, cluster_endpoint
 from .placement import snapshot_from_cluster_status, snapshot_from_nodes
+
+CONNECT_S = 5.0  # to open the connection
+READ_S = 10.0  # between two reads of the reply
+TOTAL_S = 20.0  # for the whole reply
+MAX_REPLY_BYTES = 64 * 1024 * 1024  # a job's whole log is the largest reply
 
 
 class ClusterUnreachable(Exception):
-    """The cluster's Jobs API did not answer; retry later."""
+    """The cluster's Jobs API did not answer (or may not be called); retry later."""
 
 
 @dataclass(frozen=True)
@@ -27,13 +40,67 @@ class JobRow:
     status: str
 
 
-def _client(address: str):
-    from ray.job_submission import JobSubmissionClient
-
+def _client(address: str | Endpoint):
+    """A Jobs client of an approved address (an Endpoint approved already, e.g. by a task
+    that probes clusters from threads, or an address approved here)."""
     try:
-        return JobSubmissionClient(address)
-    except ConnectionError as exc:
-        raise ClusterUnreachable(f"{address}: {exc}") from exc
+        endpoint = address if isinstance(address, Endpoint) else cluster_endpoint(address)
+    except ClusterNotApproved as exc:
+        raise ClusterUnreachable(str(exc)) from None
+    try:
+        return _bounded_client_class()(endpoint.url)
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+        # the version check of the client's constructor: refused, timed out, an error status,
+        # an answer that is not a Jobs API's
+        raise ClusterUnreachable(f"{endpoint.address}: {exc}") from exc
+
+
+_CLIENT_CLASS = None
+
+
+def _bounded_client_class():
+    """JobSubmissionClient with every request bounded (Ray imported on first use: the web
+    tier's other paths never need it)."""
+    global _CLIENT_CLASS
+    if _CLIENT_CLASS is None:
+        from ray._private.authentication.http_token_authentication import (
+            format_authentication_http_error,
+        )
+        from ray.exceptions import AuthenticationError
+        from ray.job_submission import JobSubmissionClient
+
+        class BoundedJobSubmissionClient(JobSubmissionClient):
+            # Ray's own _do_request (dashboard_sdk.py) with a timeout on every request and a
+            # deadline and a size bound on the reply; a failure is a ConnectionError, which
+            # every caller here maps to ClusterUnreachable
+            def _do_request(self, method, endpoint, *, data=None, json_data=None, **kwargs):
+                kwargs.setdefault("timeout", (CONNECT_S, READ_S))
+                deadline = time.monotonic() + TOTAL_S
+                try:
+                    response = requests.request(
+                        method, self._address + endpoint, cookies=self._cookies, data=data,
+                        json=json_data, headers=self._headers, verify=self._verify,
+                        stream=True, **kwargs,
+                    )  # fmt: skip
+                    body = bytearray()
+                    with response:
+                        # read1: what has arrived, so a reply that trickles in is timed
+                        while chunk := response.raw.read1(64 * 1024, decode_content=True):
+                            body += chunk
+                            if time.monotonic() > deadline:
+                                raise ConnectionError(f"no whole reply within {TOTAL_S:g} s")
+                            if len(body) > MAX_REPLY_BYTES:
+                                raise ConnectionError("a reply over 64 MiB")
+                except requests.RequestException as exc:
+                    raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
+                response._content = bytes(body)
+                formatted = format_authentication_http_error(response.status_code, response.text)
+                if formatted:
+                    raise AuthenticationError(formatted)
+                return response
+
+        _CLIENT_CLASS = BoundedJobSubmissionClient
+    return _CLIENT_CLASS
 
 
 def job_submit(

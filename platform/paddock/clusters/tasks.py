@@ -33,15 +33,18 @@ from .placement import run_bundles, wait_reason
 from .pools import current_members, is_pool_submission, members_settle
 from .ray_jobs import (
     ClusterUnreachable,
+    JobRow,
     job_info,
     job_logs_tail,
     job_stop,
     jobs_unfinished,
 )
-from .services import cluster_check
+from .services import cluster_probe_record, clusters_probe
 
 log = logging.getLogger(__name__)
 SUBMIT_RETRIES = 5
+# how long the health beat (every 15 s) waits for all the clusters' answers at most
+HEALTH_DEADLINE_S = 12.0
 FINAL_REPORT_GRACE_S = 20
 # after the hard stop of an aborted run's job, how long the job may take to end before the
 # run is aborted anyway (Ray's stop sends SIGTERM, then SIGKILL 3 s later)
@@ -96,13 +99,20 @@ def _cluster_down(cluster_id: int, error: str) -> None:
 
 @shared_task
 def cluster_health() -> dict[str, bool]:
+    """Every cluster probed at once (services.clusters_probe), none waited on past
+    HEALTH_DEADLINE_S, so one slow cluster never delays the others' checks; then each
+    one's answer stored, and its jobs that no run needs any more stopped."""
+    clusters = list(RayCluster.objects.all())
+    tag = {"paddock_platform": platform_tag()}
+    probes = clusters_probe(clusters, deadline_s=HEALTH_DEADLINE_S, jobs_tagged=tag)
     states = {}
-    for cluster in RayCluster.objects.all():
-        states[cluster.name] = cluster_check(cluster)
-        if not states[cluster.name]:
+    for cluster in clusters:
+        probe = probes[cluster.pk]
+        states[cluster.name] = cluster_probe_record(cluster, probe)
+        if not states[cluster.name] or probe.jobs is None:
             continue
         try:
-            jobs_left_behind_stop(cluster)
+            jobs_left_behind_stop(cluster, probe.jobs)
         except (ClusterUnreachable, RuntimeError) as exc:  # the next check tries again
             log.warning("sweep of %s for jobs left behind: %s", cluster.name, exc)
     return states
@@ -125,16 +135,19 @@ def _pool_job_needed(sid: str) -> bool | None:
     )
 
 
-def jobs_left_behind_stop(cluster: RayCluster) -> list[str]:
+def jobs_left_behind_stop(cluster: RayCluster, jobs: list[JobRow] | None = None) -> list[str]:
     """Stop this platform's unfinished Ray jobs that no run needs any more: a run that ended
     (aborted or failed while its job was still pending in Ray, so the stop is queued there
     until the job is placed), a dispatch superseded by a retry, a run deleted. A run that
-    just ended is left FINAL_REPORT_GRACE_S for its job to exit on its own."""
+    just ended is left FINAL_REPORT_GRACE_S for its job to exit on its own. `jobs`: the
+    cluster's unfinished jobs of this platform, as a probe listed them (default: listed now)."""
     stopped = []
     settled = timezone.now() - timezone.timedelta(seconds=FINAL_REPORT_GRACE_S)
-    for job in jobs_unfinished(
-        address=cluster.address, metadata={"paddock_platform": platform_tag()}
-    ):
+    if jobs is None:
+        jobs = jobs_unfinished(
+            address=cluster.address, metadata={"paddock_platform": platform_tag()}
+        )
+    for job in jobs:
         pool_needed = _pool_job_needed(job.submission_id)
         if pool_needed is not None:
             if not pool_needed:

@@ -39,6 +39,11 @@ class ErrorCode(StrEnum):
     URL_NOT_ALLOWED = "url_not_allowed", 400, "a URL in the spec is refused by the egress policy"
     SECRET_MISSING = "secret_missing", 400, "the spec names a secret the team does not have"
     BACKEND_UNAVAILABLE = "backend_unavailable", 400, "no cluster advertises the backend"
+    ENVIRONMENT_UNAVAILABLE = (
+        "environment_unavailable",
+        400,
+        "no cluster advertises the spec's environment",
+    )
     UNPLACEABLE = "unplaceable", 400, "no cluster could ever place the run's resources"
     NO_CLUSTER = "no_cluster", 400, "no Ray cluster is registered for the team"
     USER_NOT_FOUND = "user_not_found", 400, "no user has that username"

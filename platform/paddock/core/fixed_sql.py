@@ -17,6 +17,19 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
+# True: every read and write takes its portable path, as on SQLite. The suite sets it (the
+# `portable` fixture of tests/platform/conftest.py) to run those paths on PostgreSQL too.
+PORTABLE = False
+
+
+def postgresql() -> bool:
+    """Whether the connection takes PostgreSQL's own statements (COPY, arrays, recursive
+    index walks, prepared statements, an isolation level); else the portable ORM path,
+    which SQLite (`paddock up` alone) runs. The one place a read asks the vendor: each
+    function that differs holds both paths, and answers alike on both
+    (tests/platform/experiments/test_sql_paths.py)."""
+    return connection.vendor == "postgresql" and not PORTABLE
+
 
 @cache
 def _prepared_cursor_class():
@@ -43,7 +56,7 @@ def statement_cursor():
     Django does not support server-side binding for every query it builds, and these are
     the few that run on every request."""
     wrapper = connections[DEFAULT_DB_ALIAS]  # this thread's (the proxy looks it up each time)
-    if wrapper.vendor != "postgresql" or not getattr(settings, "PADDOCK_PREPARED_STATEMENTS", True):
+    if not postgresql() or not getattr(settings, "PADDOCK_PREPARED_STATEMENTS", True):
         return wrapper.cursor()
     from django.db.backends.postgresql.psycopg_any import register_tzloader
     from psycopg.pq import Format
@@ -199,3 +212,35 @@ class QueryTemplate:
                     row[i] = value
             out.append(dict(zip(names, row, strict=False)))
         return out
+
+
+class TemplatePage:
+    """A QueryTemplate's rows as a queryset that DRF's CursorPagination pages: `order_by`
+    with the ordering, `filter` with `<field>__lt` or `__gt` the cursor's position, then a
+    slice, which runs the template with the page's shape (`shape`, then the ordering, the
+    lookup and the slice) and `values` (then the position), so the paginator, its cursors
+    and its links are DRF's own."""
+
+    def __init__(self, template: QueryTemplate, shape: tuple, values: list[int]):
+        self.template, self.shape, self.values = template, shape, values
+        self.ordering: tuple[str, ...] = ()
+        self.position: tuple[str, int] | None = None
+
+    def _copy(self, **changed) -> TemplatePage:
+        page = TemplatePage(self.template, self.shape, self.values)
+        page.ordering, page.position = self.ordering, self.position
+        page.__dict__.update(changed)
+        return page
+
+    def order_by(self, *fields: str) -> TemplatePage:
+        return self._copy(ordering=fields)
+
+    def filter(self, **lookup: int) -> TemplatePage:
+        [(name, value)] = lookup.items()
+        return self._copy(position=(name, int(value)))
+
+    def __getitem__(self, window: slice) -> list[dict]:
+        lookup = self.position[0] if self.position else None
+        values = [*self.values, self.position[1]] if self.position else self.values
+        shape = (self.shape, self.ordering, lookup, window.start, window.stop)
+        return self.template.rows(values, shape=shape)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, connection, transaction
 from django.db.models import OuterRef, Subquery
 
-from paddock.core.fixed_sql import statement_cursor
+from paddock.core.fixed_sql import postgresql, statement_cursor
 from paddock.experiments.models import MetricPoint, Run
 
 X_AXES = ("step", "time", "tokens")
@@ -59,7 +59,7 @@ def metric_points_store(*, run_id: int, points: Iterable[tuple[str, int, float, 
     points = points if isinstance(points, list) else list(points)
     if not points:
         return 0
-    if connection.vendor == "postgresql":
+    if postgresql():
         try:
             # Most batches only add points: COPY is PostgreSQL's bulk path (rows are written
             # a page at a time), about a third cheaper for it than the upsert. A point that
@@ -73,7 +73,7 @@ def metric_points_store(*, run_id: int, points: Iterable[tuple[str, int, float, 
     latest: dict[tuple[str, int], tuple[float, float]] = {}
     for key, step, time, value in points:  # the last value of a repeated (key, step) wins
         latest[(key, step)] = (time, value)
-    if connection.vendor == "postgresql":
+    if postgresql():
         _upsert_postgresql(run_id, latest)
     else:
         MetricPoint.objects.bulk_create(
@@ -382,7 +382,7 @@ def metric_series_many(
     run_ids = list(dict.fromkeys(run_ids))
     if not run_ids:
         return []
-    if connection.vendor == "postgresql":
+    if postgresql():
         by_run = _series_postgresql(
             run_ids=run_ids, key=key, x=x, max_points=max_points, window=window
         )
@@ -445,7 +445,7 @@ def metric_latest_many(run_ids: Sequence[int]) -> dict[int, dict[str, float]]:
     if not run_ids:
         return {}
     found: dict[int, list] = {r: [None] * len(LATEST_KEYS) for r in run_ids}
-    if connection.vendor == "postgresql":
+    if postgresql():
         with statement_cursor() as cursor:  # prepared: every run list and run detail
             cursor.execute(_LATEST_MANY, [run_ids, list(LATEST_KEYS)])
             for run_id, i, value in cursor.fetchall():
@@ -464,7 +464,8 @@ def metric_latest_many(run_ids: Sequence[int]) -> dict[int, dict[str, float]]:
 
 # A run's distinct keys by a walk of the (run, key, step) index, one probe per key: DISTINCT
 # read every point of the run (hundreds of thousands for a long one) to find a few dozen.
-_KEYS = f"""
+# The live snapshot reads each key's newest points from the same walk (live/snapshots.py).
+RUN_KEYS_WALK = f"""
     WITH RECURSIVE keys(key) AS (
         (SELECT key FROM {MetricPoint._meta.db_table} WHERE run_id = %(run)s
          ORDER BY key LIMIT 1)
@@ -473,12 +474,13 @@ _KEYS = f"""
                 WHERE p.run_id = %(run)s AND p.key > keys.key ORDER BY p.key LIMIT 1)
         FROM keys WHERE keys.key IS NOT NULL
     )
-    SELECT key FROM keys WHERE key IS NOT NULL"""
+"""
+_KEYS = f"{RUN_KEYS_WALK}SELECT key FROM keys WHERE key IS NOT NULL"
 
 
 def metric_keys(*, run_id: int) -> list[str]:
     """The run's metric keys, sorted."""
-    if connection.vendor == "postgresql":
+    if postgresql():
         with statement_cursor() as cursor:
             cursor.execute(_KEYS, {"run": run_id})
             return [key for (key,) in cursor.fetchall()]

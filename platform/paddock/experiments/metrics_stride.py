@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from django.db import connection
 
+from paddock.core.fixed_sql import postgresql
 from paddock.experiments.metrics import MAX_POINTS_LIMIT, TOKENS_KEY, X_AXES, Series, Window
 from paddock.experiments.models import MetricPoint
 
@@ -122,7 +123,7 @@ def metric_series_stride(
     n = max(2, min(max_points, MAX_POINTS_LIMIT))
     window = window or Window()
     run_ids = list(dict.fromkeys(run_ids))
-    read = _rows_postgresql if connection.vendor == "postgresql" else _rows_python
+    read = _rows_postgresql if postgresql() else _rows_python
     out = {r: Series(key=key, count=-1) for r in run_ids}
     for run_id, step, time, value, tokens in read(run_ids, key, x, n, window):
         xv = float(step) if x == "step" else time if x == "time" else tokens

@@ -18,8 +18,8 @@ import hashlib
 from urllib.parse import parse_qs
 
 from paddock.core.errors import DomainError
-from paddock.core.fixed_sql import QueryTemplate
 from paddock.experiments.models import Experiment, Run
+from paddock.experiments.selectors import run_visible
 from paddock.http.client_address import scope_client_address
 from paddock.http.limits import auth_failure_record
 from paddock.http.policy import MalformedBearer, bearer_token
@@ -97,18 +97,10 @@ def stream_run(actor: Actor, run_id: int) -> Run | None:
     return Run.objects.filter(pk=run_id, team_id__in=actor.team_ids).first()
 
 
-def _allowed(_shape, ids):
-    return Run.objects.filter(pk=ids[0], team_id__in=ids[1:]).values("id")[:1]
-
-
-_ALLOWED = QueryTemplate(_allowed)  # compiled once per number of teams (core/fixed_sql.py)
-
-
 def stream_run_allowed(actor: Actor, run_id: int) -> bool:
     """Whether the actor may watch the run: `stream_run`'s check without reading the run
     (a connect's and each recheck's, where a model row cost more than the query)."""
-    team_ids = actor.team_ids
-    return bool(team_ids) and bool(_ALLOWED.rows([run_id, *team_ids]))
+    return run_visible(actor=actor, run_id=run_id)
 
 
 def stream_experiment(actor: Actor, experiment_id: int) -> Experiment | None:

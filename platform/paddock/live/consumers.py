@@ -28,6 +28,7 @@ from paddock.core.jsonbody import JsonBodyError, json_parse
 from paddock.experiments.control import RUN_CONTROLS
 from workers.live_messages import ControlMessage, ErrorMessage, MetricsMessage
 
+from . import revocations
 from .access import (
     accepted_subprotocol,
     access_change_applies,
@@ -38,7 +39,7 @@ from .access import (
     stream_run,
     stream_run_allowed,
 )
-from .groups import ACCESS_GROUP, experiment_group, run_group
+from .groups import experiment_group, run_group
 from .snapshots import experiment_run_ids, run_replay, run_snapshot_text
 
 MIN_INTERVAL_S = 0.2
@@ -99,9 +100,9 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = []
 
     async def _join(self, group: str) -> None:
-        self.groups_joined = [group, ACCESS_GROUP]
-        for name in self.groups_joined:
-            await self.channel_layer.group_add(name, self.channel_name)
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined = [group]
+        revocations.watch(self)
 
     async def accept(self, subprotocol=None, headers=None):
         await super().accept(accepted_subprotocol(self.scope), headers)
@@ -135,6 +136,7 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         raise StopConsumer()
 
     async def disconnect(self, code):
+        revocations.unwatch(self)
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
         for name in ("flush_task", "access_task"):

@@ -1,5 +1,5 @@
 """Channels group names (docs/live-protocol.md): `run.<id>` and `experiment.<id>`, and
-`access`, which every stream joins: credentials that stopped working (live/access.py)."""
+`access`: credentials that stopped working, heard once a process (live/revocations.py)."""
 
 ACCESS_GROUP = "access"
 

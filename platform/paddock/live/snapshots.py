@@ -15,7 +15,8 @@ from django.db.models import F, Max, Q, Window
 from django.db.models.functions import RowNumber
 from pydantic import BaseModel
 
-from paddock.core.fixed_sql import QueryTemplate, statement_cursor
+from paddock.core.fixed_sql import QueryTemplate, postgresql, statement_cursor
+from paddock.experiments.metrics import RUN_KEYS_WALK
 from paddock.experiments.models import MetricPoint, Run, RunEvent, SampleSet
 from workers.live_messages import (
     LogMessage,
@@ -80,17 +81,8 @@ _SAMPLES = QueryTemplate(_newest_sample_sets)
 # each key's newest points are a backward scan of the same index, sent as three arrays per
 # key: a row per point cost the snapshot more CPU in the driver than the query took.
 _TABLE = MetricPoint._meta.db_table
-_RUN_KEYS = f"""
-WITH RECURSIVE keys(key) AS (
-    (SELECT key FROM {_TABLE} WHERE run_id = %(run)s ORDER BY key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT p.key FROM {_TABLE} p WHERE p.run_id = %(run)s AND p.key > keys.key
-            ORDER BY p.key LIMIT 1)
-    FROM keys WHERE keys.key IS NOT NULL
-)
-"""  # the run's keys, a step of the (run, key, step) index each
 _RECENT_POINTS = f"""
-{_RUN_KEYS}SELECT keys.key, recent.steps, recent.vals, recent.times
+{RUN_KEYS_WALK}SELECT keys.key, recent.steps, recent.vals, recent.times
 FROM keys CROSS JOIN LATERAL (
     SELECT array_agg(r.step ORDER BY r.step) AS steps, array_agg(r.value ORDER BY r.step) AS vals,
            array_agg(r.time ORDER BY r.step) AS times
@@ -104,7 +96,7 @@ ORDER BY keys.key
 
 def recent_points(run_id: int, per_key: int) -> dict[str, list[list]]:
     """Each key's newest `per_key` points as [step, value, time], oldest first; one query."""
-    if connection.vendor != "postgresql":  # SQLite (`paddock up` alone)
+    if not postgresql():  # SQLite (`paddock up` alone)
         points: dict[str, list[list]] = {}
         for key, step, value, at in recent_points_rows_portable(run_id, per_key):
             points.setdefault(key, []).append([step, value, at])
@@ -129,7 +121,7 @@ _JSON_FLOAT = (
 )
 _PYTHON_WRITES_IN_FULL = "(abs({v}) >= 1e15 AND abs({v}) < 1e16)"
 _RECENT_POINTS_JSON = f"""
-{_RUN_KEYS}SELECT keys.key, recent.points,
+{RUN_KEYS_WALK}SELECT keys.key, recent.points,
        (SELECT p.value FROM {_TABLE} p WHERE p.run_id = %(run)s AND p.key = keys.key
         ORDER BY p.step DESC LIMIT 1) AS last,
        recent.exact
@@ -151,7 +143,7 @@ ORDER BY keys.key
 def recent_points_json(run_id: int, per_key: int) -> tuple[str, dict[str, float]] | None:
     """`recent_points` as the JSON text json.dumps writes for it, and each key's last value;
     None where PostgreSQL cannot write it exactly so (see `_RECENT_POINTS_JSON`)."""
-    if connection.vendor != "postgresql":
+    if not postgresql():
         return None
     with statement_cursor() as cursor:  # prepared: every connect reads it
         cursor.execute(_RECENT_POINTS_JSON, {"run": run_id, "n": per_key})
@@ -202,7 +194,7 @@ def one_moment() -> Iterator[None]:
         yield
         return
     with transaction.atomic():
-        if connection.vendor == "postgresql":
+        if postgresql():
             with connection.cursor() as cursor:  # the transaction's first statement
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         yield

@@ -16,6 +16,7 @@ from paddock.experiments.models import Experiment
 from paddock.ops.doctor import available_backends, engine_versions
 from paddock.teams.access import actor_for
 from paddock.teams.models import Membership, Role, Team, TeamQuota
+from workers.names import BUILTIN_ENVIRONMENTS, installed_environments
 
 
 def admin_ensure(*, home: Path, username: str = "admin") -> tuple[object, bool]:
@@ -55,6 +56,8 @@ def local_cluster_ensure(
     environment, so it also advertises the engines installed here (vLLM's CPU build after
     `make up`)."""
     wanted = ["torch", *(available_backends(engine_versions()) if embedded else [])]
+    # the environments installed here beyond the built-ins, which the embedded head runs too
+    envs = [e for e in installed_environments() if e not in BUILTIN_ENVIRONMENTS]
     if not address:
         return None, False
     with transaction.atomic():
@@ -76,6 +79,10 @@ def local_cluster_ensure(
         if missing:
             cluster.backends = [*cluster.backends, *missing]
             changed.append("backends")
+        extra = [e for e in envs if embedded and e not in (cluster.environments or [])]
+        if extra:
+            cluster.environments = [*(cluster.environments or []), *extra]
+            changed.append("environments")
         if changed:
             cluster.save(update_fields=changed)
     return cluster, created
@@ -84,7 +91,8 @@ def local_cluster_ensure(
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # (spec, name, description): the arithmetic demo trains in about a minute; the chat demo
 # shows the real path (a chat template, reasoning chains of up to ~110 tokens, math_verify)
-# and builds its model first (a few minutes, once). Runs the cluster cannot hold yet wait in
+# and builds its model first (a few minutes, once); the calculator demo, multi-turn episodes
+# with a tool (docs/environments.md), builds its own. Runs the cluster cannot hold yet wait in
 # queued with the reason.
 DEMOS = (
     ("tiny-async.yaml", "Demo: tiny arithmetic, async GRPO",
@@ -93,6 +101,10 @@ DEMOS = (
     ("chat-reasoning.yaml", "Demo: chat model, step-by-step sums",
      "A local chat model (its own chat template, two EOS ids) works sums of 2 to 12 terms "
      "step by step to a \\boxed{} answer, scored by math_verify, on each rollout engine."),
+    ("calculator-tools.yaml", "Demo: chat model with a calculator tool, multi-turn",
+     "A local chat model learns to call a calculator tool (its chat template's "
+     "<tool_call> format) over multi-turn episodes, the tool's answers masked out of the "
+     "loss, on each rollout engine."),
 )  # fmt: skip
 
 

@@ -22,6 +22,11 @@ class Actor:
     ip: str | None = None
     user_agent: str = ""
 
+    @classmethod
+    def of_teams(cls, team_ids: list[int]) -> Actor:
+        """A user-less actor who sees `team_ids`: a compiled read's stand-in for a caller."""
+        return cls(user=None, roles=dict.fromkeys(team_ids, Role.VIEWER))
+
     @property
     def team_ids(self) -> list[int]:
         return list(self.roles)

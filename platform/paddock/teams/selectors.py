@@ -7,12 +7,25 @@ from datetime import datetime
 from django.db.models import Q, QuerySet
 
 from paddock.core.errors import not_found
+from paddock.core.fixed_sql import QueryTemplate
 from paddock.teams.access import Actor
 from paddock.teams.models import ApiToken, AuditEvent, Membership, Role, Team, TeamQuota
 
 
 def team_list(*, actor: Actor) -> QuerySet[Team]:
     return Team.objects.filter(pk__in=actor.team_ids).order_by("slug")
+
+
+# `team_list(actor).values(*columns)`: its values are the actor's teams
+_TEAM_ROWS = QueryTemplate(
+    lambda columns, ids: team_list(actor=Actor.of_teams(ids)).values(*columns)
+)
+
+
+def team_list_rows(*, actor: Actor, columns: tuple[str, ...]) -> list[dict]:
+    """`team_list(actor).values(*columns)`, compiled: /me reads it on every request."""
+    team_ids = actor.team_ids
+    return _TEAM_ROWS.rows(team_ids, shape=columns) if team_ids else []
 
 
 def team_get(*, actor: Actor, team_id: int) -> Team:

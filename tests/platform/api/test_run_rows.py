@@ -111,8 +111,15 @@ def test_the_experiment_list_and_me_equal_their_serializers(varied):
     assert me.content == _render(expected)
 
 
+def test_a_launchs_runs_equal_the_serializer(world, client_as):
+    reply = launch(client_as(world.users_a[Role.MEMBER]), world.team_a, backends=["torch", "vllm"])
+    assert reply.status_code == 201
+    runs = Run.objects.filter(team=world.team_a).order_by("id")
+    assert _render(reply.json()["runs"]) == _render(s.RunSerializer(runs, many=True).data)
+
+
 def test_the_run_row_statement_equals_the_orm_values_row(varied, world, client_as):
-    """run_row (a statement of constant text) reads what `.values()` of run_list reads,
+    """run_row (a compiled statement) reads what `.values()` of run_list reads,
     value and type, for a run with a cluster and creator and one without; another team's
     run and a missing one are not found."""
     _, actor = varied

@@ -1,7 +1,9 @@
 """Registering Ray clusters and checking their health: through the API (team admins for
-their team's cluster; a staff session, never a token, for a shared one) and through
-`manage.py paddock_cluster` (the operator on the server). A health check asks the cluster's
-Jobs API for real: an address nobody listens on is reported unhealthy, with the reason."""
+their team's cluster, at an address inside PADDOCK_CLUSTER_NETWORKS, here loopback: outside
+it they are refused, tests/security/test_clusters.py; a staff session, never a token, for a
+shared one) and through `manage.py paddock_cluster` (the operator on the server). A health
+check asks the cluster's Jobs API for real: an address nobody listens on is reported
+unhealthy, with the reason."""
 
 from __future__ import annotations
 
@@ -19,6 +21,11 @@ from tests.conftest import free_port
 NOBODY = "http://127.0.0.1:{port}"
 
 
+@pytest.fixture(autouse=True)
+def loopback_allowed(settings):
+    settings.PADDOCK_CLUSTER_NETWORKS = ["127.0.0.0/8"]
+
+
 def with_token(world, user, team):
     _, secret = api_token_create(actor=world.actor(user), team=team, name="t")
     client = APIClient()
@@ -27,7 +34,7 @@ def with_token(world, user, team):
 
 
 def body(team, **extra):
-    return {"name": "team-gpus", "address": "http://head:8265", "team": team.pk,
+    return {"name": "team-gpus", "address": "http://127.0.0.1:8265", "team": team.pk,
             "backends": ["torch", "vllm"], "capacity": {"cpus": 16, "gpus": 8},
             **extra}  # fmt: skip
 

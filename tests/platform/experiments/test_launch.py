@@ -2,6 +2,7 @@
 
 import pytest
 
+from paddock.clusters.dispatch import _candidates
 from paddock.clusters.models import RayCluster
 from paddock.core.errors import DomainError
 from paddock.experiments import hooks
@@ -81,6 +82,26 @@ def test_backends_must_be_advertised_by_the_cluster(world, member):
     reply = launch(member, world.team_a, backends=["torch"], cluster=torch_only.pk)
     assert reply.status_code == 201
     assert reply.json()["runs"][0]["cluster"] == torch_only.pk
+
+
+def test_an_environment_must_be_offered_by_a_cluster(world, member):
+    def spec(name: str) -> dict:
+        return {"env": {"name": name}, "data": {"task": "environment"},
+                "reward": {"functions": [{"name": "env"}]}}  # fmt: skip
+
+    reply = launch(member, world.team_a, spec=spec("wordle"))
+    assert reply.status_code == 400
+    body = reply.json()
+    assert (body["code"], body["field"]) == ("environment_unavailable", "spec.env.name")
+    assert "calculator" in body["message"]  # what is offered: the built-ins at least
+    assert launch(member, world.team_a, spec=spec("calculator")).status_code == 201
+    games = RayCluster.objects.create(
+        name="games", address="http://x", backends=["torch"], environments=["wordle"]
+    )
+    reply = launch(member, world.team_a, spec=spec("wordle"))
+    assert reply.status_code == 201
+    run = Run.objects.get(pk=reply.json()["runs"][0]["id"])
+    assert _candidates(run) == [games]  # dispatch sends it only where the game is
 
 
 def test_another_teams_cluster_is_not_a_target(world, member):

@@ -12,7 +12,8 @@ from workers.events import Event
 from workers.rewards import RewardServiceError
 from workers.train import train
 
-from .test_service import Server, free_port
+from ..helpers import ExampleServer
+from .test_service import SERVER, free_port
 
 
 def rows(out):
@@ -27,7 +28,7 @@ def loopback_allowed(monkeypatch):
 
 
 def test_each_term_is_logged_and_shown_per_sample(make_spec, tmp_path):
-    srv = Server()
+    srv = ExampleServer(SERVER)
     try:
         reward = {"functions": [
             {"name": "exact_match"},

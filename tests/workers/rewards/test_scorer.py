@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from workers.data import Example, Task
+from workers.envs import EpisodeState, GroupEpisodes
 from workers.grants import Grants
 from workers.loop.scoring import accuracy, eval_correct, score_groups, term_metrics
 from workers.rewards import RewardServiceError, ScoreItem, make_scorer
@@ -144,7 +145,8 @@ def test_the_schema_describes_every_term():
     functions = defs["RewardSpec"]["properties"]["functions"]
     names = set(functions["items"]["discriminator"]["mapping"])
     assert names == {"exact_match", "numeric_match", "format_regex", "format", "gsm8k",
-                     "boxed_match", "math_verify", "overlong_penalty", "service"}  # fmt: skip
+                     "boxed_match", "math_verify", "overlong_penalty", "service", "env",
+                     "reasoning_gym"}  # fmt: skip
     service = defs["ServiceTerm"]["properties"]
     assert {"url", "timeout_s", "batch_size", "max_retries", "secret"} <= set(service)
     assert all(service[k].get("description") for k in ("url", "timeout_s", "secret"))
@@ -160,9 +162,11 @@ def _ctx(task: Task, strict: bool, *terms):
     )  # fmt: skip
 
 
-def _group(texts: list[str]) -> GroupResult:
+def _group(texts: list[str]) -> GroupEpisodes:
+    """One-turn episodes of these completions, as the producer scores them."""
     samples = [Sample(token_ids=list(range(len(t))), text=t, finish_reason="stop") for t in texts]
-    return GroupResult("g", [1], samples)
+    states = [EpisodeState(j, [1]) for j in range(len(texts))]
+    return GroupEpisodes(GroupResult("g", [1], samples), "p", states)
 
 
 async def test_a_step_is_scored_at_once_with_its_terms():
@@ -185,7 +189,7 @@ async def test_built_in_tasks_keep_strict_accuracy():
     ctx = _ctx(task, True, {"name": "numeric_match"})
     scored = await score_groups(ctx, [Example("1+1=", "2")], [_group(["2", "so 2"])])
     assert scored[0].rewards == [1.0, 1.0] and scored[0].correct == [True, False]
-    samples = [Sample(text="2"), Sample(text="so 2")]
-    assert await eval_correct(ctx, [Example("1+1=", "2")] * 2, samples) == [True, False]
+    answers = [_group(["2"]), _group(["so 2"])]
+    assert await eval_correct(ctx, [Example("1+1=", "2")] * 2, answers) == [True, False]
     loose = _ctx(task, False, {"name": "numeric_match"})
-    assert await eval_correct(loose, [Example("1+1=", "2")] * 2, samples) == [True, True]
+    assert await eval_correct(loose, [Example("1+1=", "2")] * 2, answers) == [True, True]

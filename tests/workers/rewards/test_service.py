@@ -4,62 +4,29 @@ examples/reward_service/, started on a free port with its fault-injection flags.
 from __future__ import annotations
 
 import ipaddress
-import json
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from workers import http_json
 from workers.egress import EgressPolicy
 from workers.grants import Grants
 from workers.rewards import RewardServiceError, ScoreItem, make_scorer
 from workers.rewards import service as service_mod
 from workers.spec import RewardSpec, spec_errors
 
-SERVER = Path(__file__).resolve().parents[3] / "examples" / "reward_service" / "server.py"
+from ..helpers import EXAMPLES, server_fixture
+
+SERVER = EXAMPLES / "reward_service" / "server.py"
 
 
-class Server:
-    def __init__(self, *flags: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--port", "0", *flags],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line = self.proc.stdout.readline()  # "listening on http://127.0.0.1:PORT"
-        assert line.startswith("listening on "), line
-        self.url = line.split()[-1]
-
-    def requests(self) -> int:
-        with urllib.request.urlopen(self.url, timeout=10) as r:
-            return json.loads(r.read())["requests"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
-@pytest.fixture
-def server(request):
-    started: list[Server] = []
-
-    def start(*flags: str) -> Server:
-        s = Server(*flags)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
+server = server_fixture(SERVER)
 
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch):
-    monkeypatch.setattr(service_mod, "BACKOFF_S", 0.05)
+    monkeypatch.setattr(http_json, "BACKOFF_S", 0.05)
 
 
 # the reference server listens on loopback, which the egress policy refuses unless allowed

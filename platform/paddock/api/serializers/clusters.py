@@ -11,4 +11,4 @@ class ClusterSerializer(serializers.ModelSerializer):
     class Meta:
         model = RayCluster
         fields = ["id", "name", "team", "dashboard_url", "labels", "capacity", "backends",
-                  "healthy", "last_seen_at"]  # fmt: skip
+                  "environments", "healthy", "last_seen_at"]  # fmt: skip

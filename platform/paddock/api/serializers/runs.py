@@ -25,6 +25,9 @@ class CursorSerializer(serializers.Serializer):
     seq = serializers.IntegerField(source="last_seq")
 
 
+# A run in the OpenAPI schema. Every answer builds it with `run_rows` (the lists, a run, a
+# launch's runs); this serializer is its annotation, and the reference that
+# tests/platform/api/test_run_rows.py holds `run_rows` equal to.
 class RunSerializer(serializers.ModelSerializer):
     experiment_name = serializers.CharField(source="experiment.name")
     created_by = UserBriefSerializer(allow_null=True)
