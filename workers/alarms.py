@@ -39,6 +39,9 @@ class Limits:
     rank_floor: float = 0.5  # effective rank below this share of its peak
     rank_min_peak: float = 2.0  # an update of one direction cannot collapse
     zero_variance: float = 0.9  # share of groups whose rewards are all equal
+    # a run whose trailing accuracy is at least this has solved its task: its groups agree
+    # and its entropy is low because it knows the answers, which alarms nobody
+    solved_accuracy: float = 0.95
 
 
 LIMITS = Limits()
@@ -81,14 +84,24 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
 
+def _solved(s: Mapping[str, Series], lim: Limits) -> bool:
+    """The trailing accuracy is at or above `solved_accuracy` (runs with a verifier term)."""
+    acc = _finite(s.get("accuracy"))
+    return (
+        len(acc) >= lim.window
+        and statistics.fmean(v for _, v in acc[-lim.window :]) >= lim.solved_accuracy
+    )
+
+
 # ------------------------------------------------------------------------------------ rules
 
 
 def entropy_collapse(s: Mapping[str, Series], lim: Limits) -> Finding | None:
     """The policy's entropy fell below a tenth of where it started: sampling has become
-    (nearly) deterministic, exploration stops and the reward with it."""
+    (nearly) deterministic, exploration stops and the reward with it. A run that has solved
+    its task (accuracy at `solved_accuracy`) is sure of its answers, not collapsed."""
     pts = _finite(s.get("entropy"))
-    if len(pts) < 2 * lim.window + lim.persist:
+    if len(pts) < 2 * lim.window + lim.persist or _solved(s, lim):
         return None
     base = statistics.median(v for _, v in pts[: lim.window])
     if base <= 1e-9:
@@ -213,9 +226,10 @@ def lora_rank_collapse(s: Mapping[str, Series], lim: Limits) -> Finding | None:
 
 def zero_variance_groups(s: Mapping[str, Series], lim: Limits) -> Finding | None:
     """Nearly every group's rewards are all equal: their advantages are zero, so the steps
-    teach nothing (a constant reward, a task far too hard or too easy)."""
+    teach nothing (a constant reward, a task far too hard or too easy). A run that has
+    solved its task (accuracy at `solved_accuracy`) agrees because it is right."""
     pts = _finite(s.get("groups/zero_variance_frac"))
-    if len(pts) < lim.window + lim.persist:
+    if len(pts) < lim.window + lim.persist or _solved(s, lim):
         return None
     smooth = _trailing(pts, lim.window, statistics.fmean)
     since, n = _streak(smooth, lambda v: v >= lim.zero_variance)
@@ -248,7 +262,7 @@ class Alarm:
 ALARMS: dict[AlarmName, Alarm] = {
     a.name: a
     for a in (
-        Alarm("entropy_collapse", ("entropy",), entropy_collapse),
+        Alarm("entropy_collapse", ("entropy", "accuracy"), entropy_collapse),
         Alarm("kl_drift", ("kl",), kl_drift),
         Alarm("prob_error_drift", ("token_mult_prob_error", "gen_kl_error"), prob_error_drift),
         Alarm("reward_collapse", ("reward/mean",), reward_collapse),

@@ -48,6 +48,7 @@ def _healthy(**replace) -> dict[str, list[tuple[int, float]]]:
         "grad_norm": [(s, abs(v)) for s, v in _noisy([0.4] * n, 0.08, 5)],
         "lora/effective_rank": _noisy([12 - 2 * (1 - math.exp(-i / 40)) for i in range(n)], 0.1),
         "groups/zero_variance_frac": _noisy([0.2 + 0.3 * i / n for i in range(n)], 0.05, 6),
+        "accuracy": _noisy([0.3 + 0.5 * (1 - math.exp(-i / 30)) for i in range(n)], 0.05, 7),
     }
     series.update(replace)
     return series
@@ -146,12 +147,28 @@ def test_lora_rank_collapse():
 
 def test_zero_variance_groups_says_the_reward():
     constant = [(s, 1.0) for s in range(1, STEPS + 1)]
-    found = _fired(_healthy(**{"groups/zero_variance_frac": constant,
-                               "reward/mean": _noisy([0.0] * STEPS, 0.0)}))  # fmt: skip
+    zero = _noisy([0.0] * STEPS, 0.0)
+    found = _fired(_healthy(**{"groups/zero_variance_frac": constant, "reward/mean": zero,
+                               "accuracy": zero}))  # fmt: skip
     assert list(found) == ["zero_variance_groups"]
     f = found["zero_variance_groups"]
     assert f.since_step == LIMITS.window and "100 % of groups" in f.message
     assert "reward/mean 0" in f.message
+
+
+def test_a_solved_task_agrees_and_is_sure_without_alarm():
+    """Every group right and the entropy gone: the run knows its answers (the chat demo's
+    last hundred steps), which neither zero_variance_groups nor entropy_collapse calls."""
+    n = STEPS
+    solved = {
+        "groups/zero_variance_frac": [(s, 1.0) for s in range(1, n + 1)],
+        "entropy": _noisy([1.2 * math.exp(-i / 10) + 1e-3 for i in range(n)], 0.0),
+        "accuracy": _noisy([0.99] * n, 0.005),
+        "reward/mean": _noisy([0.99] * n, 0.005),
+    }
+    assert _fired(_healthy(**solved)) == {}
+    unsolved = {**solved, "accuracy": _noisy([0.5] * n, 0.02)}
+    assert set(_fired(_healthy(**unsolved))) == {"entropy_collapse", "zero_variance_groups"}
 
 
 def test_too_few_steps_is_quiet_and_limits_are_the_rules_own():

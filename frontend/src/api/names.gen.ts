@@ -38,6 +38,7 @@ export type AlarmName = (typeof ALARM_NAMES)[number];
 
 export const HEALTH_METRICS = [
   "reward/mean",
+  "accuracy",
   "entropy",
   "kl",
   "token_mult_prob_error",
@@ -61,4 +62,5 @@ export const ALARM_LIMITS = {
   rank_floor: 0.5,
   rank_min_peak: 2.0,
   zero_variance: 0.9,
+  solved_accuracy: 0.95,
 } as const;
