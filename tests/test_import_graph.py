@@ -97,6 +97,7 @@ HEAVY_ARROW = "heavy: only Parquet needs pyarrow"
 SANS_IO = "optional: only under uvicorn's sans-I/O websockets"
 LAZY_IMPORTS = {
     ("api/apps.py", "paddock.api"): READY,
+    ("experiments/apps.py", "paddock.experiments"): READY,
     ("clusters/apps.py", "paddock.clusters.subscribers"): READY,
     ("sweeps/apps.py", "paddock.sweeps.subscribers"): READY,
     ("live/apps.py", "paddock.live.subscribers"): READY,

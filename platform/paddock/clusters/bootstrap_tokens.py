@@ -64,4 +64,5 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> RunBootstrap:
         artifacts_uri=f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}",
         resume_from=last.uri if last is not None and dispatch > 1 else None,
         secrets=secrets,
+        purpose=run.purpose,
     )

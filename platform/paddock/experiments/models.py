@@ -25,6 +25,21 @@ Backend = _choices("Backend", names.BACKENDS)
 AlarmName = _choices("AlarmName", names.ALARM_NAMES)
 
 
+class Purpose(models.TextChoices):
+    TRAIN = "train"
+    PREFLIGHT = (
+        "preflight"  # a pre-flight check of the experiment's spec (experiments/preflight.py)
+    )
+
+
+class PreflightState(models.TextChoices):
+    NONE = ""  # launched without one
+    PENDING = "pending"  # its runs wait for the verdict
+    PASSED = "passed"
+    FAILED = "failed"  # its runs are held until a member overrides
+    OVERRIDDEN = "overridden"
+
+
 class ConfigVersion(models.Model):
     """A validated run spec, never changed once stored: `save()` on a stored row raises.
     `hash` is the SHA-256 of the canonical JSON (sorted keys, no spaces); `parent` is the
@@ -69,6 +84,10 @@ class Experiment(models.Model):
     cloned_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
     )
+    # the pre-flight check of its spec (experiments/preflight.py): its runs wait for it
+    preflight = models.CharField(
+        max_length=10, choices=PreflightState.choices, default=PreflightState.NONE, blank=True
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -98,6 +117,10 @@ class Run(models.Model):
     config = models.ForeignKey(ConfigVersion, on_delete=models.PROTECT, related_name="runs")
     backend = models.CharField(max_length=10, choices=Backend.choices)
     seed = models.IntegerField()
+    # what its job does: train, or check the spec before the experiment's runs train
+    purpose = models.CharField(max_length=10, choices=Purpose.choices, default=Purpose.TRAIN)
+    # a pre-flight run's verdict, as its job reported it (workers/events.py: PreflightEvent)
+    verdict = models.JSONField(null=True, blank=True)
     gpus = models.FloatField(default=0, help_text="GPUs the spec asks for, for quotas")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"

@@ -39,6 +39,7 @@ from .metrics import (
     SeriesSerializer,
 )
 from .pools import PoolMemberSerializer, PoolSerializer, RunPoolSerializer
+from .preflight import ExperimentPreflight
 from .runs import (
     RUN_COLUMNS,
     CheckpointSerializer,
