@@ -77,8 +77,9 @@ def _report(client, run: Run, verdict: dict) -> None:
     assert reply.status_code == 200, reply.json()
 
 
-def test_the_runs_wait_then_go_when_every_engine_passes(world, member, client, enqueued,
-                                                        django_capture_on_commit_callbacks):  # fmt: skip
+def test_the_runs_wait_then_go_when_every_engine_passes(
+    world, member, client, enqueued, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         body, checks, runs = _launched(member, world.team_a)
     assert body["experiment"]["preflight"] == "pending"
@@ -143,8 +144,9 @@ def test_a_failed_check_holds_the_runs_until_a_member_overrides(
     assert (again.status_code, again.json()["code"]) == (400, "invalid")
 
 
-def test_a_check_whose_job_died_fails_the_preflight(world, member,
-                                                    django_capture_on_commit_callbacks):  # fmt: skip
+def test_a_check_whose_job_died_fails_the_preflight(
+    world, member, django_capture_on_commit_callbacks
+):
     body, checks, _ = _launched(member, world.team_a, backends=("torch",))
     for state in ("dispatching", "starting", "running"):
         run_transition(run=checks[0], to_state=state)
