@@ -245,6 +245,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RoleEnum": "paddock.teams.models.Role",
         "StateEnum": "paddock.experiments.models.RunState",
+        # one name for the backends' union, whether a serializer or a model of workers/ has it
+        "BackendEnum": "paddock.experiments.models.Backend",
         "SweepStateEnum": "paddock.sweeps.models.SweepState",
         "SweepMethodEnum": "paddock.sweeps.models.SweepMethod",
         "SweepMemberStateEnum": "paddock.sweeps.models.MemberState",

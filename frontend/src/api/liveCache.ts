@@ -63,11 +63,13 @@ export function keepRunRows(client: QueryClient, runs: Map<number, RunLive>): ()
 }
 
 /** What a message makes stale: the checkpoint list when one is written (a pause writes
- * one; the state change may be all a viewer hears of it). */
+ * one; the state change may be all a viewer hears of it), and the pre-flight checks. */
 export function invalidateFor(client: QueryClient, msg: LiveMessage): void {
   if ((msg.type === "checkpoint" || msg.type === "state") && msg.run_id !== undefined) {
     void client.invalidateQueries({ queryKey: queryKeys.runs.checkpoints(msg.run_id) });
   }
+  // a pre-flight run that ended has reported its verdict; a held run may have been released
+  if (msg.type === "state") void client.invalidateQueries({ queryKey: queryKeys.preflights });
 }
 
 /** An `alarms` message is the run's alarms, all of them: written into the run's answer and

@@ -171,6 +171,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/experiments/{id}/preflight": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The experiment's pre-flight check: its state and each pre-flight run's verdict. */
+        get: operations["experiments_preflight_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/experiments/{id}/preflight/override": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Launch the runs its failed (or unfinished) pre-flight check holds; audited. */
+        post: operations["experiments_preflight_override_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me": {
         parameters: {
             query?: never;
@@ -715,7 +749,7 @@ export interface components {
          */
         AlarmRow: {
             /** Name */
-            name: components["schemas"]["NameEnum"];
+            name: components["schemas"]["AlarmRowNameEnum"];
             /** Firing */
             firing: boolean;
             /**
@@ -749,6 +783,8 @@ export interface components {
              */
             about: string;
         };
+        /** @enum {string} */
+        AlarmRowNameEnum: "entropy_collapse" | "kl_drift" | "prob_error_drift" | "reward_collapse" | "grad_norm_spike" | "lora_rank_collapse" | "zero_variance_groups";
         AuditEvent: {
             readonly id: number;
             actor: components["schemas"]["UserBrief"] | null;
@@ -761,6 +797,8 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /** @enum {string} */
+        Backend3beEnum: "torch" | "vllm" | "trtllm";
         /**
          * @description * `torch` - Torch
          *     * `vllm` - Vllm
@@ -775,6 +813,8 @@ export interface components {
          * @enum {string}
          */
         BackendsEnum: "torch" | "trtllm" | "vllm";
+        /** @enum {unknown} */
+        BlankEnum: "";
         Change: {
             path: string;
             a: unknown;
@@ -816,6 +856,8 @@ export interface components {
             cluster?: number | null;
             /** @default false */
             validate_only: boolean;
+            /** @default off */
+            preflight: components["schemas"]["PreflightCb0Enum"];
         };
         Cluster: {
             readonly id: number;
@@ -953,12 +995,33 @@ export interface components {
             readonly tags: string[];
             config: number;
             cloned_from?: number | null;
+            preflight?: components["schemas"]["ExperimentPreflightEnum"] | components["schemas"]["BlankEnum"];
             created_by: components["schemas"]["UserBrief"] | null;
             /** Format: date-time */
             readonly created_at: string;
             run_count: number;
             active_run_count: number;
         };
+        /** ExperimentPreflight */
+        ExperimentPreflight: {
+            /** Experiment Id */
+            experiment_id: number;
+            /** State */
+            state: components["schemas"]["ExperimentPreflightStateEnum"] | components["schemas"]["BlankEnum"];
+            /** Runs */
+            runs: components["schemas"]["PreflightRun"][];
+        };
+        /**
+         * @description * `` - None
+         *     * `pending` - Pending
+         *     * `passed` - Passed
+         *     * `failed` - Failed
+         *     * `overridden` - Overridden
+         * @enum {string}
+         */
+        ExperimentPreflightEnum: "pending" | "passed" | "failed" | "overridden";
+        /** @enum {string} */
+        ExperimentPreflightStateEnum: "pending" | "passed" | "failed" | "overridden";
         /**
          * @description * `log` - Log
          *     * `status` - Status
@@ -982,6 +1045,15 @@ export interface components {
             cluster?: number | null;
             /** @default false */
             validate_only: boolean;
+            /**
+             * @description first: a pre-flight check of the spec on each backend, which the runs wait for; only: the check alone (docs/preflight.md)
+             *
+             *     * `off` - off
+             *     * `first` - first
+             *     * `only` - only
+             * @default off
+             */
+            preflight: components["schemas"]["PreflightCb0Enum"];
         };
         Me: {
             id: number;
@@ -1012,8 +1084,6 @@ export interface components {
             x: string;
             runs: components["schemas"]["RunMetrics"][];
         };
-        /** @enum {string} */
-        NameEnum: "entropy_collapse" | "kl_drift" | "prob_error_drift" | "reward_collapse" | "grad_norm_spike" | "lora_rank_collapse" | "zero_variance_groups";
         /** @enum {unknown} */
         NullEnum: null;
         /**
@@ -1178,6 +1248,85 @@ export interface components {
                 [key: string]: number;
             };
         };
+        /**
+         * @description * `off` - off
+         *     * `first` - first
+         *     * `only` - only
+         * @enum {string}
+         */
+        PreflightCb0Enum: "off" | "first" | "only";
+        /**
+         * PreflightCheck
+         * @description One check of the pre-flight verdict (workers/preflight.py): what it judged, its
+         *     figure, and why it failed or was skipped.
+         */
+        PreflightCheck: {
+            /** Name */
+            name: components["schemas"]["PreflightCheckNameEnum"];
+            /** Status */
+            status: components["schemas"]["StatusEnum"];
+            /**
+             * Figure
+             * @description the numbers it judged, for people
+             */
+            figure: string;
+            /**
+             * Value
+             * @description the figure it judged by, if one
+             * @default null
+             */
+            value: number | null;
+            /**
+             * Message
+             * @description why not passed
+             * @default
+             */
+            message: string;
+        };
+        /** @enum {string} */
+        PreflightCheckNameEnum: "prompts_fit" | "adapter_reaches_engine" | "prob_error" | "async_equals_sync" | "reward_signal" | "responses_finish";
+        /**
+         * PreflightEvent
+         * @description The pre-flight verdict of a run's spec on its engine: every check, in
+         *     PREFLIGHT_CHECKS order. Passed when none failed.
+         */
+        PreflightEvent: {
+            /**
+             * Type
+             * @default preflight
+             * @constant
+             */
+            type: "preflight";
+            /** Time */
+            time: number;
+            /** Backend */
+            backend: components["schemas"]["Backend3beEnum"];
+            /**
+             * Steps
+             * @description steps of each phase it ran
+             */
+            steps: number;
+            /** Checks */
+            checks: components["schemas"]["PreflightCheck"][];
+        };
+        /** PreflightRun */
+        PreflightRun: {
+            /** Run Id */
+            run_id: number;
+            /** Backend */
+            backend: string;
+            /** State */
+            state: components["schemas"]["PreflightRunStateEnum"];
+            verdict: components["schemas"]["PreflightEvent"] | null;
+        };
+        /** @enum {string} */
+        PreflightRunStateEnum: "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming" | "succeeded" | "aborting" | "aborted" | "failed";
+        /**
+         * @description * `train` - Train
+         *     * `preflight` - Preflight
+         * @enum {string}
+         */
+        PurposeEnum: "train" | "preflight";
         Quota: {
             /** Format: int64 */
             max_concurrent_runs?: number;
@@ -1221,6 +1370,7 @@ export interface components {
             backend: components["schemas"]["BackendEnum"];
             /** Format: int64 */
             seed: number;
+            purpose?: components["schemas"]["PurposeEnum"];
             /**
              * Format: double
              * @description GPUs the spec asks for, for quotas
@@ -1278,6 +1428,7 @@ export interface components {
             backend: components["schemas"]["BackendEnum"];
             /** Format: int64 */
             seed: number;
+            purpose?: components["schemas"]["PurposeEnum"];
             /**
              * Format: double
              * @description GPUs the spec asks for, for quotas
@@ -1426,6 +1577,8 @@ export interface components {
          * @enum {string}
          */
         StateEnum: "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming" | "succeeded" | "aborting" | "aborted" | "failed";
+        /** @enum {string} */
+        StatusEnum: "pass" | "fail" | "skipped";
         Sweep: {
             readonly id: number;
             team: number;
@@ -2354,6 +2507,112 @@ export interface operations {
                     "application/json": {
                         [key: string]: unknown;
                     };
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    experiments_preflight_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentPreflight"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    experiments_preflight_override_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentPreflight"];
                 };
             };
             400: {

@@ -176,6 +176,10 @@ export type LiveMessage =
  * GET /runs/{id}/alarms and GET /alarms answer with too. */
 export type AlarmRow = Live["AlarmRow"];
 export type AlarmName = AlarmRow["name"];
+/** GET /experiments/{id}/preflight: its state and each pre-flight run's verdict */
+export type ExperimentPreflight = Schemas["ExperimentPreflight"];
+export type PreflightVerdict = NonNullable<Schemas["PreflightRun"]["verdict"]>;
+
 /** GET /runs/{id}/alarms */
 export type RunAlarms = Schemas["RunAlarms"];
 /** GET /alarms?runs= | ?experiment= */

@@ -27,6 +27,7 @@ import { DEFAULT_DIVERGENCE, divergence, divergenceRule, engineVerdict, judgeEng
 import { useComparedAlarms } from "../api/alarms";
 import { ALARM_LIMITS } from "../api/names.gen";
 import { FiringAlarms } from "../runs/Alarms";
+import { PreflightPanel } from "../runs/Preflight";
 import { formatNumber } from "../lib/format";
 
 const REWARD = FIRST_KEY;
@@ -61,7 +62,9 @@ export default function ComparePage() {
   const runsQuery = experimentId ? { data: experimentRuns.data, error: experimentRuns.error,
     retry: () => void experimentRuns.refetch() }
     : { data: onlyRuns ? chosenRuns.data : undefined, error: chosenRuns.error, retry: undefined };
-  const runs = useMemo(() => [...(runsQuery.data ?? [])].sort((a, b) => a.id - b.id), [runsQuery.data]);
+  // the runs that train (an experiment's pre-flight runs report a verdict, no curves)
+  const runs = useMemo(() => [...(runsQuery.data ?? [])].filter((r) => r.purpose !== "preflight")
+    .sort((a, b) => a.id - b.id), [runsQuery.data]);
   const [view, setView] = useChartView();
   // live over the streams of every experiment in view (one, or those of the chosen runs),
   // opened once the first history is drawn: their snapshots would queue before it on the server
@@ -143,6 +146,7 @@ export default function ComparePage() {
         </div>
       </header>
 
+      {experimentId && <PreflightPanel experimentId={experimentId} />}
       {div && (
         <div className={`verdict ${div.d.divergesFrom !== null ? "bad" : div.d.agreeWithin !== null ? "ok" : ""}`} data-testid="verdict">
           {div.text}

@@ -202,7 +202,8 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
               ? `a sweep of ${sweepReport.members.length} members, ${sweepReport.parallel} at once, on ${backends[0] ?? "the spec's backend"}`
               : "a sweep: its members once the check passes"}</p>
           ) : <>
-            <p>{runCount} run{runCount === 1 ? "" : "s"}: {backends.length ? backends.join(", ") : "no backend"} × {seeds} seed{seeds === 1 ? "" : "s"}</p>
+            <p>{runCount} run{runCount === 1 ? "" : "s"}: {backends.length ? backends.join(", ") : "no backend"} × {seeds} seed{seeds === 1 ? "" : "s"}
+            {state.preflight && <>, after a pre-flight check on {backends.length === 1 ? "its engine" : `each of the ${backends.length} engines`}</>}</p>
             {launchReport?.runs?.length ? (
               <ul className="plan">
                 {launchReport.runs.map((r, i) => <li key={i}><BackendTag backend={r.backend} /> seed {r.seed}{r.gpus ? ` · ${r.gpus} GPU` : ""}</li>)}
