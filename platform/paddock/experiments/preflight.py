@@ -139,9 +139,11 @@ def preflight_refusal(run: Run) -> DomainError | None:
     reason = preflight_hold(run)
     if reason is None:
         return None
-    pending = Experiment.objects.filter(pk=run.experiment_id, preflight=P.PENDING).exists()
-    code = ErrorCode.PREFLIGHT_PENDING if pending else ErrorCode.PREFLIGHT_FAILED
-    return DomainError(code, f"run {run.pk}: {reason}", field="experiment")
+    if Experiment.objects.filter(pk=run.experiment_id, preflight=P.PENDING).exists():
+        return DomainError(
+            ErrorCode.PREFLIGHT_PENDING, f"run {run.pk}: {reason}", field="experiment"
+        )
+    return DomainError(ErrorCode.PREFLIGHT_FAILED, f"run {run.pk}: {reason}", field="experiment")
 
 
 def run_state_changed(run_id: int, state: str) -> None:
