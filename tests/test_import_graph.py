@@ -23,6 +23,7 @@ SEAM = {
     "workers.alarms": "the alarm rules over metric series, which experiments/alarms.py applies",
     "workers.egress": "the egress policy: a launch checks a spec's URLs with it, dispatch "
     "hands it to jobs",
+    "workers.path_guard": "the path guard: launch, ingest and downloads read paths as jobs do",
 }
 # what the data plane must never import: Django and what runs on it, the control plane's
 # package, and the API client / CLI package (which imports neither half)

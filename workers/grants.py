@@ -1,5 +1,5 @@
-"""What a run may use beyond its spec: its team's secrets that it names, and the egress policy
-its outbound calls keep (docs/security.md).
+"""What a run may use beyond its spec: its team's secrets that it names, the egress policy
+its outbound calls keep, and the folders its spec's paths may lead into (docs/security.md).
 
 Under the platform the job receives them in its bootstrap reply (workers/job_replies.py) and
 from the variables dispatch sets (the egress policy): never from the worker's own
@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .egress import EgressPolicy
+from .path_guard import PathGuard
 
 SECRET_ENV_PREFIX = "PADDOCK_SECRET_"
 
@@ -44,10 +45,12 @@ class EnvSecrets(Mapping[str, str]):
 
 @dataclass(frozen=True)
 class Grants:
-    """A run's secrets (name → value, only those its spec names) and the egress policy."""
+    """A run's secrets (name → value, only those its spec names), the egress policy, and
+    the guard of the paths it reads (None: any path, as `paddock train` reads)."""
 
     secrets: Mapping[str, str] = field(default_factory=dict)
     egress: EgressPolicy = field(default_factory=EgressPolicy.from_env)
+    paths: PathGuard | None = None
 
     @classmethod
     def standalone(cls, environ: Mapping[str, str] | None = None) -> Grants:

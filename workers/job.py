@@ -31,6 +31,7 @@ from .egress import EgressPolicy
 from .grants import Grants
 from .job_replies import RunBootstrap
 from .loop.control import StaticControl
+from .path_guard import PathGuard
 from .report import Reporter, ReporterConfig
 
 log = logging.getLogger("workers.job")
@@ -87,7 +88,11 @@ def bootstrap(url: str, run_id: int, dispatch: int, secret: str) -> Assignment:
         spec=body.spec,
         out_dir=Path(_local_path(body.artifacts_uri)),
         resume_from=_local_path(body.resume_from) if body.resume_from else None,
-        grants=Grants(secrets=body.secrets, egress=EgressPolicy.from_env()),
+        grants=Grants(
+            secrets=body.secrets,
+            egress=EgressPolicy.from_env(),
+            paths=PathGuard(tuple(body.read_roots)) if body.read_roots is not None else None,
+        ),
         purpose=body.purpose,
     )
 

@@ -31,6 +31,11 @@ class RunBootstrap(_Reply):
     resume_from: str | None = Field(
         None, description="the newest reported checkpoint, from dispatch 2 on"
     )
+    read_roots: list[str] | None = Field(
+        None,
+        description="the folders the job may read the spec's paths in (its PathGuard, "
+        "workers/path_guard.py): its team's model and data roots, its uploads, its own folder",
+    )
     secrets: dict[str, str] = Field(
         default_factory=dict,
         description="the team secrets the run's spec names, name → value (workers/grants.py); "

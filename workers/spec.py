@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
+import regex
 import yaml
 from pydantic import (
     BaseModel,
@@ -578,9 +579,10 @@ class _RewardTermBase(_Section):
 
 
 def _check_regex(v: str) -> str:
+    # compiled by the `regex` module, which the job matches with (under a time limit)
     try:
-        re.compile(v)
-    except re.error as exc:
+        regex.compile(v)
+    except regex.error as exc:
         raise ValueError(f"invalid regex: {exc}") from None
     return v
 
@@ -1185,16 +1187,21 @@ class RunSpec(_Section):
         ]
         if self.logging.mlflow is not None:
             urls.append(("logging.mlflow.tracking_uri", self.logging.mlflow.tracking_uri))
+        if self.env is not None and self.env.server is not None:
+            urls.append(("env.server.url", self.env.server.url))
         return urls
 
     def secret_names(self) -> list[tuple[str, str]]:
         """(field, name) of every team secret the spec names: what the run's job receives
         at bootstrap, and nothing else."""
-        return [
+        names = [
             (f"reward.functions.{i}.secret", t.secret)
             for i, t in enumerate(self.reward.functions)
             if isinstance(t, ServiceTerm) and t.secret is not None
         ]
+        if self.env is not None and self.env.server is not None and self.env.server.secret:
+            names.append(("env.server.secret", self.env.server.secret))
+        return names
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict with the public key names (`async`, not `async_`)."""

@@ -25,7 +25,11 @@ PADDOCK_PUBLIC_URL = ENV.public_url
 PADDOCK_ARTIFACTS_URI = ENV.artifacts_uri
 # Where a spec's model.path and data paths may point (experiments/spec_paths.py)
 PADDOCK_MODEL_ROOTS = os.environ.get("PADDOCK_MODEL_ROOTS", str(ENV.home / "models")).split(":")
-PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data")).split(":")
+# a root holding {team} is one per team (/srv/data/{team}: team 7 reads /srv/data/7), one
+# without it is shared by every team (workers/path_guard.py)
+PADDOCK_DATA_ROOTS = os.environ.get("PADDOCK_DATA_ROOTS", str(ENV.home / "data" / "{team}")).split(
+    ":"
+)
 # where a spec's logging.tensorboard.dir may point besides the run's own output (none: only there)
 PADDOCK_LOG_ROOTS = [r for r in os.environ.get("PADDOCK_LOG_ROOTS", "").split(":") if r]
 # What a spec's URLs may reach (workers/egress.py): launch checks them against it, and dispatch

@@ -1,5 +1,5 @@
 """HTTP through the platform's ASGI app runs its middleware chain and view in a few
-long-lived request threads (paddock/asgi.py says why), not in a new thread per request."""
+long-lived request threads (paddock/http/lanes.py says why), not in a new thread per request."""
 
 from __future__ import annotations
 

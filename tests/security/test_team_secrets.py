@@ -19,7 +19,7 @@ from paddock.teams.models import AuditEvent, Role, TeamSecret
 from paddock.teams.secret_box import SecretUnreadable, secret_open
 from paddock.teams.team_secrets import team_secret_set
 from tests.platform.conftest import TINY_SPEC, launch
-from tests.workers.rewards.test_service import Server
+from tests.workers.helpers import EXAMPLES, ExampleServer
 from workers.egress import EgressPolicy
 from workers.job import bootstrap
 from workers.rewards import ScoreItem, make_scorer
@@ -97,6 +97,22 @@ def test_a_launch_names_only_secrets_of_its_own_team(world, client_as):
     assert launch(member, world.team_a, spec=_spec()).status_code == 201
 
 
+def test_an_environment_servers_secret_and_url_are_checked_like_a_reward_services(world, client_as):
+    env = {"name": "http", "server": {"url": "https://env.example.com/", "secret": "env-key"}}
+    spec = {**TINY_SPEC, "env": env}
+    member = client_as(world.users_a[Role.MEMBER])
+    reply = launch(member, world.team_a, spec=spec)
+    assert (reply.json()["code"], reply.json()["field"]) == (
+        "secret_missing", "spec.env.server.secret")  # fmt: skip
+    team_secret_set(actor=world.actor(world.users_a[Role.ADMIN]), team=world.team_a,
+                    name="env-key", value=VALUE)  # fmt: skip
+    inside = {**env, "server": {**env["server"], "url": "http://169.254.169.254/"}}
+    reply = launch(member, world.team_a, spec={**spec, "env": inside})
+    assert (reply.json()["code"], reply.json()["field"]) == (
+        "url_not_allowed", "spec.env.server.url")  # fmt: skip
+    assert launch(member, world.team_a, spec=spec).status_code == 201
+
+
 def _dispatched(world, team, users, spec):
     run = experiment_launch(actor=world.actor(users[Role.OWNER]), team=team, name="e",
                             spec=spec).runs[0]  # fmt: skip
@@ -149,7 +165,7 @@ def test_a_reward_service_behind_a_team_secret_works_end_to_end(
     """The reference reward service on loopback (allowed by the operator), requiring the
     team's token: the job's own bootstrap (workers.job) over HTTP gives it the secret, its
     environment the policy dispatch set, and its scorer gets rewards back."""
-    srv = Server("--token", VALUE)
+    srv = ExampleServer(EXAMPLES / "reward_service" / "server.py", "--token", VALUE)
     try:
         settings.PADDOCK_EGRESS = EgressPolicy.from_env(
             {"PADDOCK_EGRESS_ALLOW_NETWORKS": "127.0.0.1/32"}

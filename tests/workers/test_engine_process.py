@@ -50,7 +50,8 @@ def test_a_dead_engine_process_fails_the_calls_that_wait_on_it(make_spec):
         await backend.pause("wait")  # a request now waits at the engine's gate
         request = GroupRequest("r", [5, 6, 7], 2, 0, SamplingParams(max_new_tokens=4))
         pending = asyncio.ensure_future(backend.generate([request]))
-        await asyncio.sleep(0.5)
+        while not backend._channel._pending:  # until the call is on its way to the child
+            await asyncio.sleep(0)
         assert not pending.done()
         os.kill(backend.pid, signal.SIGKILL)
         with pytest.raises(EngineProcessError, match=r"is gone \(exit code -9\)"):

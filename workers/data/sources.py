@@ -16,26 +16,30 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..path_guard import PathGuard, PathRefused, file_path
 from .prompts import Message, Prompt
 
 FORMATS = ("jsonl", "parquet", "save_to_disk")
 
 
-def local_path(path: str, field: str) -> Path:
-    """`path` or a file:// URI as a local path. `dataset://<id>` is the platform's to resolve
-    (at dispatch, into the upload's URI): a job that still sees one ran without it."""
+def local_path(path: str, field: str, guard: PathGuard | None = None) -> Path:
+    """`path` or a file:// URI as a local path, read as the platform reads it
+    (workers/path_guard.py); with `guard` (under the platform), it, every file of a directory
+    and every match of a pattern must lie inside the run's roots. `dataset://<id>` is the
+    platform's to resolve (at dispatch, into the upload's URI): a job that still sees one ran
+    without it."""
     if path.startswith("dataset://"):
         raise ValueError(
             f"data.{field}: {path} names an uploaded dataset, which the platform resolves when "
             "it dispatches the run; outside the platform give the file's path"
         )
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    elif "://" in path:
-        raise ValueError(
-            f"data.{field}: {path}: jobs read local paths and file:// URIs (and dataset://<id> "
-            "under the platform), not this scheme"
-        )
+    if "://" in path or guard is not None:
+        try:
+            path = guard.check(path, f"data.{field}") if guard else file_path(path)
+        except PathRefused as exc:
+            raise ValueError(
+                f"data.{field}: {exc}" if not str(exc).startswith("data.") else str(exc)
+            ) from None
     local = Path(path)
     if glob.has_magic(path):  # shards: train-*.parquet
         if not glob.glob(path):
@@ -84,10 +88,12 @@ def read_table(path: Path, fmt: str, split: str, field: str):
             return loaded[split]
         return loaded
     builder = "json" if fmt == "jsonl" else "parquet"
+    # a pattern's matches as this process saw them (and a guard checked), not re-globbed
+    files = sorted(glob.glob(str(path))) if glob.has_magic(str(path)) else str(path)
     with tempfile.TemporaryDirectory(prefix="paddock-data-") as cache:
         try:
             return datasets.load_dataset(
-                builder, data_files=str(path), split="train", keep_in_memory=True, cache_dir=cache
+                builder, data_files=files, split="train", keep_in_memory=True, cache_dir=cache
             )
         except (datasets.exceptions.DatasetGenerationError, ValueError, OSError) as exc:
             cause = exc.__cause__ or exc

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..path_guard import PathGuard
 from ..spec import DataSpec
 from . import sources
 from .prompts import Prompt, as_chat, prompt_ids
@@ -78,10 +79,11 @@ def read_examples(
     answer_key: str = "answer",
     field: str = "path",
     key_fields: tuple[str, str] = ("prompt_key", "answer_key"),
+    guard: PathGuard | None = None,
 ) -> list[Example]:
     """The examples of one source. `field` and `key_fields` are the settings that named it
-    and its columns, for the errors."""
-    local = sources.local_path(path, field)
+    and its columns, for the errors; `guard`, the run's roots (under the platform)."""
+    local = sources.local_path(path, field, guard)
     fmt = sources.detect_format(local, fmt, field)
     table = sources.read_table(local, fmt, split, field)
     where = local.name if fmt != "save_to_disk" else f"{local.name} ({split})"
@@ -95,12 +97,12 @@ def read_jsonl(path: str | Path) -> list[Example]:
     return read_examples(str(path), fmt="jsonl")
 
 
-def _file_examples(spec: DataSpec) -> tuple[list[Example], list[Example]]:
+def _file_examples(spec: DataSpec, guard: PathGuard | None) -> tuple[list[Example], list[Example]]:
     assert spec.path is not None  # the spec validator guarantees it
     fmt = "jsonl" if spec.task == "jsonl" else spec.format
     train = read_examples(
         spec.path, fmt=fmt, split=spec.split, prompt_key=spec.prompt_key,
-        answer_key=spec.answer_key,
+        answer_key=spec.answer_key, guard=guard,
     )  # fmt: skip
     if spec.eval_path or spec.eval_split:
         held = read_examples(
@@ -110,7 +112,7 @@ def _file_examples(spec: DataSpec) -> tuple[list[Example], list[Example]]:
             key_fields=(
                 "eval_prompt_key" if spec.eval_prompt_key else "prompt_key",
                 "eval_answer_key" if spec.eval_answer_key else "answer_key",
-            ),
+            ), guard=guard,
         )  # fmt: skip
     else:  # no eval data: hold out the last 10%
         cut = max(1, len(train) // 10)
@@ -152,14 +154,16 @@ def load_task(
     spec: DataSpec,
     tokenizer: Any = None,
     own: tuple[str, list[Example], list[Example]] | None = None,
+    guard: PathGuard | None = None,
 ) -> Task:
     """The task of the data section: its source read, prompts put in chat form as the spec
     asks, and, with `tokenizer`, prompts over `max_prompt_tokens` dropped (or refused) and
     message prompts checked against the tokenizer's chat template. `own`: the (name, train,
-    held-out) examples of `task: environment`, which the environment makes."""
+    held-out) examples of `task: environment`, which the environment makes. `guard`: the
+    run's roots (under the platform), which its files must lie in."""
     if spec.task == "environment" and own is None:
         raise ValueError("data.task: environment: the environment made no examples")
-    task = Task(*own) if own is not None else _source_task(spec)
+    task = Task(*own) if own is not None else _source_task(spec, guard)
     builtin = spec.task not in ("dataset", "jsonl", "reasoning_gym")
 
     def prepared(ex: Example) -> Example:
@@ -190,7 +194,7 @@ def load_task(
     )
 
 
-def _source_task(spec: DataSpec) -> Task:
+def _source_task(spec: DataSpec, guard: PathGuard | None = None) -> Task:
     if spec.task == "reasoning_gym":
         from .reasoning_gym_source import reasoning_gym_task
 
@@ -204,5 +208,5 @@ def _source_task(spec: DataSpec) -> Task:
     elif spec.task == "reverse":
         train, held = reverse_examples()
     else:
-        train, held = _file_examples(spec)
+        train, held = _file_examples(spec, guard)
     return Task(spec.task, train, held)

@@ -13,6 +13,7 @@ from ..envs.base import Environment
 from ..envs.registry import make_environment
 from ..grants import Grants
 from ..models import tiny_model_dir
+from ..path_guard import PathGuard
 from ..policy import LoraPolicy
 from ..policy.lora import load_tokenizer
 from ..rewards import make_scorer
@@ -44,9 +45,11 @@ from .types import RunState
 SWITCH_INTERVAL_S = 0.0002
 
 
-def model_dir_for(spec: RunSpec) -> Path:
+def model_dir_for(spec: RunSpec, guard: PathGuard | None = None) -> Path:
+    """The model's directory: `model.path` (with `guard`, under the platform: it and every
+    file in it inside the run's roots), else the tiny model, built under PADDOCK_HOME."""
     if spec.model.path:
-        path = Path(spec.model.path)
+        path = Path(guard.check(spec.model.path, "model.path") if guard else spec.model.path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
                 f"model.path {path} is not a Hugging Face model directory (no config.json)"
@@ -148,7 +151,7 @@ async def _run_training(
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
     torch.manual_seed(spec.seed)
-    model_dir = model_dir_for(spec)
+    model_dir = model_dir_for(spec, grants.paths)
     tokenizer = load_tokenizer(model_dir)
     env, renderer, limits, tool_format = await episode_setup(
         spec, tokenizer, model_dir, spec.data.chat_template_kwargs, grants
@@ -162,7 +165,7 @@ async def _run_training(
                 "a data task"
             )
         own = (env.name, *made)
-    task = load_task(spec.data, tokenizer, own)
+    task = load_task(spec.data, tokenizer, own, grants.paths)
     trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
     # async with trainer and torch engine on one GPU: each side its stream (gpu_share.py)
     own = executor is None and backend is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,17 +15,36 @@ from ..spec import RewardSpec
 from .base import RewardError, Role, SampleScore, ScoreItem, TermScore, TermScorer, run_all
 from .math_verify_term import MathVerifyScorer
 from .service import ServiceScorer
-from .verifiers import ROLES, VERIFIERS, Verifier
+from .verifiers import PATTERN_TIMEOUT_S, ROLES, TIMED, VERIFIERS, Verifier
+
+# a batch's pattern matches (one term's) may take this long in all; past it, each remaining
+# sample gets PATTERN_FLOOR_S, which a pattern that does not backtrack needs no more than
+PATTERN_BUDGET_S = 5.0
+PATTERN_FLOOR_S = 0.01
 
 
 class LocalTerm:
-    """A per-sample verifier of verifiers.py; pure string work, done in the loop."""
+    """A per-sample verifier of verifiers.py, run in a thread: never on the event loop, which
+    a pool's other runs share. A verifier of a user's pattern (TIMED) gets a time limit per
+    sample, and the batch a budget: a catastrophic pattern costs its own samples (scored 0),
+    never the step, the run, or the others."""
 
-    def __init__(self, fn: Verifier, term: Any, role: Role):
-        self.fn, self.term, self.role = fn, term, role
+    def __init__(self, fn: Verifier, term: Any, role: Role, timed: bool = False):
+        self.fn, self.term, self.role, self.timed = fn, term, role, timed
 
     async def score(self, items: list[ScoreItem]) -> list[TermScore]:
-        return [self.fn(item, self.term) for item in items]
+        return await asyncio.to_thread(self._batch, items)
+
+    def _batch(self, items: list[ScoreItem]) -> list[TermScore]:
+        if not self.timed:
+            return [self.fn(item, self.term) for item in items]
+        out, spent = [], 0.0
+        for item in items:
+            limit = PATTERN_TIMEOUT_S if spent < PATTERN_BUDGET_S else PATTERN_FLOOR_S
+            started = time.perf_counter()
+            out.append(self.fn(item, self.term, limit))
+            spent += time.perf_counter() - started
+        return out
 
     async def close(self) -> None:
         pass
@@ -35,7 +55,7 @@ TermFactory = Callable[[Any, Grants], TermScorer]
 TERMS: Registry[TermFactory] = Registry("reward")
 for _name in VERIFIERS.names():
     TERMS.register(_name)(
-        lambda term, grants, _n=_name: LocalTerm(VERIFIERS.get(_n), term, ROLES[_n])
+        lambda term, grants, _n=_name: LocalTerm(VERIFIERS.get(_n), term, ROLES[_n], _n in TIMED)
     )
 TERMS.register("math_verify")(lambda term, grants: MathVerifyScorer(term))
 TERMS.register("service")(ServiceScorer)

@@ -4,9 +4,11 @@ TermScore. math_verify (a child process) and service (HTTP) score whole batches 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
+
+import regex
 
 from ..grpo.registry import Registry
 from ..spec import (
@@ -26,6 +28,12 @@ from .text import final_number, gsm8k_gold, last_boxed, math_number, normalize_m
 Verifier = Callable[[ScoreItem, Any], TermScore]
 VERIFIERS: Registry[Verifier] = Registry("reward")
 ROLES: dict[str, Role] = {}
+# The verifiers that run a user's regular expression: `regex` with a time limit per sample
+# (a pattern can backtrack for hours on one completion), `timeout_s` given by the caller
+# (scorer.py's LocalTerm, which also bounds a whole batch). A match past it scores 0 for
+# that sample, saying so in its details: the step and the run go on.
+TIMED: set[str] = set()
+PATTERN_TIMEOUT_S = 0.25
 
 _SHOW = 200  # characters of extracted text kept in details
 
@@ -34,9 +42,11 @@ def _short(s: str | None) -> str | None:
     return s if s is None or len(s) <= _SHOW else s[:_SHOW] + "…"
 
 
-def verifier(name: str, role: Role) -> Callable[[Verifier], Verifier]:
+def verifier(name: str, role: Role, timed: bool = False) -> Callable[[Verifier], Verifier]:
     def deco(fn: Verifier) -> Verifier:
         ROLES[name] = role
+        if timed:
+            TIMED.add(name)
         return VERIFIERS.register(name)(fn)
 
     return deco
@@ -83,9 +93,26 @@ def boxed_match(item: ScoreItem, term: BoxedMatchTerm) -> TermScore:
     return _binary(ok, "verifier", extracted=_short(picked), gold=_short(gold))
 
 
-@verifier("format_regex", "shaping")
-def format_regex(item: ScoreItem, term: FormatRegexTerm) -> TermScore:
-    return _binary(re.fullmatch(term.pattern, item.completion.strip()) is not None, "shaping")
+@lru_cache(maxsize=64)
+def _compiled(pattern: str, flags: int) -> regex.Pattern:
+    return regex.compile(pattern, flags)
+
+
+def pattern_score(pattern: str, flags: int, text: str, timeout_s: float) -> TermScore:
+    """1 when `text` fully matches `pattern`; 0, with `timeout` in the details, when the
+    match did not finish within `timeout_s` (the GIL released meanwhile)."""
+    try:
+        found = _compiled(pattern, flags).fullmatch(text, concurrent=True, timeout=timeout_s)
+    except TimeoutError:
+        return TermScore(0.0, None, {"timeout": f"the pattern did not finish in {timeout_s:g} s"})
+    return _binary(found is not None, "shaping")
+
+
+@verifier("format_regex", "shaping", timed=True)
+def format_regex(
+    item: ScoreItem, term: FormatRegexTerm, timeout_s: float = PATTERN_TIMEOUT_S
+) -> TermScore:
+    return pattern_score(term.pattern, 0, item.completion.strip(), timeout_s)
 
 
 def think_structure(completion: str, tag: str = "think") -> bool:
@@ -98,13 +125,11 @@ def think_structure(completion: str, tag: str = "think") -> bool:
     return bool(answer.strip())
 
 
-@verifier("format", "shaping")
-def format_(item: ScoreItem, term: FormatTerm) -> TermScore:
+@verifier("format", "shaping", timed=True)
+def format_(item: ScoreItem, term: FormatTerm, timeout_s: float = PATTERN_TIMEOUT_S) -> TermScore:
     if term.pattern is not None:
-        ok = re.fullmatch(term.pattern, item.completion.strip(), flags=re.DOTALL) is not None
-    else:
-        ok = think_structure(item.completion, term.think_tag)
-    return _binary(ok, "shaping")
+        return pattern_score(term.pattern, regex.DOTALL, item.completion.strip(), timeout_s)
+    return _binary(think_structure(item.completion, term.think_tag), "shaping")
 
 
 def overlong_penalty_value(length: int, max_len: int, buffer: int) -> float:

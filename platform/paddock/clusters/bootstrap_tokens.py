@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from paddock.core.errors import DomainError, ErrorCode
+from paddock.experiments.artifacts import run_folder_uri
 from paddock.experiments.models import Checkpoint, Run
-from paddock.experiments.spec_paths import spec_datasets_resolve
+from paddock.experiments.spec_paths import run_read_roots, spec_datasets_resolve
 from paddock.experiments.states import TERMINAL
 from paddock.experiments.tokens import run_token_mint
 from paddock.teams.team_secrets import secrets_for_run
@@ -61,7 +62,8 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> RunBootstrap:
     return RunBootstrap(
         token=token,
         spec=spec,
-        artifacts_uri=f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}",
+        artifacts_uri=run_folder_uri(run_id),
+        read_roots=run_read_roots(run),
         resume_from=last.uri if last is not None and dispatch > 1 else None,
         secrets=secrets,
         purpose=run.purpose,

@@ -1,8 +1,9 @@
 """The artifact store (fsspec URI, PADDOCK_ARTIFACTS_URI): checkpoint downloads and
 uploaded datasets.
 
-A URI is served only when it lies inside the artifact store: a checkpoint URI comes from a
-job's report, and a job must not be able to make the platform serve /etc/passwd."""
+A checkpoint URI comes from a job's report, so it is taken (at ingest) and served (at
+download) only inside its own run's folder of the store, resolved (workers/path_guard.py):
+a job must not make the platform serve /etc/passwd, nor another team's checkpoint."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from paddock.experiments.models import Checkpoint, Dataset
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team
 from paddock.teams.services import audit_record
+from workers.path_guard import PathGuard, PathRefused, file_path, inside
 
 CHUNK = 1024 * 1024
 MAX_DATASET_BYTES = 256 * 1024 * 1024
@@ -35,13 +37,35 @@ def _split(uri: str) -> tuple[str, str]:
     return scheme, posixpath.normpath("/" + rest.lstrip("/")) if scheme == "file" else rest
 
 
-def artifact_uri_allowed(uri: str) -> bool:
-    """True when `uri` names something inside the artifact store (no `..` escapes)."""
-    root_scheme, root = _split(settings.PADDOCK_ARTIFACTS_URI.rstrip("/"))
-    scheme, path = _split(uri)
-    if scheme != root_scheme or ".." in path.split("/"):
+def run_folder_uri(run_id: int) -> str:
+    """Where the run's jobs write (the bootstrap's artifacts_uri)."""
+    return f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/runs/{run_id}"
+
+
+def store_path() -> str | None:
+    """The artifact store as a local directory; None for a store of another scheme."""
+    try:
+        return file_path(settings.PADDOCK_ARTIFACTS_URI)
+    except PathRefused:
+        return None
+
+
+def run_artifact_allowed(uri: str, run_id: int) -> bool:
+    """True when `uri` lies inside the run's own folder of the store: for a directory store,
+    resolved (links followed); for another store, by its spelling, without `..`."""
+    folder = run_folder_uri(run_id)
+    if store_path() is None:
+        scheme, path = _split(uri)
+        root_scheme, root = _split(folder)
+        return (
+            scheme == root_scheme
+            and ".." not in path.split("/")
+            and (path == root or path.startswith(root + "/"))
+        )
+    try:
+        return inside(file_path(uri), file_path(folder))
+    except PathRefused:
         return False
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 @dataclass
@@ -110,13 +134,22 @@ def checkpoint_download(*, checkpoint: Checkpoint, part: str = "all") -> Downloa
     may read the checkpoint's run."""
     if part not in CHECKPOINT_PARTS:
         raise DomainError(ErrorCode.INVALID, f"one of {list(CHECKPOINT_PARTS)}", field="part")
-    if not artifact_uri_allowed(checkpoint.uri):
+    if not run_artifact_allowed(checkpoint.uri, checkpoint.run_id):
         raise DomainError(
-            ErrorCode.ARTIFACT_OUTSIDE_STORE, "this checkpoint is not in the artifact store"
+            ErrorCode.ARTIFACT_OUTSIDE_STORE, "this checkpoint is not in its run's folder"
         )
     fs, path = fsspec.core.url_to_fs(checkpoint.uri)
     if not fs.exists(path):
         raise DomainError(ErrorCode.ARTIFACT_MISSING, "the checkpoint's files are gone")
+    if store_path() is not None and fs.isdir(path):
+        # a link inside the folder must not make the tar carry a file from elsewhere
+        guard = PathGuard((file_path(run_folder_uri(checkpoint.run_id)),))
+        try:
+            guard.tree(path, "checkpoint")
+        except PathRefused:
+            raise DomainError(
+                ErrorCode.ARTIFACT_OUTSIDE_STORE, "this checkpoint links outside its run's folder"
+            ) from None
     name = f"run{checkpoint.run_id}-step{checkpoint.step}"
     if part == ADAPTER_DIR:
         root, top = _adapter_root(fs, path), posixpath.join(name, ADAPTER_DIR)

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from pydantic import ValidationError
 
 from paddock.core.errors import DomainError, ErrorCode
+from paddock.experiments.artifacts import run_artifact_allowed, run_folder_uri
 from paddock.experiments.metrics import metric_points_store
 from paddock.experiments.models import (
     Checkpoint,
@@ -108,17 +108,15 @@ def _parse(body: Any) -> IngestBody:
         ) from None
 
 
-def _check_checkpoint_uris(batch: IngestBody) -> None:
-    """A checkpoint must live in the artifact store: the platform serves downloads from the
-    URIs it stores, so a job may not point it at any other file."""
-    store = settings.PADDOCK_ARTIFACTS_URI.rstrip("/") + "/"
+def _check_checkpoint_uris(batch: IngestBody, run_id: int) -> None:
+    """A checkpoint must live in its own run's folder of the artifact store (resolved): the
+    platform serves downloads from the URIs it stores, so a job may point it neither at any
+    other file nor at another run's (another team's) checkpoint."""
     for i, event in enumerate(batch.events):
-        if isinstance(event, CheckpointEvent) and (
-            not event.uri.startswith(store) or "/../" in event.uri
-        ):
+        if isinstance(event, CheckpointEvent) and not run_artifact_allowed(event.uri, run_id):
             raise DomainError(
                 ErrorCode.INVALID_BATCH,
-                f"checkpoint URIs must be inside the artifact store {store}",
+                f"checkpoint URIs must be inside the run's folder {run_folder_uri(run_id)}",
                 field=f"events.{i}.uri",
             )
 
@@ -169,7 +167,7 @@ def ingest_receive(
             f"this token belongs to dispatch {token.dispatch}, not {batch.dispatch}",
             field="dispatch",
         )
-    _check_checkpoint_uris(batch)
+    _check_checkpoint_uris(batch, run_id)
     run = _run_row(run_id, batch)
     # a heartbeat (no events) repeats the last acknowledged seq, so it is no retry: once the
     # run has ended it is refused like new events, and the token is good for nothing else

@@ -42,7 +42,7 @@ def objects(world, settings, tmp_path) -> Objects:
         actor=actor, team=world.team_a, name="a", spec=TINY_SPEC, backends=["torch", "vllm"]
     )
     run = result.runs[0]
-    path = tmp_path / "artifacts" / "ckpt" / "adapter.bin"
+    path = tmp_path / "artifacts" / "runs" / str(run.pk) / "adapter.bin"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"weights")
     checkpoint = Checkpoint.objects.create(run=run, step=1, uri=path.as_uri(), size_bytes=7)

@@ -43,8 +43,8 @@ def test_the_adapter_part_holds_the_adapter_alone(world, client_as, checkpointed
 @pytest.mark.django_db
 def test_no_adapter_or_a_bad_part(world, client_as, store, launched):
     run_id = launched[0]["runs"][0]["id"]
-    bare = store / "bare"
-    bare.mkdir()
+    bare = store / "runs" / str(run_id) / "bare"
+    bare.mkdir(parents=True)
     (bare / "optimizer.pt").write_bytes(b"x")
     checkpoint = Checkpoint.objects.create(run_id=run_id, step=1, uri=bare.as_uri())
     member = client_as(world.users_a[Role.MEMBER])

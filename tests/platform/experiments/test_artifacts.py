@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from paddock.experiments.artifacts import artifact_uri_allowed
+from paddock.experiments.artifacts import run_artifact_allowed
 from paddock.experiments.models import Checkpoint, Dataset, Run
 from paddock.teams.models import Role
 
@@ -79,13 +79,17 @@ def test_nothing_outside_the_store_is_served(world, client_as, store, run, uri):
 
 def test_uri_containment(store):
     root = store.as_uri()
-    assert artifact_uri_allowed(f"{root}/runs/1/ckpt")
-    assert not artifact_uri_allowed(f"{root}-other/x")
-    assert not artifact_uri_allowed(f"{root}/runs/../../x")
+    assert run_artifact_allowed(f"{root}/runs/1/ckpt", 1)
+    assert not run_artifact_allowed(f"{root}/runs/1/ckpt", 2)  # another run's folder
+    assert not run_artifact_allowed(f"{root}/runs/10/ckpt", 1)
+    assert not run_artifact_allowed(f"{root}-other/x", 1)
+    assert not run_artifact_allowed(f"{root}/runs/1/../../x", 1)
+    assert not run_artifact_allowed(f"{root}/runs/1/ck?x#y", 1)
 
 
 def test_a_vanished_checkpoint_is_a_clear_404(world, client_as, store, run):
-    checkpoint = Checkpoint.objects.create(run=run, step=1, uri=(store / "gone").as_uri())
+    gone = store / "runs" / str(run.pk) / "gone"
+    checkpoint = Checkpoint.objects.create(run=run, step=1, uri=gone.as_uri())
     reply = _download(client_as(world.users_a[Role.OWNER]), checkpoint)
     assert (reply.status_code, reply.json()["code"]) == (404, "artifact_missing")
 

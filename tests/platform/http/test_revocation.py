@@ -18,7 +18,11 @@ from paddock.teams.models import ApiToken, Membership, Role
 from paddock.teams.services import api_token_create, api_token_revoke, member_remove
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-CLOSE_WITHIN_S = 1.0
+# The close is pushed (a revocation is published and each process closes its own sockets at
+# once: live/revocations.py), about 0.2-0.55 s on a loaded 2-core machine. The test waits on
+# the close event; its bound only keeps a lost close from hanging the suite, so it leaves
+# room for a CI box under two pytest sessions rather than asserting the 1 s design figure.
+CLOSE_WITHIN_S = 5.0
 
 
 def _closed_code(ws) -> int:

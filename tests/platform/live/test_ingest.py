@@ -42,8 +42,8 @@ def test_a_batch_is_stored_and_acknowledged_with_the_desired_state(client, job):
         metric(1, **{"reward/mean": 0.25, "kl": 0.01}),
         metric(2, **{"reward/mean": 0.5}),
         {"type": "log", "time": 1764490000.5, "level": "info", "message": "hello"},
-        {"type": "checkpoint", "step": 2, "uri": STORE + "/runs/1/ck/2", "adapter_version": 2,
-         "size": 123456},
+        {"type": "checkpoint", "step": 2, "uri": f"{STORE}/runs/{run.pk}/ck/2",
+         "adapter_version": 2, "size": 123456},
         {"type": "samples", "step": 2, "items": [{"prompt": "1+1=", "completion": "2",
                                                    "reward": 1.0, "advantage": 0.5}]},
     ]}  # fmt: skip
@@ -57,7 +57,7 @@ def test_a_batch_is_stored_and_acknowledged_with_the_desired_state(client, job):
     run.refresh_from_db()
     assert (run.state, run.step, run.total_steps, run.last_seq) == ("running", 2, 20, 1)
     assert (run.checkpoints.get().uri, run.checkpoints.get().size_bytes) == (
-        STORE + "/runs/1/ck/2",
+        f"{STORE}/runs/{run.pk}/ck/2",
         123456,
     )
     assert SampleSet.objects.get(run=run).items[0]["completion"] == "2"
@@ -66,7 +66,7 @@ def test_a_batch_is_stored_and_acknowledged_with_the_desired_state(client, job):
 
 def test_a_checkpoints_size_reaches_the_api(client, client_as, world, job):
     run, token = job
-    event = {"type": "checkpoint", "step": 3, "uri": STORE + "/runs/1/ck/3",
+    event = {"type": "checkpoint", "step": 3, "uri": f"{STORE}/runs/{run.pk}/ck/3",
              "adapter_version": 3, "size": 98765}  # fmt: skip
     assert post(client, run, token, {"dispatch": 1, "seq": 1, "events": [event]}).status_code == 200
     member = client_as(world.users_a[Role.VIEWER])
@@ -175,7 +175,14 @@ def test_status_reports_walk_the_state_machine(client, job, world):
 
 def test_a_checkpoint_outside_the_artifact_store_is_refused(client, job):
     run, token = job
-    for uri in ("file:///etc/passwd", STORE + "/../../etc/passwd"):
+    other = run.pk + 1  # another run's folder (another team's, it may be)
+    for uri in (
+        "file:///etc/passwd",
+        STORE + "/../../etc/passwd",
+        f"{STORE}/runs/{other}/ck",
+        f"{STORE}/runs/{run.pk}/../{other}/ck",
+        f"{STORE}/runs/{run.pk}/ck?x",
+    ):
         bad = {"dispatch": 1, "seq": 1, "events": [
             {"type": "checkpoint", "step": 1, "uri": uri, "adapter_version": 1}]}  # fmt: skip
         reply = post(client, run, token, bad)

@@ -180,7 +180,8 @@ def test_a_batched_turn_withdrawn_before_it_starts_steps_nothing():
         turns = TrainTurns(gate, lambda works: calls.append(sorted(works)) or dict(works))
         async with gate.exclusive("a"):  # the trainer is busy: b's step waits
             waiting = asyncio.create_task(turns.step("b", 1))
-            await asyncio.sleep(0.01)
+            while "b" not in turns.pending:  # until b's step waits for its turn
+                await asyncio.sleep(0)
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting

@@ -29,24 +29,6 @@ from .rows import Adapter
 from .sources import decodes_static
 
 
-def _settler(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
-    """What the decode thread calls with a group's result (or the error that ended it)."""
-
-    def settle(result: GroupResult | BaseException) -> None:
-        loop.call_soon_threadsafe(_set, future, result)
-
-    return settle
-
-
-def _set(future: asyncio.Future, result: GroupResult | BaseException) -> None:
-    if future.done():  # its caller was cancelled
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
-
-
 class TorchLane:
     """One adapter of the torch engine as a rollout backend: its request gate, version,
     handshake and pause; the decoding is the engine's."""
@@ -86,7 +68,7 @@ class TorchLane:
             return [unfinished(r) for r in requests]
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in requests]
-        self.engine.submit(self.adapter, requests, [_settler(loop, f) for f in futures])
+        self.engine.submit(self.adapter, requests, futures)
         return list(await asyncio.gather(*futures))
 
     async def load_adapter(self, update: AdapterUpdate) -> int:

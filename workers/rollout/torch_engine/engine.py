@@ -16,6 +16,7 @@ steps, under the step lock: a caller waiting for the lock gets it at the next tu
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -33,7 +34,16 @@ from .rows import Adapter, Group, Rows, Stops
 from .sampling import draw
 from .sources import StaticSource, make_source
 
-Settle = Callable[[GroupResult | BaseException], None]
+
+def _resolve(outcomes: list[tuple[asyncio.Future, GroupResult | BaseException]]) -> None:
+    """On the caller's event loop: each future takes its group's result (or error)."""
+    for future, outcome in outcomes:
+        if future.done():  # its caller was cancelled
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 def engine_device(spec: RunSpec) -> torch.device:
@@ -117,16 +127,19 @@ class TorchEngine:
                 req.n if req.partial is None else sum(not s.done for s in req.partial)
             )
 
-    def submit(self, adapter: Adapter, requests: list[GroupRequest], settles: list[Settle]):
+    def submit(
+        self, adapter: Adapter, requests: list[GroupRequest], futures: list[asyncio.Future]
+    ) -> None:
         """Queue the requests (as one arrival: they may share a prefill) under `adapter`;
-        each settle takes its request's result (or the error that ended it)."""
-        groups = []
-        for req, settle in zip(requests, settles, strict=True):
-            g = Group(req, adapter, self.device, settle)
-            if g.todo:
-                groups.append(g)
-            else:  # nothing left to make (a continued group whose rows are all done)
-                settle(g.result(self.text))
+        each future (of the running event loop) takes its request's result, or the error
+        that ended it."""
+        loop = asyncio.get_running_loop()
+        groups, done = [], []
+        for req, future in zip(requests, futures, strict=True):
+            g = Group(req, adapter, self.device, (loop, future))
+            # a continued group whose rows are all done has nothing left to make
+            (groups if g.todo else done).append(g)
+        self._hand_back(done)
         with self._state:
             if self._stopped:
                 raise RuntimeError("torch engine: closed")
@@ -178,7 +191,7 @@ class TorchEngine:
                 try:
                     err = adapter_files.check_probe(who, version, probe, got, self.probe_atol)
                 except RuntimeError:
-                    self._end(self.rows.cut(adapter, keep=False))
+                    self._hand_back(self.rows.cut(adapter, keep=False))
                     raise
             adapter.version = version
         return err
@@ -206,7 +219,7 @@ class TorchEngine:
         marked "abort" with the tokens they hold."""
         with self.between_turns():
             adapter.held = False
-            self._end(self.rows.cut(adapter, keep=False))
+            self._hand_back(self.rows.cut(adapter, keep=False))
 
     def join(self, slot: int, lora: LoraSpec) -> Adapter:
         with self.between_turns():
@@ -230,9 +243,14 @@ class TorchEngine:
             thread.join()
         self.model = self.source = self.decoder = None  # type: ignore[assignment]
 
-    def _end(self, groups: list[Group]) -> None:
+    def _hand_back(self, groups: list[Group], error: BaseException | None = None) -> None:
+        """Each group's result (or `error`) to its caller's loop: one call a loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
         for g in groups:
-            g.settle(g.result(self.text))
+            loop, future = g.to
+            by_loop.setdefault(loop, []).append((future, error or g.result(self.text)))
+        for loop, outcomes in by_loop.items():
+            loop.call_soon_threadsafe(_resolve, outcomes)
 
     def _on_stream(self):
         """Run the caller's block on the engine's stream (a no-op on the CPU)."""
@@ -248,11 +266,11 @@ class TorchEngine:
                        compact_below=self.compact_below, overlap=self.overlap)  # fmt: skip
         except BaseException as exc:  # every waiting request learns of it; the next starts anew
             with self._lock, self._state:
-                failed = self.rows.groups() + self._inbox
+                done, failed = self.rows.done, self.rows.groups() + self._inbox
                 self.rows, self._inbox = Rows(self.device), []
                 self._thread, self._busy = None, False
-            for g in failed:
-                g.settle(exc)
+            self._hand_back(done)
+            self._hand_back(failed, exc)
 
     def _turns(self) -> Iterator[None]:
         """Each decode turn: waits while every group left is held (or a control call wants
@@ -279,4 +297,6 @@ class TorchEngine:
                     self._busy = False
                     continue
                 yield
+                self._hand_back(self.rows.done)
+                self.rows.done = []
                 self._busy = self.rows.busy()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -59,16 +60,11 @@ class Adapter:
 class Group:
     """One request in the engine: its samples (a partial request's kept as they are), the
     samples still to decode (`todo`, each a row while admitted), its random stream, and
-    `settle`, which takes its result once every sample has finished or it was cut short."""
+    `to`: where its result goes once every sample has finished or it was cut short (the
+    engine's business)."""
 
-    def __init__(
-        self,
-        req: GroupRequest,
-        adapter: Adapter,
-        device: torch.device,
-        settle: Callable[[GroupResult], None],
-    ):
-        self.req, self.params, self.adapter, self.settle = req, req.params, adapter, settle
+    def __init__(self, req: GroupRequest, adapter: Adapter, device: torch.device, to: Any):
+        self.req, self.params, self.adapter, self.to = req, req.params, adapter, to
         self.samples = [
             Sample(list(s.token_ids), list(s.logprobs), list(s.versions), None, s.text)
             for s in (req.partial or [Sample() for _ in range(req.n)])
@@ -93,9 +89,6 @@ class Group:
         """Tokens sample j may still make."""
         return self.params.max_new_tokens - len(self.samples[j].token_ids)
 
-    def finished(self) -> bool:
-        return all(s.finish_reason is not None for s in self.samples)
-
     def result(self, text: Callable[[list[int]], str]) -> GroupResult:
         for s in self.samples:
             s.text = text(s.token_ids)
@@ -115,6 +108,7 @@ class Rows:
         self.device = device
         self.pending: list[Group] = []
         self.live: list[Row | None] = []
+        self.done: list[Group] = []  # groups whose samples have all ended, to hand back
         self._plan: tuple | None = None  # the noise plan of the positions as they are
         self._moved = 0  # bumped whenever a position changes hands (invalidates the plan)
 
@@ -207,7 +201,7 @@ class Rows:
     def record(self, tokens, logprobs, positions: list[int], stops: Stops) -> None:
         """Append a step's tokens ([len(positions)], with their logprobs) to the samples of
         the rows at `positions`, each labelled with its adapter's version, and free the
-        positions of rows that end; a group whose samples have all ended is settled."""
+        positions of rows that end; a group whose samples have all ended goes to `done`."""
         step_tokens, step_lps = tokens.tolist(), logprobs.tolist()  # one copy each
         for p, tok, lp in zip(positions, step_tokens, step_lps, strict=True):
             row = self.live[p]
@@ -227,7 +221,7 @@ class Rows:
                 self.live[p] = None
                 g.live -= 1
                 if not g.live:
-                    g.settle(g.result(stops.text))
+                    self.done.append(g)
 
     def trim(self) -> bool:
         """An empty batch forgets its positions (the source starts anew at the next
