@@ -338,7 +338,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/api/v1/runs/{id}/alarms/{name}": {
+    "/api/v1/runs/{id}/alarms/{alarm}": {
         parameters: {
             query?: never;
             header?: never;
@@ -3018,8 +3018,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                alarm: string;
                 id: string;
-                name: string;
             };
             cookie?: never;
         };

@@ -157,12 +157,12 @@ class RunViewSet(ActorViewSet):
         return Response(_alarms_body(run.pk, run_alarms(run=run)))
 
     @extend_schema(request=s.AlarmArmSerializer, responses={200: s.RunAlarms, **ERRORS})
-    @action(detail=True, methods=["post"], url_path=r"alarms/(?P<name>[a-z_]{1,40})")
-    def alarm_arm(self, request, pk=None, name=None):
+    @action(detail=True, methods=["post"], url_path=r"alarms/(?P<alarm>[^/]{1,100})")
+    def alarm_arm(self, request, pk=None, alarm=None):
         """Arm an alarm to pause the run when it fires (`{"pause": true}`), or disarm it."""
         run = self._run(pk)
         data = body(s.AlarmArmSerializer, request)
-        run_alarm_arm(actor=self.actor, run=run, name=name, pause=data["pause"])
+        run_alarm_arm(actor=self.actor, run=run, name=alarm, pause=data["pause"])
         return Response(_alarms_body(run.pk, run_alarms(run=run)))
 
     @extend_schema(

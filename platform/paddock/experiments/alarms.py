@@ -135,7 +135,7 @@ def run_alarm_arm(*, actor: Actor, run: Run, name: str, pause: bool) -> RunAlarm
     when armed pauses the run at once."""
     actor.require(run.team_id, Role.MEMBER, what="run")
     if name not in ALARMS:
-        raise DomainError(ErrorCode.INVALID, f"no alarm {name!r}", field="name")
+        raise DomainError(ErrorCode.INVALID, f"no alarm {name!r}", field="alarm")
     with transaction.atomic():
         row = _rows(run, set(run.config.run_spec.alarms.pause_on), lock=True)[name]
         if row.pause == pause:

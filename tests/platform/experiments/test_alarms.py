@@ -130,7 +130,7 @@ def test_arming_through_the_api_pauses_a_run_whose_alarm_fires(world, member, cl
     assert other.get(url).status_code == 404
     assert other.post(f"{url}/entropy_collapse", {"pause": True}, format="json").status_code == 404
     bad = member.post(f"{url}/no_such", {"pause": True}, format="json")
-    assert (bad.status_code, bad.json()["code"], bad.json()["field"]) == (400, "invalid", "name")
+    assert (bad.status_code, bad.json()["code"], bad.json()["field"]) == (400, "invalid", "alarm")
     bad = member.post(f"{url}/kl_drift", {"pause": "sometimes"}, format="json")
     assert (bad.status_code, bad.json()["field"]) == (400, "pause")
 
