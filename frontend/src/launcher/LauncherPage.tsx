@@ -185,6 +185,12 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
             <input type="checkbox" checked={!!sweepDraft} data-testid="sweep-toggle"
               onChange={(e) => setSweepDraft(e.target.checked ? newDraft() : null)} /> Sweep over spec keys
           </label>
+          {!sweepDraft && (
+            <label className="check" title="a few steps of this spec on each backend's engine first: the runs start only if it passes (docs/preflight.md)">
+              <input type="checkbox" checked={state.preflight} data-testid="preflight"
+                onChange={(e) => dispatch({ type: "preflight", value: e.target.checked })} /> Pre-flight check first
+            </label>
+          )}
           {sweepDraft && <SweepSection draft={sweepDraft} onChange={setSweepDraft} errors={serverErrors} />}
           {otherErrors.map(([f, m]) => <div key={f} className="state-error"><code className="error-field">{f || "launch"}</code>{m}</div>)}
 

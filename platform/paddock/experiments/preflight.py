@@ -96,7 +96,10 @@ def experiment_preflight_settle(*, run_id: int) -> str | None:
         else:
             reason = HELD[P.FAILED].format(checks=", ".join(_failed_checks(experiment.pk)) or
                                            "a pre-flight run ended without a verdict")  # fmt: skip
-            _held(experiment).update(queued_reason=reason)
+            held = list(_held(experiment).values_list("id", flat=True))
+            Run.objects.filter(pk__in=held).update(queued_reason=reason)
+            for run_id in held:  # their viewers see why they wait
+                transaction.on_commit(lambda run_id=run_id: hooks.run_reason_changed(run_id))
     return experiment.preflight
 
 

@@ -23,6 +23,10 @@ def run_alarms_changed(run_id: int) -> None:
     broadcast_alarms(run_id)
 
 
+def run_reason_changed(run_id: int) -> None:
+    broadcast_state(run_id)  # a state message's detail is what a queued run waits for
+
+
 def credentials_revoked(sender, *, token_ids, user_ids, session_keys, **_) -> None:
     broadcast_access_changed(token_ids=token_ids, user_ids=user_ids, session_keys=session_keys)
 
@@ -32,3 +36,4 @@ def connect() -> None:
     subscribe(Event.RUN_STATE_CHANGED, run_state_changed)
     subscribe(Event.RUN_CONTROL_REQUESTED, run_control_requested)
     subscribe(Event.RUN_ALARMS_CHANGED, run_alarms_changed)
+    subscribe(Event.RUN_REASON_CHANGED, run_reason_changed)
