@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..rollout.base import AdapterUpdate, GroupResult, PauseMode
+from ..adapters.update import AdapterUpdate
+from ..rollout.base import GroupResult, PauseMode
 from ..rollout.pool_engine import PoolRequest, require_admissible
 from ..rollout.process_backend import EngineChannel, serve
 from ..rollout.registry import make_pool_engine

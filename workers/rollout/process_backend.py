@@ -32,9 +32,10 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from ..policy.packed import PackedTensors
+from ..adapters.packed import PackedTensors
+from ..adapters.update import AdapterUpdate
 from ..spec import RunSpec
-from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode
+from .base import GroupRequest, GroupResult, PauseMode
 
 _CLOSE = "close"
 _START_TIMEOUT_S = 600  # loading a large model into an engine takes minutes

@@ -33,17 +33,10 @@ from typing import Any
 
 import torch
 
+from ..adapters import files as adapter_files
+from ..adapters.update import AdapterProbe, AdapterUpdate, check_probe, probe_tolerance
 from ..spec import RunSpec
-from . import adapter_files
-from .base import (
-    AdapterProbe,
-    AdapterUpdate,
-    GroupRequest,
-    GroupResult,
-    PauseMode,
-    Sample,
-    pause_mode_check,
-)
+from .base import GroupRequest, GroupResult, PauseMode, Sample, pause_mode_check
 from .eos import eos_token_ids
 from .gate import RequestGate
 
@@ -118,7 +111,7 @@ class TrtllmBackend:
         if self.pad_id is None:
             self.pad_id = self.eos_id
         self.dtype = "float32" if spec.model.dtype == "float32" else "bfloat16"
-        self.probe_atol = adapter_files.probe_tolerance(self.dtype)
+        self.probe_atol = probe_tolerance(self.dtype)
         self._llm: Any = None
         self._root = adapter_files.ram_dir("paddock-trtllm-")
         # /dev/shm outlives the process: remove the directory at exit even without close().
@@ -262,7 +255,7 @@ class TrtllmBackend:
         for out, tok in zip(outs, probe.token_ids, strict=True):
             logits = torch.as_tensor(out.outputs[0].generation_logits).float().reshape(-1)
             got.append(float(torch.log_softmax(logits, -1)[tok]))
-        return adapter_files.check_probe("trtllm", version, probe, got, self.probe_atol)
+        return check_probe("trtllm", version, probe, got, self.probe_atol)
 
     def _params(self, req: GroupRequest, max_tokens: int, seed: int) -> Any:
         p = req.params

@@ -37,17 +37,10 @@ from typing import Any
 
 import torch
 
+from ..adapters import files as adapter_files
+from ..adapters.update import AdapterUpdate, check_probe, probe_tolerance
 from ..spec import RunSpec
-from . import adapter_files
-from .base import (
-    AdapterUpdate,
-    GroupRequest,
-    GroupResult,
-    PauseMode,
-    Sample,
-    SamplingParams,
-    pause_mode_check,
-)
+from .base import GroupRequest, GroupResult, PauseMode, Sample, SamplingParams, pause_mode_check
 from .eos import eos_token_ids
 from .gate import RequestGate
 
@@ -231,7 +224,7 @@ class VllmBackend:
         # vLLM stops on the tokenizer's eos and, by default, on generation_config.json's;
         # passed explicitly, every EOS id stops a sample whatever the engine's defaults
         self.eos_ids = eos_token_ids(self.model_dir, self.tokenizer.eos_token_id)
-        self.probe_atol = adapter_files.probe_tolerance(self.dtype)
+        self.probe_atol = probe_tolerance(self.dtype)
         self._root = adapter_files.ram_dir("paddock-vllm-")
         # /dev/shm outlives the process: remove the directory at exit even without close().
         weakref.finalize(self, shutil.rmtree, self._root, True)
@@ -381,7 +374,7 @@ class VllmBackend:
         finally:
             if paused:
                 await self.engine.pause_generation(mode="keep", clear_cache=False)
-        return adapter_files.check_probe("vllm", update.version, update.probe, got, self.probe_atol)
+        return check_probe("vllm", update.version, update.probe, got, self.probe_atol)
 
     async def _check_listed(self) -> None:
         if self.lora_id not in await self.engine.list_loras():

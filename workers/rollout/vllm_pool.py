@@ -26,9 +26,10 @@ import itertools
 import shutil
 from pathlib import Path
 
+from ..adapters import files as adapter_files
+from ..adapters.update import AdapterUpdate, check_probe
 from ..spec import LoraSpec, RunSpec
-from . import adapter_files
-from .base import AdapterUpdate, PauseMode, pause_mode_check
+from .base import PauseMode, pause_mode_check
 from .pool_engine import LanePool
 from .vllm_backend import VllmBackend, _start_engine
 
@@ -59,7 +60,7 @@ class VllmLane(VllmBackend):
     async def _handshake(self, update: AdapterUpdate) -> float:
         await self._check_listed()
         got = await self._probe_logprobs(update.probe)
-        return adapter_files.check_probe(
+        return check_probe(
             f"vllm pool run {self.run_id!r}", update.version, update.probe, got, self.probe_atol
         )
 
