@@ -135,7 +135,8 @@ def _run(
         else:
             from .loop.setup import model_dir_for, run_training
 
-            backend = make_backend(spec, model_dir_for(spec))
+            guard = grants.paths if grants is not None else None
+            backend = make_backend(spec, model_dir_for(spec, guard))
             asyncio.run(
                 run_training(
                     spec,
@@ -152,17 +153,19 @@ def _run(
     return phase
 
 
-def count_prompts(spec: RunSpec) -> Prompts:
-    """The training prompts tokenized as the run will, against data.max_prompt_tokens."""
+def count_prompts(spec: RunSpec, grants: Grants | None = None) -> Prompts:
+    """The training prompts tokenized as the run will, against data.max_prompt_tokens (its
+    files read within the run's roots, under the platform)."""
+    from .adapters.lora import load_tokenizer
     from .data import load_task
     from .loop.setup import model_dir_for
-    from .policy.lora import load_tokenizer
 
+    guard = grants.paths if grants is not None else None
     prompts = Prompts(limit=spec.data.max_prompt_tokens)
     if spec.data.task == "environment":
         return prompts  # the environment makes its prompts: nothing to count here
     try:
-        task = load_task(spec.data, load_tokenizer(model_dir_for(spec)))
+        task = load_task(spec.data, load_tokenizer(model_dir_for(spec, guard)), guard=guard)
     except ValueError as exc:  # overlong_prompts: error refuses the data at its first one
         prompts.error = str(exc)
         return prompts
@@ -187,7 +190,7 @@ def preflight(
     out = Path(out)
     say = log or (lambda _: None)
     say("pre-flight: the training prompts")
-    prompts = count_prompts(spec)
+    prompts = count_prompts(spec, grants)
     sync, async_, update = Phase(), Phase(), Phase()
     if prompts.error is None and not (prompts.total and prompts.over == prompts.total):
         say(f"pre-flight: {steps} sync steps")
