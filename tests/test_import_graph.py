@@ -195,7 +195,7 @@ LAYERS = (
     # the seam's ground: standard library and pydantic only
     ("names", "spec_limits", "egress", "path_guard", "shares", "job_replies"),
     # the run spec, the ingest and websocket messages, a run's grants, JSON over HTTP
-    ("spec", "events", "live_messages", "grants", "http_json"),
+    ("spec", "events", "live_messages", "grants", "http_json", "alarms"),
     ("pool_key", "report"),  # the pool key (beside the spec), the job's reporter
     ("grpo",),  # the maths: pure tensor functions, registered by name
     ("data", "rewards", "adapters"),  # tasks, rewards, what trainer and engines share
@@ -205,6 +205,7 @@ LAYERS = (
     ("loop",),  # the one training loop, for a run alone and a pool's members
     ("pool", "distributed"),  # many runs over one base model; the Ray and torchrun executors
     ("train",),  # `train()`: a spec run in this process or on Ray
+    ("preflight",),  # the pre-flight check: short runs of a spec through train()
     ("job",),  # `python -m workers.job`: a run's job under the platform or by hand
     ("pool.job",),  # `python -m workers.pool.job`: a pool's job (a member bootstraps as a run)
 )
@@ -217,6 +218,8 @@ WORKERS_LAZY_IMPORTS = {
     "(a torchrun host has none)",
     ("job.py", "workers.train"): "the job's bootstrap (which pool/job.py and the platform's "
     "tests import) without the training stack",
+    ("job.py", "workers.preflight"): "the job's bootstrap without the training stack (a "
+    "pre-flight run's job checks the spec through it)",
 }
 
 

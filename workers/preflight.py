@@ -30,11 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .adapters.lora import load_tokenizer
 from .alarms import LIMITS, Limits
+from .data import load_task
 from .events import PreflightCheck, PreflightEvent, SamplesEvent
 from .grants import Grants
+from .loop.setup import model_dir_for, run_training
 from .rollout.base import RolloutBackend
 from .spec import RunSpec, parse_spec
+from .train import train
 
 STEPS = 3  # steps of the sync and async runs
 UPDATE_STEPS = 2  # the deliberate update's run: the update, then the step that checks it
@@ -122,8 +126,6 @@ def _run(
     verdict says what failed."""
     try:
         if make_backend is None:
-            from .train import train
-
             train(
                 spec,
                 out_dir=out,
@@ -133,8 +135,6 @@ def _run(
                 grants=grants,
             )
         else:
-            from .loop.setup import model_dir_for, run_training
-
             guard = grants.paths if grants is not None else None
             backend = make_backend(spec, model_dir_for(spec, guard))
             asyncio.run(
@@ -156,10 +156,6 @@ def _run(
 def count_prompts(spec: RunSpec, grants: Grants | None = None) -> Prompts:
     """The training prompts tokenized as the run will, against data.max_prompt_tokens (its
     files read within the run's roots, under the platform)."""
-    from .adapters.lora import load_tokenizer
-    from .data import load_task
-    from .loop.setup import model_dir_for
-
     guard = grants.paths if grants is not None else None
     prompts = Prompts(limit=spec.data.max_prompt_tokens)
     if spec.data.task == "environment":
