@@ -70,14 +70,15 @@ def _trailing(points: list[Point], w: int, stat: Callable[[list[float]], float])
     return out
 
 
-def _streak(points: list[Point], holds: Callable[[float], bool]) -> tuple[int | None, int]:
-    """(first step, length) of the run of points up to the latest for which `holds`."""
+def _held_since(points: list[Point], holds: Callable[[float], bool], lim: Limits) -> int | None:
+    """The first step of the run of points up to the latest for which `holds`, when it is
+    at least `lim.persist` long; None otherwise."""
     n = 0
     for _, v in reversed(points):
         if not holds(v):
             break
         n += 1
-    return (points[-n][0] if n else None), n
+    return points[-n][0] if n >= lim.persist else None
 
 
 def _pct(x: float) -> str:
@@ -107,8 +108,8 @@ def entropy_collapse(s: Mapping[str, Series], lim: Limits) -> Finding | None:
     if base <= 1e-9:
         return None
     smooth = _trailing(pts, lim.window, statistics.median)
-    since, n = _streak(smooth, lambda v: v < lim.entropy_floor * base)
-    if since is None or n < lim.persist:
+    since = _held_since(smooth, lambda v: v < lim.entropy_floor * base, lim)
+    if since is None:
         return None
     now = smooth[-1][1]
     return Finding("entropy_collapse", since, now,
@@ -124,8 +125,8 @@ def kl_drift(s: Mapping[str, Series], lim: Limits) -> Finding | None:
     if len(pts) < lim.window + lim.persist:
         return None
     smooth = _trailing(pts, lim.window, statistics.median)
-    since, n = _streak(smooth, lambda v: v > lim.kl_limit)
-    if since is None or n < lim.persist:
+    since = _held_since(smooth, lambda v: v > lim.kl_limit, lim)
+    if since is None:
         return None
     now, first = smooth[-1][1], smooth[0][1]
     return Finding("kl_drift", since, now,
@@ -145,8 +146,8 @@ def prob_error_drift(s: Mapping[str, Series], lim: Limits) -> Finding | None:
         if len(pts) < lim.window + lim.persist:
             continue
         smooth = _trailing(pts, lim.window, statistics.median)
-        since, n = _streak(smooth, lambda v, limit=limit: v > limit)
-        if since is None or n < lim.persist or (worst and worst.since_step <= since):
+        since = _held_since(smooth, lambda v, limit=limit: v > limit, lim)
+        if since is None or (worst and worst.since_step <= since):
             continue
         now = smooth[-1][1]
         worst = Finding("prob_error_drift", since, now,
@@ -172,8 +173,8 @@ def reward_collapse(s: Mapping[str, Series], lim: Limits) -> Finding | None:
     if gain <= noise:
         return None
     floor = peak - max(lim.reward_lost * gain, noise)
-    since, n = _streak(smooth[peak_i + 1 :], lambda v: v < floor)
-    if since is None or n < lim.persist:
+    since = _held_since(smooth[peak_i + 1 :], lambda v: v < floor, lim)
+    if since is None:
         return None
     now = smooth[-1][1]
     return Finding("reward_collapse", since, now,
@@ -214,8 +215,8 @@ def lora_rank_collapse(s: Mapping[str, Series], lim: Limits) -> Finding | None:
     peak_step, peak = max(smooth, key=lambda p: p[1])
     if peak < lim.rank_min_peak:
         return None
-    since, n = _streak(smooth, lambda v: v < lim.rank_floor * peak)
-    if since is None or n < lim.persist:
+    since = _held_since(smooth, lambda v: v < lim.rank_floor * peak, lim)
+    if since is None:
         return None
     now = smooth[-1][1]
     return Finding("lora_rank_collapse", since, now,
@@ -232,8 +233,8 @@ def zero_variance_groups(s: Mapping[str, Series], lim: Limits) -> Finding | None
     if len(pts) < lim.window + lim.persist or _solved(s, lim):
         return None
     smooth = _trailing(pts, lim.window, statistics.fmean)
-    since, n = _streak(smooth, lambda v: v >= lim.zero_variance)
-    if since is None or n < lim.persist:
+    since = _held_since(smooth, lambda v: v >= lim.zero_variance, lim)
+    if since is None:
         return None
     now = smooth[-1][1]
     reward = _finite(s.get("reward/mean"))
