@@ -22,6 +22,8 @@ from .experiments import (
     ExperimentUpdateSerializer,
     LaunchSerializer,
     PlannedRunSerializer,
+    SpecDiffAnswerSerializer,
+    SpecDiffSerializer,
     SpecImportSerializer,
     TagsField,
     ValidationReportSerializer,
