@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import torch
+
 from ..adapters.update import AdapterUpdate, adapter_probe
 from ..policy import LoraPolicy, TrainSample, collate
 from ..policy.adapter import Adapter
@@ -60,3 +62,21 @@ class LocalExecutor:
 
     async def load(self, src: Path) -> None:
         load_trainer(src, self.policy, self.adapter)
+
+
+class StreamExecutor(LocalExecutor):
+    """The in-process executor, its train steps issued on `stream`. Each step waits for its
+    kernels before it returns, so that the adapter the driver then publishes (copied on
+    the default stream) is the stepped one."""
+
+    def __init__(self, policy: LoraPolicy, stream: torch.cuda.Stream | None):
+        super().__init__(policy)
+        self.stream = stream
+
+    def _train_step(self, batch: TrainBatch) -> dict[str, float]:
+        if self.stream is None:
+            return super()._train_step(batch)
+        with torch.cuda.stream(self.stream):
+            out = super()._train_step(batch)
+        self.stream.synchronize()
+        return out

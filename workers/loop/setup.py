@@ -12,6 +12,7 @@ from ..data import load_task
 from ..envs import ChatRenderer, EpisodeLimits, format_for_template
 from ..envs.base import Environment
 from ..envs.registry import make_environment
+from ..gpu_share import open_share, share_for, warm_before_overlap
 from ..grants import Grants
 from ..models import tiny_model_dir
 from ..path_guard import PathGuard
@@ -19,13 +20,14 @@ from ..policy import LoraPolicy
 from ..rewards import make_scorer
 from ..rollout import RolloutBackend, SamplingParams, make_backend
 from ..rollout.eos import eos_token_ids
+from ..rollout.process_backend import ProcessBackend
 from ..spec import RunSpec
 from .buffer import TrajectoryBuffer
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
-from .gpu_share import StreamExecutor, open_share, share_for, warm_before_overlap
+from .executor import StreamExecutor
 from .mirrors import open_mirrors
 from .rollout_context import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
@@ -166,7 +168,7 @@ async def _run_training(
         own = (env.name, *made)
     task = load_task(spec.data, tokenizer, own, grants.paths)
     trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
-    # async with trainer and torch engine on one GPU: each side its stream (gpu_share.py)
+    # async with trainer and torch engine on one GPU: each side its stream (workers/gpu_share.py)
     own = executor is None and backend is None
     plan = share_for(spec, trainer_device, engine_device) if own else None
     share = open_share(plan, trainer_device) if plan is not None else None
@@ -175,8 +177,6 @@ async def _run_training(
         LoraPolicy(spec, model_dir, trainer_device), trainer_stream
     )
     if backend is None and spec.resources.engine_process:
-        from ..rollout.process_backend import ProcessBackend
-
         backend = ProcessBackend(spec, model_dir, engine_device)
     backend = backend or make_backend(spec, model_dir, device=engine_device)
     if share is not None:
@@ -230,7 +230,7 @@ async def _run_training(
     try:
         if src is not None:
             emitter.log(f"resumed from {src} at step {state.step}")
-        # compiled graphs made before trainer and engine run in two threads (gpu_share.py)
+        # compiled graphs made before trainer and engine run in two threads (workers/gpu_share.py)
         if own and warm_before_overlap(spec, executor.policy, backend, share):
             emitter.log("compile: trainer and engine graphs compiled before they overlap")
         return await driver.run()

@@ -34,8 +34,9 @@ import torch.multiprocessing as mp
 
 from ..adapters.packed import PackedTensors
 from ..adapters.update import AdapterUpdate
-from ..spec import RunSpec
+from ..spec import RunSpec, parse_spec
 from .base import GroupRequest, GroupResult, PauseMode
+from .registry import make_backend
 
 _CLOSE = "close"
 _START_TIMEOUT_S = 600  # loading a large model into an engine takes minutes
@@ -212,9 +213,6 @@ def _packed(args: tuple) -> tuple:
 
 def _serve(conn, spec_data: dict, model_dir: str, device: torch.device | None) -> None:
     def build():
-        from ..spec import parse_spec
-        from .registry import make_backend
-
         spec = parse_spec(spec_data)
         if spec.train.threads:
             torch.set_num_threads(spec.train.threads)

@@ -112,7 +112,7 @@ class TorchEngine:
 
     def use_stream(self, stream: torch.cuda.Stream) -> None:
         """Decode and load adapters on `stream` instead of the engine's own (one that shares
-        the GPU with the trainer on a plan: workers/loop/gpu_share.py). Before generating."""
+        the GPU with the trainer on a plan: workers/gpu_share.py). Before generating."""
         self._stream = stream
 
     def text(self, token_ids: list[int]) -> str:
