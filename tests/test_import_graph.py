@@ -25,6 +25,7 @@ SEAM = {
     "workers.pool_key": "the pool key, which dispatch packs pooled runs by",
     "workers.job_replies": "the job doors' answers: run and pool bootstrap, pool members",
     "workers.live_messages": "the websocket's messages, which live/ builds (and the TS types)",
+    "workers.alarms": "the alarm rules over metric series, which experiments/alarms.py applies",
     "workers.egress": "the egress policy: a launch checks a spec's URLs with it, dispatch "
     "hands it to jobs",
     "workers.path_guard": "the path guard: launch, ingest and downloads read paths as jobs do",
@@ -102,6 +103,7 @@ HEAVY_ARROW = "heavy: only Parquet needs pyarrow"
 SANS_IO = "optional: only under uvicorn's sans-I/O websockets"
 LAZY_IMPORTS = {
     ("api/apps.py", "paddock.api"): READY,
+    ("experiments/apps.py", "paddock.experiments"): READY,
     ("clusters/apps.py", "paddock.clusters.subscribers"): READY,
     ("sweeps/apps.py", "paddock.sweeps.subscribers"): READY,
     ("live/apps.py", "paddock.live.subscribers"): READY,
@@ -114,6 +116,7 @@ LAZY_IMPORTS = {
     ("monitoring/metrics.py", "django.db.models"): AT_SCRAPE,
     ("monitoring/metrics.py", "paddock.experiments.models"): AT_SCRAPE,
     ("monitoring/metrics.py", "redis"): AT_SCRAPE,
+    ("monitoring/metrics.py", "paddock.experiments.alarms"): AT_SCRAPE,
     ("monitoring/metrics.py", "django.conf"): AT_SCRAPE,
     ("monitoring/metrics.py", "django.utils"): AT_SCRAPE,
     ("ops/doctor.py", "django"): "`paddock doctor` is a command-line entry: it sets Django up",
@@ -192,7 +195,7 @@ LAYERS = (
     # the seam's ground: standard library and pydantic only
     ("names", "spec_limits", "egress", "path_guard", "shares", "job_replies"),
     # the run spec, the ingest and websocket messages, a run's grants, JSON over HTTP
-    ("spec", "events", "live_messages", "grants", "http_json"),
+    ("spec", "events", "live_messages", "grants", "http_json", "alarms"),
     ("pool_key", "report"),  # the pool key (beside the spec), the job's reporter
     ("grpo",),  # the maths: pure tensor functions, registered by name
     ("data", "rewards", "adapters"),  # tasks, rewards, what trainer and engines share
@@ -202,6 +205,7 @@ LAYERS = (
     ("loop",),  # the one training loop, for a run alone and a pool's members
     ("pool", "distributed"),  # many runs over one base model; the Ray and torchrun executors
     ("train",),  # `train()`: a spec run in this process or on Ray
+    ("preflight",),  # the pre-flight check: short runs of a spec through train()
     ("job",),  # `python -m workers.job`: a run's job under the platform or by hand
     ("pool.job",),  # `python -m workers.pool.job`: a pool's job (a member bootstraps as a run)
 )
@@ -214,6 +218,8 @@ WORKERS_LAZY_IMPORTS = {
     "(a torchrun host has none)",
     ("job.py", "workers.train"): "the job's bootstrap (which pool/job.py and the platform's "
     "tests import) without the training stack",
+    ("job.py", "workers.preflight"): "the job's bootstrap without the training stack (a "
+    "pre-flight run's job checks the spec through it)",
 }
 
 
