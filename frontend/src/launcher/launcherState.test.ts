@@ -84,7 +84,7 @@ describe("launchBody", () => {
       team: 3, spec: s.spec, name: "untitled", description: "", seeds: 2, backends: ["torch"], tags: ["a", "b"],
       cluster: 9, validate_only: false, preflight: "off" } });
     // the pre-flight box asks for the check first
-    expect(launchBody(run(s, { type: "preflight", value: true }), 3, 9, null).body).toMatchObject({ preflight: "first" });
+    expect(launchBody(run(s, { type: "preflight", value: true }), 3, 9, null)?.body).toMatchObject({ preflight: "first" });
   });
 
   it("sends a clone as its source config with the edits of the server's diff, once it is in", () => {
