@@ -242,7 +242,7 @@ def _loads(name: str, path: Path, node: ast.AST, modules: dict) -> set[str]:
         parts = module.split(".")
         if parts[0] != "workers":
             continue
-        while ".".join(parts) not in modules:  # `import workers.a.b as x` of a module a.b
+        while parts and ".".join(parts) not in modules:  # no such module: its package's
             parts.pop()
         for i in range(2, len(parts) + 1):
             it = ".".join(parts[:i])
