@@ -157,7 +157,7 @@ async def generating(engine, reqs, monkeypatch) -> tuple[asyncio.Task, Callable[
     elif engine.name == "vllm":
         made = lambda: _now(engine.tokens_streamed)  # noqa: E731
     else:  # the stand-in decodes on this event loop
-        made = lambda: _now(sum(engine._llm.tokens_out.values()))  # noqa: E731
+        made = lambda: _now(sum(engine.engine.llm.tokens_out.values()))  # noqa: E731
     start = await made()
     task = asyncio.create_task(engine.generate(reqs))
     await until(made, start + 1)
