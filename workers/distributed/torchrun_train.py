@@ -8,7 +8,7 @@ its own GPU. Rank 0 runs the driver, the same `run_training` as `paddock train`,
 `CollectiveExecutor`: each executor call (train_step, adapter_update, save, load) is first
 broadcast with its arguments, and the other ranks, waiting in `follow`, make the same call,
 so the collectives inside meet. The engines are `resources.rollout_replicas` child
-processes (`ProcessBackend`) on the GPUs after the trainer's, or on the trainer's own where
+processes (`EngineProcess`) on the GPUs after the trainer's, or on the trainer's own where
 none is left over (`engine_devices`), behind one `ReplicaSet` (on a host without GPUs, on
 the CPU: how the tests run it).
 """
@@ -27,7 +27,7 @@ from ..loop.executor import LocalExecutor
 from ..loop.setup import model_dir_for, run_training
 from ..policy import LoraPolicy, TrainSample
 from ..rollout.base import AdapterUpdate, RolloutBackend
-from ..rollout.process_backend import ProcessBackend
+from ..rollout.engine_process import EngineProcess
 from ..rollout.replicas import ReplicaSet
 from ..spec import RunSpec
 from ..train import resolve_spec
@@ -96,7 +96,7 @@ def engine_devices(spec: RunSpec, world: int, gpus: int) -> list[torch.device]:
 
 def make_engines(spec: RunSpec, model_dir: Path, world: int) -> RolloutBackend:
     devices = engine_devices(spec, world, torch.cuda.device_count())
-    engines = [ProcessBackend(spec, model_dir, device) for device in devices]
+    engines = [EngineProcess(spec, model_dir, device) for device in devices]
     return engines[0] if len(engines) == 1 else ReplicaSet(engines)
 
 

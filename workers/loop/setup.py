@@ -176,9 +176,9 @@ async def _run_training(
         LoraPolicy(spec, model_dir, trainer_device), trainer_stream
     )
     if backend is None and spec.resources.engine_process:
-        from ..rollout.process_backend import ProcessBackend
+        from ..rollout.engine_process import EngineProcess
 
-        backend = ProcessBackend(spec, model_dir, engine_device)
+        backend = EngineProcess(spec, model_dir, engine_device)
     backend = backend or make_backend(spec, model_dir, device=engine_device)
     if share is not None:
         backend.use_stream(share.engine)
