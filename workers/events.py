@@ -101,9 +101,10 @@ class CheckpointEvent(_Strict):
 
 class SamplesEvent(_Strict):
     """A few of a step's samples for the inspector. The browser reads `prompt`,
-    `completion`, `answer`, `reward`, `advantage`, `adapter_version`, `terms` and `details`
-    of each item; the items stay free-form objects, since a prompt may be a string or chat
-    messages and an answer whatever the dataset's column holds."""
+    `completion`, `answer`, `reward`, `advantage`, `adapter_version`, `terms`, `details` and
+    an episode's `turns` (envs/metrics.py) of each item; the items stay free-form objects,
+    since a prompt may be a string or chat messages and an answer whatever the dataset's
+    column holds."""
 
     type: Literal["samples"] = "samples"
     step: int = Field(ge=0)

@@ -1,5 +1,6 @@
 """Print frontend/src/api/names.gen.ts: the names of workers/names.py as TypeScript constants
-and unions, so the browser's lists of backends and run states are the ones both halves use.
+and unions, so the browser's lists of backends, run states and episode metrics are the ones
+both halves use.
 Run by frontend/scripts/api-types.sh (which also checks that the committed file is current).
 """
 
@@ -19,6 +20,7 @@ EXPORTS = {
     "RUN_STATES": (names.RUN_STATES, "RunState"),
     "TERMINAL_RUN_STATES": (names.TERMINAL_RUN_STATES, "TerminalRunState"),
     "DESIRED_STATES": (names.DESIRED_STATES, "DesiredState"),
+    "EPISODE_METRICS": (names.EPISODE_METRICS, "EpisodeMetric"),
 }
 
 

@@ -16,6 +16,7 @@ django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from paddock.api.fast_reads import fast_read  # noqa: E402
+from paddock.http.body_limits import body_capped  # noqa: E402
 from paddock.http.lanes import LanedASGIHandler, switch_interval  # noqa: E402
 from paddock.live.handshake import (  # noqa: E402
     origin_policy,
@@ -34,7 +35,7 @@ django_asgi_app = LanedASGIHandler(fast=fast_read)
 
 application = ProtocolTypeRouter(
     {
-        "http": ingest_router(django_asgi_app),
+        "http": ingest_router(body_capped(django_asgi_app)),
         # live/handshake.py: the request policy, unknown paths refused, the Origin rule,
         # then the session
         "websocket": request_policy(

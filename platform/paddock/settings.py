@@ -40,6 +40,13 @@ PADDOCK_EGRESS = EgressPolicy.from_env()
 PADDOCK_CLUSTER_NETWORKS = cidrs_from(
     "PADDOCK_CLUSTER_NETWORKS", os.environ.get("PADDOCK_CLUSTER_NETWORKS", "")
 )
+# every user's quota over all their teams (teams/models.py UserQuota; staff change one user's
+# in the admin): creating teams does not multiply what a user may run
+PADDOCK_USER_MAX_CONCURRENT_RUNS = int(os.environ.get("PADDOCK_USER_MAX_CONCURRENT_RUNS", "8"))
+PADDOCK_USER_MAX_GPUS = float(os.environ.get("PADDOCK_USER_MAX_GPUS", "16"))
+PADDOCK_USER_MAX_QUEUED_RUNS = int(os.environ.get("PADDOCK_USER_MAX_QUEUED_RUNS", "100"))
+# the largest dataset upload: refused while it arrives, never read into memory
+PADDOCK_MAX_DATASET_BYTES = int(os.environ.get("PADDOCK_MAX_DATASET_BYTES", str(256 * 2**20)))
 # the operator's spec limits (workers/spec.py reads the variable itself); handed to every job
 PADDOCK_SPEC_LIMITS = os.environ.get("PADDOCK_SPEC_LIMITS", "")
 # a finished run's ingest token still acknowledges a retried batch for this long, then dies

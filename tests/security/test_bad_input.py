@@ -175,15 +175,14 @@ def test_every_session_write_needs_the_csrf_token(world, launched):
 
 @pytest.mark.django_db
 def test_an_oversized_or_malformed_upload_is_refused_and_stores_nothing(
-    world, client_as, settings, tmp_path, monkeypatch
+    world, client_as, settings, tmp_path
 ):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from paddock.experiments import artifacts
     from paddock.experiments.models import Dataset
 
     settings.PADDOCK_ARTIFACTS_URI = (tmp_path / "artifacts").as_uri()
-    monkeypatch.setattr(artifacts, "MAX_DATASET_BYTES", 1024)  # the real limit is 256 MiB
+    settings.PADDOCK_MAX_DATASET_BYTES = 1024  # the real limit is 256 MiB
     client = client_as(world.users_a[Role.MEMBER])
     row = b'{"prompt": "1+1", "answer": "2"}\n'
     for data, field in ((row * 64, "file"), (b"\xff\xfe not json\n", "file"),

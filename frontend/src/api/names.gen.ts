@@ -24,3 +24,14 @@ export type TerminalRunState = (typeof TERMINAL_RUN_STATES)[number];
 
 export const DESIRED_STATES = ["running", "paused", "aborted"] as const;
 export type DesiredState = (typeof DESIRED_STATES)[number];
+
+export const EPISODE_METRICS = [
+  "episode/turns_mean",
+  "episode/tool_calls",
+  "episode/tool_errors",
+  "episode/env_s",
+  "episode/env_share",
+  "episode/truncated_frac",
+  "episode/failed",
+] as const;
+export type EpisodeMetric = (typeof EPISODE_METRICS)[number];

@@ -727,7 +727,8 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
-            environments?: unknown;
+            /** @description the multi-turn environments a run there may name (env.name): the built-ins and those the cluster advertises */
+            readonly environments: string[];
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;
@@ -740,7 +741,8 @@ export interface components {
             labels?: unknown;
             capacity?: unknown;
             backends?: unknown;
-            environments?: unknown;
+            /** @description the multi-turn environments a run there may name (env.name): the built-ins and those the cluster advertises */
+            readonly environments: string[];
             healthy?: boolean;
             /** Format: date-time */
             last_seen_at?: string | null;

@@ -16,7 +16,8 @@ export type Role = Schemas["RoleEnum"];
 // The unions come from the OpenAPI schema; the lists of names from workers/names.py
 // (names.gen.ts), where the server's choices come from too.
 export type Backend = Schemas["BackendEnum"];
-export { BACKENDS, RUN_STATES, TERMINAL_RUN_STATES } from "./names.gen";
+export { BACKENDS, EPISODE_METRICS, RUN_STATES, TERMINAL_RUN_STATES } from "./names.gen";
+export type { EpisodeMetric } from "./names.gen";
 
 export type RunState = Schemas["StateEnum"];
 export type DesiredState = Schemas["DesiredStateEnum"];
@@ -73,6 +74,28 @@ export interface Sample {
   terms?: Record<string, number>;
   /** what each term saw: extracted answer, parsed gold, token count... */
   details?: Record<string, Record<string, unknown>>;
+  /** a multi-turn episode, turn by turn (workers/envs/metrics.py `episode_turns`); absent
+   * for a one-turn sample. `completion` is then the last model turn's text. */
+  turns?: EpisodeTurn[];
+}
+
+/** One entry of an episode: a model turn, or one message of the environment's answer
+ * (`tool`, `user`, `env`). An answer of several messages carries its token count on its
+ * first message (the others have 0); a failed episode ends with an `env` note that has
+ * none. */
+export interface EpisodeTurn {
+  role: string;
+  text: string;
+  /** tokens it put in the episode; absent on a failure note */
+  tokens?: number;
+  /** out of the loss: every environment token, and a failed episode's model turns */
+  masked: boolean;
+  /** a model turn's oldest adapter version, and every version its tokens came from (an
+   * update in mid-turn under weight_update: continue) */
+  adapter_version?: number;
+  adapter_versions?: number[];
+  /** a tool message's tool */
+  name?: string | null;
 }
 
 /** JSON fields the schema sees as `unknown`: their shapes are the model's. */

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { panelChart, RUN_PANELS, runPanelGroups, type ViewOptions } from "./panels";
+import { EPISODE_METRICS } from "../api/types";
+import { EPISODE_PANELS, panelChart, RUN_PANELS, runPanelGroups, type ViewOptions } from "./panels";
 import { panelReason, specValue } from "./panelReasons";
 import type { Series } from "./series";
 
@@ -37,6 +38,23 @@ describe("runPanelGroups", () => {
     const titles = runPanelGroups(["kl", "loss/total", "token_mult_prob_error", "x", "other/x"])
       .flatMap((g) => g.panels.map((p) => p.title));
     expect(new Set(titles).size).toBe(titles.length);
+  });
+  it("draws an environment run's episode metrics in their own titled panels, each name once", () => {
+    const keys = [...EPISODE_METRICS, "episode/new_counter", "reward/mean", "time/step_s"];
+    const groups = runPanelGroups(keys);
+    expect(groups.map((g) => g.title)).toEqual(["", "episode"]);
+    const episode = groups[1].panels;
+    expect(episode.map((p) => p.title)).toEqual([...EPISODE_PANELS.map((p) => p.title), "episode/new_counter"]);
+    // every name workers/names.py defines is drawn, exactly once
+    const drawn = episode.flatMap((p) => p.keys);
+    for (const key of EPISODE_METRICS) expect(drawn.filter((k) => k === key)).toHaveLength(1);
+    expect(drawn).toHaveLength(EPISODE_METRICS.length + 1);
+  });
+  it("leaves out a family's panels whose keys the run does not report, and the family without any", () => {
+    const groups = runPanelGroups(["episode/tool_errors", "episode/failed"]);
+    expect(groups[1].panels.map((p) => [p.title, p.keys])).toEqual([
+      ["Tool calls", ["episode/tool_calls", "episode/tool_errors"]], ["Failed episodes", ["episode/failed"]]]);
+    expect(runPanelGroups(["reward/mean", "loss/total"]).map((g) => g.title)).toEqual(["", "loss"]);
   });
   it("allows a log scale on durations and rates only", () => {
     const panels = runPanelGroups(["time/cpu_s", "loss/total"]).slice(1).flatMap((g) => g.panels);

@@ -1,7 +1,8 @@
 // Which metrics the run page draws, and how a panel's series become uPlot data: x-axis
 // choice, EMA smoothing with the raw line as a faint shadow, log scale. The curated panels
-// come first; every other stored key gets a panel of its own, grouped by prefix.
-import type { XAxis } from "../api/types";
+// come first; every other stored key gets a panel of its own, grouped by prefix, except a
+// family's (episode/*), whose prefix group draws its own titled panels.
+import type { EpisodeMetric, XAxis } from "../api/types";
 import type { ChartProps, ChartSeries } from "./chartTypes";
 import { colorAt } from "./palette";
 import { panelReason } from "./panelReasons";
@@ -32,6 +33,22 @@ export const RUN_PANELS: PanelSpec[] = [
   { title: "gen_kl_error", keys: ["gen_kl_error"], logOk: true },
 ];
 
+/** A run with an environment (docs/environments.md#metrics): its episodes' turns, tool
+ * calls, time in the environment, and the episodes cut short or failed. Every name of
+ * workers/names.py's EPISODE_METRICS is in one panel (panels.test.ts). */
+export const EPISODE_PANELS: (PanelSpec & { keys: EpisodeMetric[] })[] = [
+  { title: "Turns per episode", keys: ["episode/turns_mean"] },
+  { title: "Tool calls", keys: ["episode/tool_calls", "episode/tool_errors"] },
+  { title: "Environment time (s)", keys: ["episode/env_s"], logOk: true },
+  { title: "Environment share of an episode", keys: ["episode/env_share"] },
+  { title: "Truncated episodes (fraction)", keys: ["episode/truncated_frac"] },
+  { title: "Failed episodes", keys: ["episode/failed"] },
+];
+
+/** The titled panels of a metric family, by prefix: drawn, in this order, in that prefix's
+ * group when the run reports any of their keys; the family's other keys get a panel each. */
+export const FAMILY_PANELS: Record<string, PanelSpec[]> = { episode: EPISODE_PANELS };
+
 export interface PanelGroup {
   /** "" for the curated panels, else the keys' prefix ("reward", "time") or "other" */
   title: string;
@@ -43,7 +60,8 @@ const LOG_PREFIXES = new Set(["time", "throughput"]);
 
 /** The run page's panels: the curated ones, then one panel for each other key in `keys`,
  * grouped by the part before the first "/" (keys without one go under "other", last),
- * groups and keys in alphabetical order. */
+ * groups and keys in alphabetical order; a family's group (FAMILY_PANELS) starts with its
+ * titled panels that have a key in `keys`. */
 export function runPanelGroups(keys: Iterable<string>): PanelGroup[] {
   const curated = new Set(RUN_PANELS.flatMap((p) => p.keys));
   const byPrefix = new Map<string, string[]>();
@@ -57,10 +75,16 @@ export function runPanelGroups(keys: Iterable<string>): PanelGroup[] {
     a === "other" ? 1 : b === "other" ? -1 : a.localeCompare(b));
   return [
     { title: "", panels: RUN_PANELS },
-    ...prefixes.map((prefix) => ({
-      title: prefix,
-      panels: byPrefix.get(prefix)!.sort().map((key) => ({ title: key, keys: [key], logOk: LOG_PREFIXES.has(prefix) })),
-    })),
+    ...prefixes.map((prefix) => {
+      const present = byPrefix.get(prefix)!;
+      const family = (FAMILY_PANELS[prefix] ?? []).filter((p) => p.keys.some((k) => present.includes(k)));
+      const titled = new Set(family.flatMap((p) => p.keys));
+      return {
+        title: prefix,
+        panels: [...family, ...present.filter((key) => !titled.has(key)).sort()
+          .map((key) => ({ title: key, keys: [key], logOk: LOG_PREFIXES.has(prefix) }))],
+      };
+    }),
   ];
 }
 

@@ -1,9 +1,10 @@
-// The launcher: a RunSpec from the generated form or as YAML, the backends the chosen
-// cluster advertises, a number of seeds (one run per backend × seed), checked by the
-// server's validate_only as you edit; or a clone of an earlier run's experiment, with the
-// diff against its config shown before launch; or a sweep over the spec's keys (its section,
-// sweeps/SweepSection.tsx), launched onto its page. The form's state is one reducer
-// (launcherState.ts); the check and the launch are a query and a mutation.
+// The launcher: a RunSpec from the generated form or as YAML, the backends and the
+// environments the chosen cluster advertises, a number of seeds (one run per backend ×
+// seed), checked by the server's validate_only as you edit; or a clone of an earlier run's
+// experiment, with the diff against its config shown before launch; or a sweep over the
+// spec's keys (its section, sweeps/SweepSection.tsx), launched onto its page. The form's
+// state is one reducer (launcherState.ts); the check and the launch are a query and a
+// mutation.
 import { useMutation } from "@tanstack/react-query";
 import { useEffect, useMemo, useReducer, useState } from "react";
 import { Link, useNavigate, useSearchParams } from "react-router";
@@ -21,9 +22,15 @@ import { ImportPanel, ImportReport } from "./ImportPanel";
 import { importedSpec, launchBody, launcherReducer, startFrom, type CloneSource, type LauncherState, type Spec } from "./launcherState";
 import { defaultsOf, type JsonSchema } from "./schema";
 import { specChanges } from "./specEdits";
-import { SpecForm } from "./SpecForm";
+import { SpecForm, type GroupControl } from "./SpecForm";
+import { EnvironmentPicker } from "./EnvironmentPicker";
+import { envSchema, offeredEnvironments, withEnvironment } from "./environments";
 import { SweepSection } from "../sweeps/SweepSection";
 import { newDraft, sweepRequest, type SweepDraft } from "../sweeps/sweepDraft";
+
+// what the environment picker sets: env itself (none or one), its name, and its server
+// section's presence (http's alone; once there, its keys are fields: env.server.url…)
+const ENV_OWNED = ["env", "env.name", "env.server"];
 
 function focusField(path: string): void {
   const input = document.querySelector<HTMLElement>(`[data-field="${CSS.escape(path)}"] input, [data-field="${CSS.escape(path)}"] select`);
@@ -131,6 +138,13 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
   const runCount = backends.length * seeds;
   const valid = report?.valid === true && !yamlError && backends.length > 0 && (!sweepDraft || !!sweep?.body);
   const setSpec = (next: Spec) => dispatch({ type: "spec", spec: next });
+  // env.name from the environments the cluster offers, which also decides whether env has a
+  // server (http's); the rest of env as typed fields
+  const environments = offeredEnvironments(healthy, cluster);
+  const envName = typeof (spec.env as Spec | null)?.name === "string" ? (spec.env as Spec).name as string : null;
+  const envControls: Record<string, GroupControl> = envSchema(schema) ? { env: { paths: ENV_OWNED, node: (
+    <EnvironmentPicker offered={environments} current={envName} cluster={cluster} error={serverErrors.get("env.name")}
+      onPick={(name) => setSpec(withEnvironment(schema, spec, name))} />) } } : {};
 
   return (
     <div className="launcher">
@@ -184,7 +198,7 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
             <ImportPanel teamId={team.id}
               onImported={(result) => dispatch({ type: "imported", spec: importedSpec(schema, result.spec), result })} />
           ) : mode === "form" ? (
-            <SpecForm schema={schema} spec={spec} onChange={setSpec} serverErrors={serverErrors} />
+            <SpecForm schema={schema} spec={spec} onChange={setSpec} serverErrors={serverErrors} controls={envControls} />
           ) : (
             <div className="yaml-editor">
               <textarea value={yamlText} spellCheck={false} onChange={(e) => dispatch({ type: "yaml", text: e.target.value })} aria-label="Config as YAML" rows={30} />

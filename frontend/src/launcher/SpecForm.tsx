@@ -1,15 +1,17 @@
 // A form generated from the RunSpec JSON Schema: one fieldset per group, every field with its
 // default, its description, and its error inline (from the schema's bounds as you type, and
 // from the server's validate_only).
-import { useMemo, useState } from "react";
+import { useMemo, useState, type ReactNode } from "react";
 import {
   checkField, getPath, GROUPS, groupOf, resolve, sectionFields, setPath, unionMember, type Field, type JsonSchema,
 } from "./schema";
 
 type Spec = Record<string, unknown>;
 
-/** Every field of the spec; the rollout section follows the chosen backend's member. */
-export function specFields(schema: JsonSchema, spec: Spec): Field[] {
+/** Every field of the spec; the rollout section follows the chosen backend's member; the
+ * optional sections of `expand` (paths) are their fields while set. */
+export function specFields(schema: JsonSchema, spec: Spec, expandPaths: ReadonlySet<string> = new Set()): Field[] {
+  const expand = { spec, paths: expandPaths };
   const out: Field[] = [];
   for (const [section, raw] of Object.entries(schema.properties ?? {})) {
     const node = resolve(schema, raw);
@@ -17,9 +19,9 @@ export function specFields(schema: JsonSchema, spec: Spec): Field[] {
       const member = unionMember(schema, node, getPath(spec, `${section}.${node.discriminator.propertyName}`));
       if (member) out.push(...sectionFields(schema, member, section).filter((f) => !f.readOnly));
     } else if (node.type === "object" || node.properties) {
-      out.push(...sectionFields(schema, node, section));
+      out.push(...sectionFields(schema, node, section, expand));
     } else {
-      out.push(...sectionFields(schema, { type: "object", properties: { [section]: raw } }, ""));
+      out.push(...sectionFields(schema, { type: "object", properties: { [section]: raw } }, "", expand));
     }
   }
   return out;
@@ -98,10 +100,21 @@ function subsections(fields: Field[]): [string, Field[]][] {
   return entries.map(([section, list]) => [section || "general", list]);
 }
 
-export function SpecForm({ schema, spec, onChange, serverErrors }: {
+/** A group's own control, above its fields, for what the schema alone cannot offer (the
+ * environments of the chosen cluster); the paths it edits are not drawn as fields, and an
+ * optional section among them is drawn as its keys while set. */
+export interface GroupControl { node: ReactNode; paths: string[] }
+
+export function SpecForm({ schema, spec, onChange, serverErrors, controls = {} }: {
   schema: JsonSchema; spec: Spec; onChange: (spec: Spec) => void; serverErrors: Map<string, string>;
+  /** by group id */
+  controls?: Record<string, GroupControl>;
 }) {
-  const fields = useMemo(() => specFields(schema, spec), [schema, spec]);
+  const fields = useMemo(() => {
+    // a control's optional sections are drawn as their keys once it has set them
+    const owned = new Set(Object.values(controls).flatMap((c) => c.paths));
+    return specFields(schema, spec, owned).filter((f) => !owned.has(f.path));
+  }, [schema, spec, controls]);
   const groups = useMemo(() => {
     const byGroup = new Map<string, Field[]>();
     for (const f of fields) {
@@ -109,14 +122,15 @@ export function SpecForm({ schema, spec, onChange, serverErrors }: {
       byGroup.set(g, [...(byGroup.get(g) ?? []), f]);
     }
     return [...GROUPS, { id: "other", title: "Other", sections: [] }]
-      .filter((g) => byGroup.has(g.id)).map((g) => ({ ...g, fields: byGroup.get(g.id)! }));
-  }, [fields]);
-  const [open, setOpen] = useState<Set<string>>(() => new Set(["model", "algorithm", "rollout", "train"]));
+      .filter((g) => byGroup.has(g.id) || controls[g.id]).map((g) => ({ ...g, fields: byGroup.get(g.id) ?? [] }));
+  }, [fields, controls]);
+  const [open, setOpen] = useState<Set<string>>(() => new Set(["model", "algorithm", "rollout", "env", "train"]));
 
   return (
     <div className="spec-form">
       {groups.map((g) => {
-        const errors = g.fields.filter((f) => serverErrors.has(f.path) || checkField(f, getPath(spec, f.path))).length;
+        const errors = g.fields.filter((f) => serverErrors.has(f.path) || checkField(f, getPath(spec, f.path))).length
+          + (controls[g.id]?.paths.filter((p) => serverErrors.has(p)).length ?? 0);
         const isOpen = open.has(g.id) || errors > 0;
         return (
           <fieldset key={g.id} className={`group ${isOpen ? "open" : ""}`}>
@@ -127,7 +141,8 @@ export function SpecForm({ schema, spec, onChange, serverErrors }: {
               </button>
               {errors > 0 && <span className="badge tone-bad">{errors}</span>}
             </legend>
-            {isOpen && subsections(g.fields).map(([title, list]) => (
+            {isOpen && controls[g.id]?.node}
+            {isOpen && g.fields.length > 0 && subsections(g.fields).map(([title, list]) => (
               <div key={title}>
                 {title && <h4 className="subsection">{title}</h4>}
                 <div className="fields">

@@ -92,15 +92,33 @@ export function fieldOf(root: JsonSchema, path: string, key: string, raw: JsonSc
   };
 }
 
+/** The object an optional section holds (`anyOf [object, null]`: env, env.server,
+ * logging.wandb…), or null when `raw` is something else. */
+export function optionalObject(root: JsonSchema, raw: JsonSchema): JsonSchema | null {
+  const options = resolve(root, raw).anyOf;
+  if (!options || options.length !== 2 || !options.some((o) => o.type === "null")) return null;
+  const inner = resolve(root, options.find((o) => o.type !== "null")!);
+  return inner.type === "object" && inner.properties ? inner : null;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === "object" && !Array.isArray(v);
+
+/** Which optional sections to draw as their fields while the spec sets them: those whose
+ * presence a control of the form decides (the environment picker: env, env.server); any
+ * other stays one JSON field, which can be cleared. */
+export interface Expand { spec: unknown; paths: ReadonlySet<string> }
+
 /** The fields of an object section, nested objects flattened into dotted paths
- * (model.tiny.hidden_size). */
-export function sectionFields(root: JsonSchema, section: JsonSchema, prefix: string): Field[] {
+ * (model.tiny.hidden_size), and the optional ones of `expand` while set. */
+export function sectionFields(root: JsonSchema, section: JsonSchema, prefix: string, expand?: Expand): Field[] {
   const obj = resolve(root, section);
   const out: Field[] = [];
   for (const [key, raw] of Object.entries(obj.properties ?? {})) {
     const path = prefix ? `${prefix}.${key}` : key;
     const child = resolve(root, raw);
-    if (child.type === "object" && child.properties) out.push(...sectionFields(root, child, path));
+    const optional = expand?.paths.has(path) && isObject(getPath(expand.spec, path)) ? optionalObject(root, raw) : null;
+    if (child.type === "object" && child.properties) out.push(...sectionFields(root, child, path, expand));
+    else if (optional) out.push(...sectionFields(root, optional, path, expand));
     else out.push(fieldOf(root, path, key, raw));
   }
   return out;
@@ -185,6 +203,7 @@ export const GROUPS: Group[] = [
   { id: "algorithm", title: "Algorithm", sections: ["algorithm"] },
   { id: "rollout", title: "Rollout", sections: ["rollout", "async"] },
   { id: "data", title: "Data & reward", sections: ["data", "reward"] },
+  { id: "env", title: "Environment", sections: ["env"] },
   { id: "train", title: "Training", sections: ["train", "checkpoint", "seed"] },
   { id: "resources", title: "Resources", sections: ["resources"] },
 ];

@@ -2,9 +2,12 @@ import { useEffect, useMemo, useState } from "react";
 import type { Sample } from "../api/types";
 import { formatNumber } from "../lib/format";
 import { Empty } from "../ui/States";
+import { episodeView, searchableText } from "./episode";
+import { EpisodeTurns } from "./EpisodeTurns";
 import { termDetails, termKeys } from "./sampleTerms";
 
-/** Some prompts of a step with their completions, rewards and advantages. */
+/** Some prompts of a step with their completions, rewards and advantages; a multi-turn
+ * sample's completion is its episode, turn by turn. */
 export function SampleInspector({ steps, older }: {
   /** oldest step first */
   steps: { step: number; items: Sample[] }[];
@@ -24,10 +27,11 @@ export function SampleInspector({ steps, older }: {
   const terms = termKeys(current.items);
   const groupMean = rewards.reduce((s, r) => s + r, 0) / Math.max(1, rewards.length);
   const groupStd = Math.sqrt(rewards.reduce((s, r) => s + (r - groupMean) ** 2, 0) / Math.max(1, rewards.length));
+  const episodes = current.items.some((i) => i.turns?.length);
   const needle = text.trim().toLowerCase();
   const items = current.items.filter((i) =>
     (show === "all" || (show === "rewarded" ? i.reward > 0 : i.reward <= 0)) &&
-    (!needle || `${i.prompt}\n${i.completion}`.toLowerCase().includes(needle)));
+    (!needle || searchableText(i).toLowerCase().includes(needle)));
   return (
     <div className="samples">
       <div className="samples-head">
@@ -48,7 +52,7 @@ export function SampleInspector({ steps, older }: {
           <option value="rewarded">reward &gt; 0</option>
           <option value="unrewarded">reward ≤ 0</option>
         </select>
-        <input type="search" placeholder="find in prompts and completions" aria-label="Find in samples"
+        <input type="search" placeholder="find in prompts, completions and turns" aria-label="Find in samples"
           value={text} onChange={(e) => setText(e.target.value)} />
         <span className="muted small">
           {items.length}/{current.items.length} shown · reward mean {formatNumber(groupMean)} ± {formatNumber(groupStd)}
@@ -56,18 +60,21 @@ export function SampleInspector({ steps, older }: {
       </div>
       <div className="table-scroll">
         <table className="compact samples-table">
-          <thead><tr><th>Prompt</th><th>Completion</th><th className="num">Reward</th>{terms.map((k) => <th key={k} className="num" title="reward term (unweighted)">{k}</th>)}<th className="num">Advantage</th><th className="num">Adapter</th></tr></thead>
+          <thead><tr><th>Prompt</th><th>{episodes ? "Episode" : "Completion"}</th><th className="num">Reward</th>{terms.map((k) => <th key={k} className="num" title="reward term (unweighted)">{k}</th>)}<th className="num">Advantage</th><th className="num">Adapter</th></tr></thead>
           <tbody>
-            {items.map((item, i) => (
-              <tr key={i}>
-                <td><pre>{item.prompt}</pre></td>
-                <td><pre>{item.completion}</pre></td>
-                <td className={`num ${item.reward > 0 ? "good" : "bad"}`}>{formatNumber(item.reward)}</td>
-                {terms.map((k) => <td key={k} className="num" title={termDetails(item, k)}>{formatNumber(item.terms?.[k])}</td>)}
-                <td className={`num ${item.advantage >= 0 ? "good" : "bad"}`}>{formatNumber(item.advantage)}</td>
-                <td className="num muted">{item.adapter_version ?? "—"}</td>
-              </tr>
-            ))}
+            {items.map((item, i) => {
+              const episode = episodeView(item);
+              return (
+                <tr key={i}>
+                  <td><pre>{item.prompt}</pre></td>
+                  <td>{episode ? <EpisodeTurns view={episode} /> : <pre>{item.completion}</pre>}</td>
+                  <td className={`num ${item.reward > 0 ? "good" : "bad"}`}>{formatNumber(item.reward)}</td>
+                  {terms.map((k) => <td key={k} className="num" title={termDetails(item, k)}>{formatNumber(item.terms?.[k])}</td>)}
+                  <td className={`num ${item.advantage >= 0 ? "good" : "bad"}`}>{formatNumber(item.advantage)}</td>
+                  <td className="num muted">{item.adapter_version ?? "—"}</td>
+                </tr>
+              );
+            })}
           </tbody>
         </table>
       </div>

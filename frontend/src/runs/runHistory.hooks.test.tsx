@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { LogLine } from "../api/liveStore";
 import { fakeServer } from "../test/fakeServer";
 import { renderWithClient } from "../test/render";
+import { episodeView } from "./episode";
 import { useOlderLogs, useSampleHistory } from "./runHistory";
 
 afterEach(() => vi.unstubAllGlobals());
@@ -57,5 +58,20 @@ describe("useSampleHistory", () => {
     rerender(false);
     rerender(true); // the tab opened again: what was read stays, nothing is asked again
     expect(server.requests).toHaveLength(2);
+  });
+
+  it("brings an episode's turns to the inspector as the job sent them", async () => {
+    const turns = [
+      { role: "model", text: "<tool_call>…</tool_call>", tokens: 20, masked: false, adapter_version: 2, adapter_versions: [2] },
+      { role: "tool", name: "add", text: "87", tokens: 12, masked: true },
+      { role: "model", text: "\\boxed{87}", tokens: 8, masked: false, adapter_version: 2, adapter_versions: [2] },
+    ];
+    const item = { prompt: "Add 48+39.", completion: "\\boxed{87}", reward: 1, advantage: 0.5, adapter_version: 2, turns };
+    fakeServer({ "GET /api/v1/runs/7/samples": () => ({ results: [{ id: 1, step: 4, dispatch: 1, items: [item], created_at: "" }],
+      next_before_step: null }) });
+    const { result } = renderWithClient(() => useSampleHistory(7, true));
+    await waitFor(() => expect(result.current.sets).toHaveLength(1));
+    const view = episodeView(result.current.sets[0].items[0])!;
+    expect(view).toMatchObject({ modelTurns: 2, trained: 28, masked: 12, maskedSpans: [[20, 32]] });
   });
 });

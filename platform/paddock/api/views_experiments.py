@@ -157,9 +157,7 @@ class DatasetViewSet(ActorViewSet):
     def create(self, request):
         data = body(s.DatasetUploadSerializer, request)
         team = team_get(actor=self.actor, team_id=data["team"])
-        dataset = dataset_upload(
-            actor=self.actor, team=team, name=data["name"], data=data["file"].read()
-        )
+        dataset = dataset_upload(actor=self.actor, team=team, name=data["name"], data=data["file"])
         return Response(s.DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
 

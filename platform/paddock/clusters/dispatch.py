@@ -28,11 +28,12 @@ from django.utils import timezone
 
 from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
-from paddock.experiments.selectors import team_usage
+from paddock.experiments.selectors import team_usage, user_usage
 from paddock.experiments.states import run_transition
 from paddock.live.broadcast import broadcast_state
 from paddock.monitoring.metrics import dispatch_started
 from paddock.teams.models import TeamQuota
+from paddock.teams.services import user_quota_lock
 
 from . import pools
 from .bootstrap_tokens import bootstrap_token_for
@@ -191,9 +192,32 @@ def quota_lock(*, team_id: int) -> TeamQuota:
 
 
 def quota_refusal(*, run: Run, gpus: float | None = None) -> str | None:
-    """Why the team's quota holds the run back, or None. `gpus`: what the run will count
-    for (a pooled run: its share of its pool's GPUs), else what it asks for; the team's
-    pooled runs count their shares too."""
+    """Why the team's quota (or the launching user's, over all their teams) holds the run
+    back, or None. `gpus`: what the run will count for (a pooled run: its share of its
+    pool's GPUs), else what it asks for; the team's pooled runs count their shares too."""
+    return _team_refusal(run, gpus) or _user_refusal(run, gpus)
+
+
+def _user_refusal(run: Run, gpus: float | None) -> str | None:
+    if run.created_by_id is None:
+        return None
+    quota = user_quota_lock(user_id=run.created_by_id)  # after the team's row
+    usage = user_usage(user_id=run.created_by_id)
+    if usage["running_runs"] >= quota.max_concurrent_runs:
+        return (
+            f"waiting for a slot: its launcher runs {usage['running_runs']} of their "
+            f"{quota.max_concurrent_runs} concurrent runs over all their teams"
+        )
+    needs = run.gpus if gpus is None else gpus
+    if usage["gpus_in_use"] + needs > quota.max_gpus + 1e-9:
+        return (
+            f"waiting for GPUs: its launcher uses {usage['gpus_in_use']:g} of their "
+            f"{quota.max_gpus:g} over all their teams and this run needs {needs:g}"
+        )
+    return None
+
+
+def _team_refusal(run: Run, gpus: float | None) -> str | None:
     quota, _ = TeamQuota.objects.get_or_create(team_id=run.team_id)
     usage = team_usage(team_id=run.team_id)
     if usage["running_runs"] >= quota.max_concurrent_runs:

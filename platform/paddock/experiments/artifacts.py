@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import posixpath
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import IO
 
 import fsspec
 from django.conf import settings
@@ -27,7 +30,6 @@ from paddock.teams.services import audit_record
 from workers.path_guard import PathGuard, PathRefused, file_path, inside
 
 CHUNK = 1024 * 1024
-MAX_DATASET_BYTES = 256 * 1024 * 1024
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -163,27 +165,29 @@ def checkpoint_download(*, checkpoint: Checkpoint, part: str = "all") -> Downloa
     )
 
 
-def _check_jsonl(data: bytes) -> int:
+def _check_jsonl(path: str) -> int:
+    """Rows of a JSONL file, read a line at a time from disk."""
     rows = 0
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json_parse(line)  # the platform's one JSON reader: depth, NUL, numbers
-        except JsonBodyError as exc:
-            where = f" at {exc.field}" if exc.field else ""
-            raise DomainError(
-                ErrorCode.INVALID, f"line {number}{where}: {exc.message}", field="file"
-            ) from None
-        # which columns hold the prompt and the answer is the run spec's to say
-        # (data.prompt_key, data.answer_key); here a row only has to be a row
-        if not isinstance(row, dict):
-            raise DomainError(
-                ErrorCode.INVALID,
-                f"line {number}: not a JSON object (one row of columns)",
-                field="file",
-            )
-        rows += 1
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json_parse(line)  # the platform's one JSON reader: depth, NUL, numbers
+            except JsonBodyError as exc:
+                where = f" at {exc.field}" if exc.field else ""
+                raise DomainError(
+                    ErrorCode.INVALID, f"line {number}{where}: {exc.message}", field="file"
+                ) from None
+            # which columns hold the prompt and the answer is the run spec's to say
+            # (data.prompt_key, data.answer_key); here a row only has to be a row
+            if not isinstance(row, dict):
+                raise DomainError(
+                    ErrorCode.INVALID,
+                    f"line {number}: not a JSON object (one row of columns)",
+                    field="file",
+                )
+            rows += 1
     if rows == 0:
         raise DomainError(ErrorCode.INVALID, "the file has no rows", field="file")
     return rows
@@ -192,13 +196,13 @@ def _check_jsonl(data: bytes) -> int:
 PARQUET_MAGIC = b"PAR1"
 
 
-def _check_parquet(data: bytes) -> int:
+def _check_parquet(path: str) -> int:
     """The row count from the file's footer: what pyarrow can read a job can too."""
     import pyarrow as pa  # only uploads need it
     import pyarrow.parquet as pq
 
     try:
-        rows = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+        rows = pq.ParquetFile(path).metadata.num_rows
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise DomainError(
             ErrorCode.INVALID, f"not a readable Parquet file ({exc})", field="file"
@@ -208,33 +212,87 @@ def _check_parquet(data: bytes) -> int:
     return rows
 
 
-def dataset_upload(*, actor: Actor, team: Team, name: str, data: bytes) -> Dataset:
+@dataclass(frozen=True)
+class _Spooled:
+    path: str
+    size: int
+    sha256: str
+    parquet: bool
+
+
+def _spool(data: bytes | IO[bytes], into: str) -> _Spooled:
+    """`data` (bytes, or an uploaded file read in chunks) written to a file under `into`,
+    hashed and counted as it goes, refused the moment it passes the limit: a dataset never
+    sits in memory whole."""
+    limit = settings.PADDOCK_MAX_DATASET_BYTES
+    chunks = _chunks(data)
+    digest, size, head, tail = hashlib.sha256(), 0, b"", b""
+    os.makedirs(into, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix="upload-", dir=into)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > limit:
+                    raise DomainError(ErrorCode.TOO_LARGE, f"at most {limit} bytes", field="file")
+                digest.update(chunk)
+                out.write(chunk)
+                head = (head + chunk)[:4] if len(head) < 4 else head
+                tail = (tail + chunk)[-4:]
+    except BaseException:
+        os.unlink(path)
+        raise
+    return _Spooled(path, size, digest.hexdigest(), head == tail == PARQUET_MAGIC)
+
+
+def _chunks(data: bytes | IO[bytes]):
+    if isinstance(data, bytes | bytearray):
+        yield bytes(data)
+        return
+    if hasattr(data, "chunks"):  # Django's UploadedFile
+        yield from data.chunks(CHUNK)
+        return
+    while chunk := data.read(CHUNK):
+        yield chunk
+
+
+def dataset_upload(*, actor: Actor, team: Team, name: str, data: bytes | IO[bytes]) -> Dataset:
     """Store a dataset (JSONL of JSON objects, or Parquet) under the team in the artifact
-    store, named by its SHA-256 (the same bytes twice give the same dataset). A run names it
+    store, named by its SHA-256 (the same bytes twice give the same dataset). `data`: the
+    bytes, or a file read in chunks (an upload: streamed to disk and refused at
+    PADDOCK_MAX_DATASET_BYTES, never read into memory whole). A run names it
     `dataset://<id>`; its columns are mapped by the run spec's data section."""
     actor.require(team.pk, Role.MEMBER, what="team")
-    if len(data) > MAX_DATASET_BYTES:
-        raise DomainError(ErrorCode.TOO_LARGE, f"at most {MAX_DATASET_BYTES} bytes", field="file")
-    if data[:4] == PARQUET_MAGIC and data[-4:] == PARQUET_MAGIC:
-        rows, ext = _check_parquet(data), "parquet"
-    else:
-        try:
-            rows, ext = _check_jsonl(data), "jsonl"
-        except UnicodeDecodeError:
-            raise DomainError(
-                ErrorCode.INVALID, "must be UTF-8 JSONL text or a Parquet file", field="file"
-            ) from None
-    digest = hashlib.sha256(data).hexdigest()
-    uri = f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/teams/{team.pk}/datasets/{digest}.{ext}"
-    fs, path = fsspec.core.url_to_fs(uri)
-    if not fs.exists(path):
-        fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        with fs.open(path, "wb") as fh:
-            fh.write(data)
+    store = store_path()
+    spooled = _spool(data, os.path.join(store, "tmp") if store else tempfile.gettempdir())
+    try:
+        if spooled.parquet:
+            rows, ext = _check_parquet(spooled.path), "parquet"
+        else:
+            try:
+                rows, ext = _check_jsonl(spooled.path), "jsonl"
+            except UnicodeDecodeError:
+                raise DomainError(
+                    ErrorCode.INVALID, "must be UTF-8 JSONL text or a Parquet file", field="file"
+                ) from None
+        digest = spooled.sha256
+        uri = (
+            f"{settings.PADDOCK_ARTIFACTS_URI.rstrip('/')}/teams/{team.pk}/datasets/{digest}.{ext}"
+        )
+        fs, path = fsspec.core.url_to_fs(uri)
+        if not fs.exists(path):
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            if store is not None:  # the spool is in the store: a rename puts it whole
+                os.replace(spooled.path, path)
+            else:
+                fs.put_file(spooled.path, path)
+    finally:
+        if os.path.exists(spooled.path):
+            os.unlink(spooled.path)
     with transaction.atomic():
         dataset, created = Dataset.objects.get_or_create(
             team=team, sha256=digest,
-            defaults={"name": name, "uri": uri, "size_bytes": len(data), "rows": rows,
+            defaults={"name": name, "uri": uri, "size_bytes": spooled.size, "rows": rows,
                       "created_by": actor.user},
         )  # fmt: skip
         if created:

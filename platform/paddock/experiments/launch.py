@@ -19,12 +19,12 @@ from paddock.experiments.configs import (
     spec_parse,
 )
 from paddock.experiments.models import ConfigVersion, Experiment, ExperimentTag, Run
-from paddock.experiments.selectors import team_usage
+from paddock.experiments.selectors import team_usage, user_usage
 from paddock.experiments.spec_paths import spec_paths_check
 from paddock.experiments.spec_urls import spec_urls_check
 from paddock.teams.access import Actor
 from paddock.teams.models import Role, Team, TeamQuota
-from paddock.teams.services import audit_record
+from paddock.teams.services import audit_record, user_quota_lock
 from paddock.teams.team_secrets import secrets_missing
 from workers.spec import RunSpec
 
@@ -101,6 +101,28 @@ def _check_quota(*, team: Team, runs: list[PlannedRun], starting: int | None = N
         )
 
 
+def _check_user_quota(*, user_id: int, runs: list[PlannedRun], starting: int | None) -> None:
+    """The same bounds over all of the user's teams (teams/models.py UserQuota): a user who
+    creates teams gets a quota per team, not more of their own."""
+    quota = user_quota_lock(user_id=user_id)  # after the team's row: one order, no deadlock
+    biggest = max((r.least_gpus for r in runs), default=0.0)
+    if biggest > quota.max_gpus + 1e-9:
+        raise DomainError(ErrorCode.QUOTA_EXCEEDED,
+            f"a run asks for {biggest:g} GPUs; you may use {quota.max_gpus:g} over all your "
+            "teams", field="spec.resources",
+        )  # fmt: skip
+    active = user_usage(user_id=user_id)["active_runs"]
+    limit = quota.max_concurrent_runs + quota.max_queued_runs
+    count = len(runs) if starting is None else starting
+    if active + count > limit:
+        raise DomainError(
+            ErrorCode.QUOTA_EXCEEDED,
+            f"you have {active} active runs over all your teams; {count} more would pass your "
+            f"limit of {limit} ({quota.max_concurrent_runs} running + {quota.max_queued_runs} "
+            "queued)",
+        )
+
+
 def spec_admit(*, team: Team, spec: RunSpec) -> dict:
     """What a validated spec must pass beyond its schema before a run of it is created (a
     launch's spec, each member of a sweep): its paths inside the allowed roots, its URLs
@@ -119,8 +141,9 @@ def spec_admit(*, team: Team, spec: RunSpec) -> dict:
 
 
 def _plan(
-    *, team: Team, spec: Any, backends: list[str] | None, seeds: int, cluster_id: int | None
-) -> LaunchPlan:
+    *, team: Team, spec: Any, backends: list[str] | None, seeds: int, cluster_id: int | None,
+    user_id: int | None = None,
+) -> LaunchPlan:  # fmt: skip
     parsed = spec_parse(spec=spec)
     normalized = spec_admit(team=team, spec=parsed)
     backends = list(dict.fromkeys(backends or [parsed.rollout.backend]))
@@ -133,17 +156,18 @@ def _plan(
             seed = normalized["seed"] + i
             run_spec = spec_for_run(spec=normalized, backend=backend, seed=seed)
             runs.append(PlannedRun(backend, seed, run_spec, spec_gpus(run_spec)))
-    runs_check(team=team, runs=runs, cluster_id=cluster_id)
+    runs_check(team=team, runs=runs, cluster_id=cluster_id, user_id=user_id)
     return LaunchPlan(spec=normalized, runs=runs, cluster_id=cluster_id)
 
 
 def runs_check(
-    *, team: Team, runs: list[PlannedRun], cluster_id: int | None, starting: int | None = None
-) -> None:
+    *, team: Team, runs: list[PlannedRun], cluster_id: int | None, starting: int | None = None,
+    user_id: int | None = None,
+) -> None:  # fmt: skip
     """What every planned run must pass before it is created: its backend and resources
-    against the clusters the team may use (the one named by `cluster_id`, if any), and the
-    team's quota (`starting`: how many of them start now, default all). Sets each run's
-    `least_gpus`. Raises DomainError."""
+    against the clusters the team may use (the one named by `cluster_id`, if any), the
+    team's quota and the launching user's (`starting`: how many of them start now, default
+    all). Sets each run's `least_gpus`. Raises DomainError."""
     # the clusters app (above this one) checks the backends and resources against the
     # clusters the team may use, and the target cluster if one was named
     least = hooks.launch_check(
@@ -152,6 +176,8 @@ def runs_check(
     for run, gpus in zip(runs, least, strict=True):
         run.least_gpus = gpus
     _check_quota(team=team, runs=runs, starting=starting)
+    if user_id is not None:
+        _check_user_quota(user_id=user_id, runs=runs, starting=starting)
 
 
 def experiment_create(
@@ -219,8 +245,9 @@ def experiment_launch(
     with transaction.atomic():
         try:
             plan = _plan(
-                team=team, spec=spec, backends=backends, seeds=seeds, cluster_id=cluster_id
-            )
+                team=team, spec=spec, backends=backends, seeds=seeds, cluster_id=cluster_id,
+                user_id=actor.user.pk,
+            )  # fmt: skip
         except DomainError as exc:
             if not validate_only:
                 raise

@@ -293,6 +293,21 @@ def sample_sets_newest(
     return list(SampleSet.objects.filter(id__in=newest).order_by("-step")[:limit])
 
 
+def user_usage(*, user_id: int) -> dict:
+    """What the runs a user launched hold now, over all of their teams (a pooled run counted
+    for what it asks: no less than its share)."""
+    row = Run.objects.filter(created_by_id=user_id, state__in=ACTIVE).aggregate(
+        active=Count("id"),
+        holding=Count("id", filter=Q(state__in=HOLDING)),
+        gpus=Sum("gpus", filter=Q(state__in=HOLDING)),
+    )
+    return {
+        "active_runs": row["active"],
+        "running_runs": row["holding"],
+        "gpus_in_use": round(row["gpus"] or 0.0, 9),
+    }
+
+
 def team_usage(*, team_id: int) -> dict:
     """What the team holds now: active runs (any non-terminal state), runs holding or
     about to hold a job, and the GPUs those count for: what a run of its own asks for, and

@@ -159,7 +159,8 @@ def _launch(sweep: Sweep, members: list[SweepMember]) -> None:
         spec = m.config.run_spec
         planned = PlannedRun(spec.rollout.backend, spec.seed, spec, spec_gpus(spec))
         try:
-            runs_check(team=sweep.team, runs=[planned], cluster_id=sweep.cluster_id, starting=1)
+            runs_check(team=sweep.team, runs=[planned], cluster_id=sweep.cluster_id, starting=1,
+                       user_id=sweep.created_by_id)  # fmt: skip
         except DomainError as exc:
             if m.reason != exc.message[:300]:
                 m.reason = exc.message[:300]

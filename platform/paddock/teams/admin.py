@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from paddock.teams.models import ApiToken, AuditEvent, Membership, Team, TeamQuota
+from paddock.teams.models import ApiToken, AuditEvent, Membership, Team, TeamQuota, UserQuota
 
 
 class MembershipInline(admin.TabularInline):
@@ -19,6 +19,13 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     inlines = [QuotaInline, MembershipInline]
+
+
+@admin.register(UserQuota)
+class UserQuotaAdmin(admin.ModelAdmin):
+    list_display = ["user", "max_concurrent_runs", "max_gpus", "max_queued_runs", "updated_at"]
+    raw_id_fields = ["user"]
+    search_fields = ["user__username"]
 
 
 @admin.register(ApiToken)

@@ -81,6 +81,24 @@ class TeamQuota(models.Model):
         return f"quota of {self.team_id}"
 
 
+class UserQuota(models.Model):
+    """Set by platform staff (the admin), per user, over all of their teams: what a team's
+    quota bounds for a team, this bounds for the person who launches, so a user who creates
+    teams does not multiply what they may run (docs/security.md#limits). A user without a
+    row has the deployment's defaults (PADDOCK_USER_MAX_*), written here on first use."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_quota"
+    )
+    max_concurrent_runs = models.PositiveIntegerField()
+    max_gpus = models.FloatField()
+    max_queued_runs = models.PositiveIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"quota of user {self.user_id}"
+
+
 class AuditEvent(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

@@ -23,6 +23,7 @@ from paddock.teams.models import (
     Role,
     Team,
     TeamQuota,
+    UserQuota,
 )
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
 from paddock.teams.signals import access_revoked_on_commit
@@ -309,6 +310,21 @@ def api_token_authenticate(*, raw: str) -> ApiToken:
 
 
 @transaction.atomic
+def user_quota_lock(*, user_id: int) -> UserQuota:
+    """The user's quota row, locked until the transaction ends (taken after the team's, by
+    a launch and by a dispatch, so the user's dispatches in all of their teams check one at
+    a time); made with the deployment's defaults on first use."""
+    quota, _ = UserQuota.objects.select_for_update().get_or_create(
+        user_id=user_id,
+        defaults={
+            "max_concurrent_runs": settings.PADDOCK_USER_MAX_CONCURRENT_RUNS,
+            "max_gpus": settings.PADDOCK_USER_MAX_GPUS,
+            "max_queued_runs": settings.PADDOCK_USER_MAX_QUEUED_RUNS,
+        },
+    )
+    return quota
+
+
 def team_quota_set(
     *,
     actor: Actor,

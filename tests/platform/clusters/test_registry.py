@@ -17,6 +17,7 @@ from paddock.clusters.models import RayCluster
 from paddock.teams.models import AuditEvent, Role
 from paddock.teams.services import api_token_create
 from tests.conftest import free_port
+from workers.names import BUILTIN_ENVIRONMENTS
 
 NOBODY = "http://127.0.0.1:{port}"
 
@@ -55,6 +56,20 @@ def test_a_team_admin_registers_a_team_cluster_others_do_not_see_it(world, clien
     assert "team-gpus" in names_a and "team-gpus" not in names_b and "shared" in names_b
     outsider = client_as(world.users_b[Role.OWNER]).get(f"/api/v1/clusters/{got['id']}")
     assert outsider.status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_cluster_reads_back_the_environments_a_run_there_may_name(world):
+    """Registered with what it has installed besides the built-ins; read as all it offers
+    (what the launcher lists), the built-ins first."""
+    admin = with_token(world, world.users_a[Role.ADMIN], world.team_a)
+    reply = admin.post("/api/v1/clusters", body(world.team_a, environments=["wordle", "http"]),
+                       format="json")  # fmt: skip
+    assert reply.status_code == 201, reply.json()
+    assert reply.json()["environments"] == [*BUILTIN_ENVIRONMENTS, "wordle"]
+    listed = {c["name"]: c for c in admin.get("/api/v1/clusters").json()}
+    assert listed["team-gpus"]["environments"] == [*BUILTIN_ENVIRONMENTS, "wordle"]
+    assert listed["shared"]["environments"] == list(BUILTIN_ENVIRONMENTS)
 
 
 @pytest.mark.django_db
