@@ -65,10 +65,9 @@ class TorchEngine:
         device: torch.device | None = None,
         adapters: int = 0,
         max_lora_rank: int = 0,
-        lora_kernel: str | None = None,
     ):
         """`adapters` > 0: a pool's slots, of rank up to `max_lora_rank` in the static
-        decoder's table (`lora_kernel`: its LoRA kernel); 0: the spec's own adapter."""
+        decoder's table; 0: the spec's own adapter."""
         rollout = spec.rollout
         if not isinstance(rollout, TorchRolloutSpec):
             raise ValueError(f"torch backend: the spec's rollout.backend is {rollout.backend!r}")
@@ -80,8 +79,9 @@ class TorchEngine:
         self.pad_id = self.tokenizer.pad_token_id
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.model.eval()
-        self.source = make_source(self.model, rollout, self.device, self.pad_id, adapters,
-                                  max_lora_rank, lora_kernel)  # fmt: skip
+        self.source = make_source(
+            self.model, rollout, self.device, self.pad_id, adapters, max_lora_rank
+        )
         static = isinstance(self.source, StaticSource)
         self.decoder = self.source.decoder if static else None
         self.probe_atol = adapter_files.probe_tolerance(lora_io.base_dtype(spec.model, self.device))
