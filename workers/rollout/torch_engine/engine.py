@@ -115,6 +115,18 @@ class TorchEngine:
         the GPU with the trainer on a plan: workers/loop/gpu_share.py). Before generating."""
         self._stream = stream
 
+    def warm_compiled(self, temperature: float) -> bool:
+        """Compile the static decoder's step halves and the sampler now (`rollout.compile`
+        on a GPU), in the caller's thread and on its stream: an async run warms trainer and
+        engine one after the other before they run in two threads (torch.compile is not
+        thread-safe: workers/loop/gpu_share.py). True where anything was compiled."""
+        decoder = self.decoder
+        if decoder is None or not decoder.compiled or decoder.device.type != "cuda":
+            return False
+        with self._lock:
+            warm_decoder(decoder, self.draw, temperature)
+        return True
+
     def text(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
@@ -300,3 +312,23 @@ class TorchEngine:
                 self._hand_back(self.rows.done)
                 self.rows.done = []
                 self._busy = self.rows.busy()
+
+
+@torch.no_grad()
+def warm_decoder(decoder, draw, temperature: float) -> None:
+    """Decode steps at two batch buckets (the decoder's compiled halves are captured in its
+    CUDA graphs: static at the first, dynamic from the second) and the compiled sampler,
+    with noise and greedy; then the decoder is left empty."""
+    dev = decoder.device
+    fixed = torch.Generator(dev).manual_seed(0)  # the run's own random streams untouched
+    for rows in sorted({min(8, decoder.max_batch), min(9, decoder.max_batch)}):
+        ids = torch.arange(3, 7, device=dev).repeat(rows, 1)  # [rows, 4]
+        decoder.prefill(ids, torch.ones_like(ids))
+        logits = decoder.step(ids[:, -1])
+    # the sampler takes any row count (a prefill's new rows, the live ones): 1 is its own
+    # graph, then two more sizes make the rows dynamic
+    for rows in (1, 2, 3):
+        noise = torch.rand(rows, logits.shape[1], device=dev, generator=fixed)
+        draw(logits[:rows], temperature, noise, torch.arange(rows, device=dev))
+        draw(logits[:rows], temperature)
+    decoder.reset()
