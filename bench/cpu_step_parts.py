@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 from cpu_step import build_model  # run as a script: bench/ is on sys.path
 
+from workers.adapters.update import AdapterUpdate
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
+from workers.rollout.base import GroupRequest, GroupResult, SamplingParams
 from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 

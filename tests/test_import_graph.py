@@ -17,7 +17,7 @@ SEAM = {
     "workers.spec": "the run spec: launch validation, the launcher's JSON Schema, stored specs",
     "workers.events": "the ingest contract: the events a job reports and the reply",
     "workers.names": "the names both halves use (backends, run states, …)",
-    "workers.pool.key": "the pool key, which dispatch packs pooled runs by",
+    "workers.pool_key": "the pool key, which dispatch packs pooled runs by",
     "workers.job_replies": "the job doors' answers: run and pool bootstrap, pool members",
     "workers.live_messages": "the websocket's messages, which live/ builds (and the TS types)",
     "workers.egress": "the egress policy: a launch checks a spec's URLs with it, dispatch "

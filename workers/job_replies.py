@@ -48,7 +48,7 @@ class PoolBootstrap(_Reply):
 
     token: str = Field(min_length=1, description="the pool token (pdp_…), for the members")
     capacity: int = Field(ge=1, description="how many runs the pool hosts at most")
-    key: dict[str, Any] = Field(description="the pool key (workers/pool/key.py) and cluster")
+    key: dict[str, Any] = Field(description="the pool key (workers/pool_key.py) and cluster")
 
 
 class ListedMember(_Reply):

@@ -1009,7 +1009,7 @@ class ResourcesSpec(_Section):
     gpu_share: Literal["streams", "engine_first", "trainer_first", "split"] = Field(
         "split",
         description="async, trainer and torch engine on one GPU in one process: how they "
-        "share it (workers/loop/gpu_share.py): own streams, one side's stream first, or "
+        "share it (workers/gpu_share.py): own streams, one side's stream first, or "
         "the SMs split between them (CUDA green contexts)",
     )
     engine_sm_share: float = Field(

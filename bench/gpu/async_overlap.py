@@ -9,7 +9,7 @@
 
 --steps steps of --batch rollouts (--group a prompt) × --new-tokens new tokens, once with
 the sync driver and then async (max_staleness 1) once for each of --shares: how trainer and
-engine share one GPU (`resources.gpu_share`, workers/loop/gpu_share.py; `split:N` gives the
+engine share one GPU (`resources.gpu_share`, workers/gpu_share.py; `split:N` gives the
 engine N SMs); median step, generate, train and weight-sync times from step 2 on, each
 speedup against the same run's sync, and the ideal (G+T)/max(G,T). --sync-twice runs sync
 again at the end (the run's noise). --trace profiles step 3 of every run (GPU kernels only)

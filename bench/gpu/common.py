@@ -268,7 +268,7 @@ def gen_requests(groups: int, n: int, prompt_len: int, new: int, vocab: int, see
 
 
 def random_adapter(model) -> dict[str, torch.Tensor]:
-    from workers.policy import lora as lora_io
+    from workers.adapters import lora as lora_io
 
     tensors = lora_io.adapter_tensors(model)
     g = torch.Generator().manual_seed(3)

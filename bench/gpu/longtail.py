@@ -33,7 +33,8 @@ def part_longtail(model_dir: Path, args, out: Path) -> dict:
     import math
     import random
 
-    from workers.rollout import AdapterUpdate, GroupRequest, Sample, SamplingParams
+    from workers.adapters.update import AdapterUpdate
+    from workers.rollout import GroupRequest, Sample, SamplingParams
     from workers.rollout.torch_engine import TorchBackend
     from workers.spec import parse_spec
 

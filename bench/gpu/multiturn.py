@@ -25,7 +25,7 @@ import time
 import torch
 from common import base_spec, parser, run, sync, table
 
-from workers.data.tasks import Example
+from workers.data.examples import Example
 from workers.envs import EpisodeLimits, EpisodeRunner, GroupProgress, Observation
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy

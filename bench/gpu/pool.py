@@ -56,7 +56,7 @@ def step_time(decoder, batch: int, prompt_len: int, vocab: int, adapters=None) -
 
 
 def part_pool(model_dir: Path, args, out: Path) -> dict:
-    from workers.rollout import AdapterUpdate
+    from workers.adapters.update import AdapterUpdate
     from workers.rollout.pool_engine import PoolRequest
     from workers.rollout.registry import make_backend
     from workers.rollout.torch_engine import TorchPool

@@ -1,6 +1,6 @@
 """How one GPU's two streams share it, on plain kernels: a compute-bound matmul (the train
 step's kind) beside a memory-bound copy (the decode step's kind), alone and at once, under
-each `resources.gpu_share` plan (workers/loop/gpu_share.py).
+each `resources.gpu_share` plan (workers/gpu_share.py).
 
     python3 bench/gpu/share_probe.py [--sms 16,32,48,64] [--reps 20]
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from workers.loop.gpu_share import open_share, plan_share
+from workers.gpu_share import open_share, plan_share
 
 
 def gemm_work(n: int = 8192):

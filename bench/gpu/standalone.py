@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from workers.adapters.lora import write_adapter_file
 from workers.distributed.process_group import init_from_env
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.policy.fsdp import ShardedLoraPolicy
-from workers.policy.lora import write_adapter_file
 from workers.spec import parse_spec
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

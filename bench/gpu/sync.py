@@ -21,9 +21,9 @@ from common import base_spec, parser, run, time_adapter_sync
 def part_sync(model_dir: Path, args, out: Path) -> dict:
     """Adapter publication with the engine on the trainer's GPU, on a second GPU, and on a
     second GPU in a child process (resources.engine_process)."""
+    from workers.adapters.update import AdapterUpdate
     from workers.loop.executor import LocalExecutor
     from workers.policy import LoraPolicy
-    from workers.rollout import AdapterUpdate
     from workers.rollout.engine_process import EngineProcess
     from workers.rollout.torch_engine import TorchBackend
     from workers.spec import parse_spec

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from workers.adapters.lora import read_adapter_dir
+from workers.adapters.update import AdapterUpdate
 from workers.policy import LoraPolicy
-from workers.policy.lora import read_adapter_dir
-from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams
+from workers.rollout import GroupRequest, SamplingParams
 from workers.rollout.engine_process import EngineProcess, EngineProcessError
 from workers.spec import parse_spec
 from workers.train import train

@@ -1,4 +1,4 @@
-"""How an async run shares one GPU (workers/loop/gpu_share.py), on the CPU: the plan (which
+"""How an async run shares one GPU (workers/gpu_share.py), on the CPU: the plan (which
 side's stream is served first, how the SMs split), when a run shares at all, and that the
 executor it then uses trains as the plain one does; that a split's green contexts are freed
 once, at the run's end (through a fake of cuda-bindings' driver: neither it nor a GPU is
@@ -17,21 +17,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch._dynamo.utils import counters
 
-from workers.loop import setup
-from workers.loop.executor import LocalExecutor
-from workers.loop.gpu_share import (
+from workers.adapters.lora import load_spec_model
+from workers.gpu_share import (
     SHARE_MODES,
     SM_GRANULE,
     GpuShare,
     GreenContexts,
-    StreamExecutor,
     make_green_contexts,
     plan_share,
     share_for,
 )
+from workers.loop import setup
+from workers.loop.executor import LocalExecutor, StreamExecutor
 from workers.policy import LoraPolicy, TrainSample
 from workers.policy.batch import collate
-from workers.policy.lora import load_spec_model
 from workers.rollout.static_decode import StaticDecoder
 from workers.rollout.torch_engine import TorchBackend, draw
 from workers.rollout.torch_engine.engine import warm_decoder

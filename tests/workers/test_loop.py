@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from workers.adapters.lora import adapter_tensors, read_adapter_dir
 from workers.events import Event
 from workers.loop import StaticControl
 from workers.loop.executor import LocalExecutor
 from workers.loop.setup import run_training
 from workers.policy import LoraPolicy
-from workers.policy.lora import adapter_tensors, read_adapter_dir
 from workers.pool.driver import PoolDriver
 from workers.rollout import make_backend
 from workers.spec import apply_overrides, parse_spec

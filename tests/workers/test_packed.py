@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from workers.policy.lora import move_tensors
-from workers.policy.packed import PackedTensors
+from workers.adapters.lora import move_tensors
+from workers.adapters.packed import PackedTensors
 
 
 def tensors() -> dict[str, torch.Tensor]:

@@ -14,9 +14,10 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
+from workers.adapters.update import AdapterUpdate
 from workers.loop.checkpoint import load_trainer, save_trainer
 from workers.policy import LoraPolicy, TrainSample, chunked_token_logprobs, collate
-from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams, make_backend
+from workers.rollout import GroupRequest, SamplingParams, make_backend
 from workers.spec import parse_spec
 
 from .helpers import PooledTrainer

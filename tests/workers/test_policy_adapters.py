@@ -183,12 +183,12 @@ def test_adapters_join_and_leave(trainer, make_spec):
 
 
 def test_exported_adapters_load_as_peft_directories(trainer, specs, tmp_path):
-    """The engines' file format (rollout/adapter_files.py) and the checkpoint's adapter
+    """The engines' file format (adapters/files.py) and the checkpoint's adapter
     directory both load into PEFT and compute the pooled model's logits for that run."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from workers.rollout.adapter_files import write_version
+    from workers.adapters.files import write_version
 
     policy, ad = trainer
     spec_a, _ = specs

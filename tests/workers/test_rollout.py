@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from workers.adapters.update import AdapterUpdate
 from workers.policy import LoraPolicy
 from workers.rollout import (
     BACKENDS,
-    AdapterUpdate,
     GroupRequest,
     RolloutBackend,
     Sample,

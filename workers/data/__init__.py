@@ -2,10 +2,9 @@
 datasets with their columns mapped by the spec's data section; prompts.py turns a prompt
 into the token ids every engine gets."""
 
+from .examples import Example, Task
 from .prompts import Prompt, prompt_ids, prompt_text
 from .tasks import (
-    Example,
-    Task,
     arithmetic_examples,
     load_task,
     read_examples,

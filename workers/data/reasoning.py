@@ -19,7 +19,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from .tasks import Example, Task
+from .examples import Example, Task
 
 MIN_TERMS, MAX_TERMS = 2, 12
 _TERM_WEIGHTS = [(k - 1) ** -1.2 for k in range(MIN_TERMS, MAX_TERMS + 1)]

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from ..spec import DataSpec
-from .tasks import Example, Task
+from .examples import Example, Task
 
 
 def _json(value: Any) -> Any:

@@ -8,37 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..path_guard import PathGuard
 from ..spec import DataSpec
 from . import sources
-from .prompts import Prompt, as_chat, prompt_ids
-
-
-@dataclass(frozen=True)
-class Example:
-    prompt: Prompt  # a string, or chat messages [{role, content}] (see prompts.py)
-    answer: str
-    # what rewards get besides the answer: a dataset row's other columns (data_source,
-    # extra_info, ...), as JSON values
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    train: list[Example]
-    eval: list[Example]
-    template_kwargs: dict[str, Any] = field(default_factory=dict)  # data.chat_template_kwargs
-    dropped: dict[str, int] = field(default_factory=dict)  # split -> prompts over the limit
-
-    def is_correct(self, completion: str, answer: str) -> bool:
-        """Accuracy is strict: the completion (up to EOS, stripped) *is* the answer."""
-        return completion.strip() == answer
-
+from .examples import Example, Task
+from .prompts import as_chat, prompt_ids
+from .reasoning import reasoning_task
+from .reasoning_gym_source import reasoning_gym_task
 
 # Splits are fixed by this seed, not by the run's seed: a held-out prompt stays held out
 # across runs and is never seen by the tiny model's warm-up.
@@ -196,12 +175,8 @@ def load_task(
 
 def _source_task(spec: DataSpec, guard: PathGuard | None = None) -> Task:
     if spec.task == "reasoning_gym":
-        from .reasoning_gym_source import reasoning_gym_task
-
         return reasoning_gym_task(spec)
     if spec.task == "reasoning":
-        from .reasoning import reasoning_task
-
         return reasoning_task(spec.eval_size)
     if spec.task == "arithmetic":
         train, held = arithmetic_examples()

@@ -16,12 +16,12 @@ from typing import Any
 import ray
 import torch
 
+from ..adapters.lora import move_tensors
+from ..adapters.update import AdapterProbe, AdapterUpdate
 from ..loop.executor import LocalExecutor
 from ..loop.setup import model_dir_for
 from ..policy import LoraPolicy, TrainSample
-from ..policy.lora import move_tensors
-from ..rollout import AdapterUpdate, GroupRequest, GroupResult, PauseMode, make_backend
-from ..rollout.base import AdapterProbe
+from ..rollout import GroupRequest, GroupResult, PauseMode, make_backend
 from ..spec import RunSpec
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import ray
 
+from ..adapters.update import AdapterUpdate
 from ..policy import TrainSample
-from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode
+from ..rollout.base import GroupRequest, GroupResult, PauseMode
 from ..rollout.registry import engine_class
 from .fleet import ActorDied, Member, call, call_all
 

@@ -23,10 +23,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..adapters.update import AdapterUpdate
 from ..loop.executor import LocalExecutor
 from ..loop.setup import model_dir_for, run_training
 from ..policy import LoraPolicy, TrainSample
-from ..rollout.base import AdapterUpdate, RolloutBackend
+from ..rollout.base import RolloutBackend
 from ..rollout.engine_process import EngineProcess
 from ..rollout.replicas import ReplicaSet
 from ..spec import RunSpec

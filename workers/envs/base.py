@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..data.examples import Example
 from ..data.prompts import Prompt
-from ..data.tasks import Example
 from .tool_calls import ToolCall, check_call, function_schema
 
 Message = dict[str, Any]

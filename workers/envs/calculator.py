@@ -22,7 +22,7 @@ import random
 import re
 import zlib
 
-from ..data.tasks import Example
+from ..data.examples import Example
 from .base import Message, ModelTurn, Observation, Toolbox
 
 MIN_TERMS, MAX_TERMS = 2, 3

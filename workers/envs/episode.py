@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..data.tasks import Example
+from ..data.examples import Example
 from ..rollout.base import GroupRequest, GroupResult, RolloutBackend, Sample, SamplingParams
 from .base import Environment, ModelTurn, Observation, Session
 from .render import ChatRenderer

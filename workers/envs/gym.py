@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..data.tasks import Example
+from ..data.examples import Example
 from .base import ModelTurn, Observation, blocking
 
 TRAIN_PLACEHOLDER = Example("", "", {"episode": "train"})

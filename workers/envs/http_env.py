@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from ..data.tasks import Example
+from ..data.examples import Example
 from ..egress import EgressRefused, egress_session
 from ..grants import Grants
 from ..http_json import post_json

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import create_model
 
-from ..data.tasks import Example
+from ..data.examples import Example
 from .base import Message, ModelTurn, Observation, Toolbox
 
 MAX_TASKS = 100_000  # an infinite taskset is read this far

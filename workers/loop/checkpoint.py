@@ -32,20 +32,17 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from ..adapters import lora as lora_io
 from ..envs.episode import EpisodeState, GroupProgress
-from ..policy import lora as lora_io
 from ..policy.adapter import Adapter
 from ..policy.policy import LoraPolicy
 from ..rollout.base import GroupRequest, GroupResult, Sample, SamplingParams
 from .buffer import TrajectoryBuffer
-from .types import RunState, ScoredGroup
-
-if TYPE_CHECKING:
-    from .executor import TrainerExecutor
+from .types import RunState, ScoredGroup, TrainerExecutor
 
 ADAPTER_DIR = "adapter"
 OPTIMIZER_FILE = "optimizer.pt"

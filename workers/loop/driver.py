@@ -31,11 +31,11 @@ from .checkpoint import checkpoint_bytes, save_checkpoint
 from .control import ControlSource
 from .evaluate import evaluate
 from .events import Emitter
-from .executor import TrainerExecutor
 from .lengths import length_metrics
-from .producer import Producer, RolloutContext, StepWatch
+from .producer import Producer, StepWatch
+from .rollout_context import RolloutContext
 from .scoring import accuracy, term_metrics
-from .types import RunState, ScoredGroup
+from .types import RunState, ScoredGroup, TrainerExecutor
 
 
 @dataclass

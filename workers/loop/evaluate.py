@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 
 from ..envs import GroupProgress
-from .producer import RolloutContext
+from .rollout_context import RolloutContext
 from .scoring import accuracy, eval_correct
 
 

@@ -1,36 +1,19 @@
-"""Where train steps run. The driver talks to an executor, never to the policy directly, so
-the Ray executor (trainer actors) and a pool's members (workers/pool/members.py) reuse the
-same loop."""
+"""Where train steps run. The driver talks to an executor (`TrainerExecutor`, types.py),
+never to the policy directly, so the Ray executor (trainer actors) and a pool's members
+(workers/pool/members.py) reuse the same loop. This is the in-process one."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Protocol
 
 import torch
 
+from ..adapters.update import AdapterUpdate, adapter_probe
 from ..policy import LoraPolicy, TrainSample, collate
 from ..policy.adapter import Adapter
 from ..policy.batch import TrainBatch
-from ..rollout.base import AdapterProbe, AdapterUpdate
 from .checkpoint import load_trainer, save_trainer
-
-
-class TrainerExecutor(Protocol):
-    @property
-    def adapter_version(self) -> int: ...
-
-    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]: ...
-
-    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
-        """The current adapter as tensors, labelled with its version; with the version
-        handshake's probe (a trainer forward) only for engines that check it."""
-
-    async def save(self, out: Path) -> None:
-        """The trainer's part of a checkpoint into `out` (loop/checkpoint.py)."""
-
-    async def load(self, src: Path) -> None: ...
 
 
 class LocalExecutor:
@@ -81,23 +64,19 @@ class LocalExecutor:
         load_trainer(src, self.policy, self.adapter)
 
 
-@torch.no_grad()
-def adapter_probe(model: torch.nn.Module, vocab_size: int, length: int = 16) -> AdapterProbe:
-    """The trainer's side of the version handshake: logprobs (temperature 1, eval mode) of a
-    fixed token sequence that depends only on the vocabulary size."""
-    ids = [(7 * i + 3) % vocab_size for i in range(length)]
-    was_training = model.training
-    model.eval()
-    try:
-        device = next(model.parameters()).device
-        # use_cache=False: a KV cache would be a guard per layer under train.compile (each
-        # compiled layer reads its own slot of it) and recompile every layer
-        ids_t = torch.tensor([ids], device=device)
-        logits = model(input_ids=ids_t, use_cache=False).logits[0].float()  # [L, V]
-    finally:
-        model.train(was_training)
-    lp = torch.log_softmax(logits[:-1], dim=-1).gather(
-        1, torch.tensor(ids[1:], device=device)[:, None]
-    )
-    half = length // 2
-    return AdapterProbe(ids[:half], ids[half:], lp[half - 1 :, 0].tolist())
+class StreamExecutor(LocalExecutor):
+    """The in-process executor, its train steps issued on `stream`. Each step waits for its
+    kernels before it returns, so that the adapter the driver then publishes (copied on
+    the default stream) is the stepped one."""
+
+    def __init__(self, policy: LoraPolicy, stream: torch.cuda.Stream | None):
+        super().__init__(policy)
+        self.stream = stream
+
+    def _train_step(self, batch: TrainBatch) -> dict[str, float]:
+        if self.stream is None:
+            return super()._train_step(batch)
+        with torch.cuda.stream(self.stream):
+            out = super()._train_step(batch)
+        self.stream.synchronize()
+        return out

@@ -8,15 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from ..data import Task
-from ..envs import ChatRenderer, Environment, EpisodeLimits, EpisodeRunner, GroupProgress
+from ..envs import GroupProgress
 from ..envs.episode import episode_record
-from ..rewards import Scorer
-from ..rollout.base import GroupRequest, RolloutBackend, SamplingParams
+from ..rollout.base import GroupRequest
 from .buffer import TrajectoryBuffer
 from .control import ControlSource
+from .rollout_context import RolloutContext
 from .scoring import score_groups
 from .types import ScoredGroup, draw
 
@@ -41,37 +39,6 @@ class StepWatch:
     async def poke(self) -> None:
         async with self._cond:
             self._cond.notify_all()
-
-
-@dataclass
-class RolloutContext:
-    task: Task
-    tokenizer: object
-    backend: RolloutBackend
-    scorer: Scorer  # the reward spec's terms; scores a step's samples as one batch
-    params: SamplingParams
-    seed: int
-    prompts_per_step: int
-    group_size: int
-    # accuracy: the task's strict equality (True) or the reward's verifier terms (False)
-    strict_accuracy: bool = False
-    # the prompt's chat template with the environment's tools; its answers' tokens
-    renderer: ChatRenderer | None = None
-    env: Environment | None = None  # None: one turn a sample
-    limits: EpisodeLimits = EpisodeLimits()
-    tool_format: str = "hermes"
-
-    def chat(self) -> ChatRenderer:
-        if self.renderer is None:  # a context built by hand (tests): the task's template
-            self.renderer = ChatRenderer(
-                self.tokenizer, (), template_kwargs=self.task.template_kwargs
-            )
-        return self.renderer
-
-    def runner(self, stopping: Callable[[], bool] = lambda: False) -> EpisodeRunner:
-        return EpisodeRunner(
-            self.backend, self.chat(), self.env, self.limits, self.tool_format, stopping
-        )  # type: ignore[arg-type]
 
 
 class Producer:

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..envs import EpisodeState, GroupEpisodes
 from ..rewards import ScoreItem
 from ..rollout.base import Sample
-
-if TYPE_CHECKING:
-    from .producer import RolloutContext
+from .rollout_context import RolloutContext
 
 # Tasks whose completion *is* the answer: accuracy stays exact equality there, whatever the
 # reward. Any other task (a dataset, the reasoning chains) is correct by its reward's

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import torch
 
+from ..adapters.lora import load_tokenizer
 from ..data import load_task
 from ..envs import ChatRenderer, EpisodeLimits, format_for_template
 from ..envs.base import Environment
 from ..envs.registry import make_environment
+from ..gpu_share import open_share, share_for, warm_before_overlap
 from ..grants import Grants
 from ..models import tiny_model_dir
 from ..path_guard import PathGuard
 from ..policy import LoraPolicy
-from ..policy.lora import load_tokenizer
 from ..rewards import make_scorer
 from ..rollout import RolloutBackend, SamplingParams, make_backend
 from ..rollout.eos import eos_token_ids
@@ -25,13 +26,12 @@ from .checkpoint import latest_checkpoint, load_checkpoint
 from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
 from .events import Emitter, EventHook, MetricsHook
-from .executor import TrainerExecutor
-from .gpu_share import StreamExecutor, open_share, share_for, warm_before_overlap
+from .executor import StreamExecutor
 from .mirrors import open_mirrors
-from .producer import RolloutContext
+from .rollout_context import RolloutContext
 from .scoring import STRICT_ACCURACY_TASKS
 from .switch_interval import held_switch_interval
-from .types import RunState
+from .types import RunState, TrainerExecutor
 
 # The GIL switch interval while a run is in flight (Python's default is 5 ms; the previous
 # value comes back when the process's last run ends: switch_interval.py). The trainer's
@@ -167,7 +167,7 @@ async def _run_training(
         own = (env.name, *made)
     task = load_task(spec.data, tokenizer, own, grants.paths)
     trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
-    # async with trainer and torch engine on one GPU: each side its stream (gpu_share.py)
+    # async with trainer and torch engine on one GPU: each side its stream (workers/gpu_share.py)
     own = executor is None and backend is None
     plan = share_for(spec, trainer_device, engine_device) if own else None
     share = open_share(plan, trainer_device) if plan is not None else None
@@ -231,7 +231,7 @@ async def _run_training(
     try:
         if src is not None:
             emitter.log(f"resumed from {src} at step {state.step}")
-        # compiled graphs made before trainer and engine run in two threads (gpu_share.py)
+        # compiled graphs made before trainer and engine run in two threads (workers/gpu_share.py)
         if own and warm_before_overlap(spec, executor.policy, backend, share):
             emitter.log("compile: trainer and engine graphs compiled before they overlap")
         return await driver.run()

@@ -1,10 +1,16 @@
-"""What flows through the loop: scored groups, and the run's counters."""
+"""What flows through the loop: scored groups, the run's counters, and what the driver trains
+through (`TrainerExecutor`: the in-process executor, executor.py; the Ray one,
+distributed/proxies.py; a pooled run's, pool/members.py)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
+from ..adapters.update import AdapterUpdate
+from ..policy.batch import TrainSample
 from ..rollout.base import GroupResult
 
 
@@ -47,3 +53,19 @@ def draw(seed: int, step: int, group: int, n_examples: int) -> tuple[int, int]:
     no RNG state to save, and sync and async drivers draw the same prompts."""
     rng = random.Random(f"paddock:{seed}:{step}:{group}")  # str seeds hash stably (sha512)
     return rng.randrange(n_examples), rng.getrandbits(62)
+
+
+class TrainerExecutor(Protocol):
+    @property
+    def adapter_version(self) -> int: ...
+
+    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]: ...
+
+    async def adapter_update(self, with_probe: bool = True) -> AdapterUpdate:
+        """The current adapter as tensors, labelled with its version; with the version
+        handshake's probe (a trainer forward) only for engines that check it."""
+
+    async def save(self, out: Path) -> None:
+        """The trainer's part of a checkpoint into `out` (loop/checkpoint.py)."""
+
+    async def load(self, src: Path) -> None: ...

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from ..data.examples import Example
 from ..data.reasoning import reasoning_examples, terms_of, worked_solution
-from ..data.tasks import Example
 from ..envs import calculator
 from ..envs.render import ChatRenderer
 from ..spec import TinyModelSpec
@@ -28,7 +28,7 @@ from .chat_tokenizer import (
     build_chat_tokenizer,
     eos_token_ids,
 )
-from .tiny import pad_rows, qwen2_config
+from .qwen2 import pad_rows, qwen2_config
 
 # Bump when this build changes in a way the recipe fields do not capture.
 CHAT_BUILD_VERSION = 1

@@ -18,15 +18,17 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from ..data.tasks import Example, arithmetic_examples, reverse_examples
+from ..data.examples import Example
+from ..data.tasks import arithmetic_examples, reverse_examples
 from ..spec import TinyModelSpec
+from .chat_model import build_chat_model, chat_recipe
+from .qwen2 import pad_rows, qwen2_config
 from .tokenizer import CHARSET, build_char_tokenizer
 
 # Bump when the build procedure changes in a way the recipe fields do not capture.
 _BUILD_VERSION = 2
-_MAX_POSITIONS = 64
 CHAT_TASKS = ("reasoning", "calculator")  # built as the chat model (chat_model.py)
 
 
@@ -36,8 +38,6 @@ def paddock_home() -> Path:
 
 def recipe_hash(spec: TinyModelSpec) -> str:
     if spec.task in CHAT_TASKS:  # the chat model: its own recipe (tokenizer, template)
-        from .chat_model import chat_recipe
-
         recipe = chat_recipe(spec)
     else:
         recipe = {"spec": spec.model_dump(), "charset": CHARSET, "build": _BUILD_VERSION}
@@ -63,33 +63,6 @@ def tiny_model_dir(spec: TinyModelSpec | None = None, home: Path | None = None) 
     return final
 
 
-def qwen2_config(
-    spec: TinyModelSpec,
-    tok: PreTrainedTokenizerFast,
-    max_positions: int = _MAX_POSITIONS,
-    eos_token_id: int | None = None,
-    bos_token_id: int | None = None,
-) -> Qwen2Config:
-    """The Qwen2 config of a locally built model (the tiny and the chat one); EOS and BOS
-    default to the tokenizer's EOS."""
-    eos = tok.eos_token_id if eos_token_id is None else eos_token_id
-    return Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
-        bos_token_id=eos if bos_token_id is None else bos_token_id,
-        eos_token_id=eos,
-        pad_token_id=tok.pad_token_id,
-        rope_theta=10000.0,
-        torch_dtype="float32",
-    )
-
-
 def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
@@ -99,8 +72,6 @@ def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
     torch.set_num_threads(1)
     try:
         if spec.task in CHAT_TASKS:
-            from .chat_model import build_chat_model
-
             facts = {"chat_build": build_chat_model(spec, out)}
         else:
             _build_char_model(spec, out)
@@ -137,23 +108,6 @@ def sft_batch(
         a = tok.encode(ex.answer, add_special_tokens=False) + [tok.eos_token_id]
         rows.append((p + a, [-100] * len(p) + a))
     return pad_rows(rows, tok.pad_token_id)
-
-
-def pad_rows(
-    rows: list[tuple[list[int], list[int]]], pad_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, labels) rows, right-padded into [B, L] ids, attention mask and labels."""
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), pad_id)  # [B, L]
-    labels = torch.full((len(rows), width), -100)  # [B, L]
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (x, y) in enumerate(rows):
-        ids[i, : len(x)], labels[i, : len(y)], attn[i, : len(x)] = (
-            torch.tensor(x),
-            torch.tensor(y),
-            1,
-        )
-    return ids, attn, labels
 
 
 def biased_answer(ex: Example) -> str:

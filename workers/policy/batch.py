@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
 
 
 @dataclass
@@ -44,18 +43,6 @@ class TrainBatch:
 
     def to(self, device: torch.device) -> TrainBatch:
         return TrainBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
-
-
-def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Token sequences as [N, longest] ids padded on the left, and their mask (every
-    sequence ends at the last column: prompts whose KV cache their samples continue)."""
-    width = max(len(p) for p in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    for u, p in enumerate(seqs):
-        ids[u, width - len(p) :] = torch.tensor(p)
-        attn[u, width - len(p) :] = 1
-    return ids.to(device), attn.to(device)
 
 
 def collate(samples: list[TrainSample], pad_id: int) -> TrainBatch:

@@ -4,9 +4,9 @@ batch under one adapter or for several batches, each under its own adapter, in o
 Each item is one batch's rows under one adapter (`Rows`). With one adapter (`together`
 false) the model computes as PEFT has it set (that adapter active, or all off where the
 item's adapter is None); with several, every LoRA linear computes each item's adapter on
-its own block of rows and columns (rows_lora.py). Either way an item's hidden states are
-the ones its batch gives alone: padding to another item's width adds columns no valid
-position attends to.
+its own block of rows and columns (adapters/rows_lora.py). Either way an item's hidden
+states are the ones its batch gives alone: padding to another item's width adds columns no
+valid position attends to.
 
 The G samples of a group share their prompt, so an item whose prompts repeat (`share`)
 sends each distinct prompt through the model once and its samples' responses continue from
@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .batch import TrainBatch, left_pad
-from .rows_lora import RowBlock, row_blocks
+from ..adapters.padding import left_pad
+from ..adapters.rows_lora import RowBlock, row_blocks
+from .batch import TrainBatch
 
 
 @dataclass

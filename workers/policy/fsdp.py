@@ -35,11 +35,11 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from ..adapters.packed import PackedTensors
 from ..grpo import ADDITIVE_METRICS
 from ..shares import contiguous_shares
 from ..spec import RunSpec
 from .batch import TrainBatch
-from .packed import PackedTensors
 from .policy import LoraPolicy
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from . import lora as lora_io
+from ..adapters import lora as lora_io
 from .batch import TrainBatch
 
 if TYPE_CHECKING:

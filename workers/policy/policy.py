@@ -6,8 +6,8 @@ checkpointing, compilation, the `Parallelism` strategy); each run's own state is
 it is built with, `policy.adapter`); a pool's runs are adapters added to one policy. One
 run's step is the solo step with its adapter active; several runs' steps in one forward and
 backward (`train_steps`) are the same step over several adapters, each row under its own
-run's adapter (forward.py, rows_lora.py), each run with its own loss, optimizer and random
-stream, so that on the CPU each one's update is its solo step's to fp32 rounding
+run's adapter (forward.py, adapters/rows_lora.py), each run with its own loss, optimizer and
+random stream, so that on the CPU each one's update is its solo step's to fp32 rounding
 (docs/pools.md says what differs on a GPU and where runs step one at a time instead).
 """
 
@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
+from ..adapters import lora as lora_io
+from ..adapters.rows_lora import splits_rows
 from ..grpo import ADDITIVE_METRICS, AggNorm, LossInputs, grpo_loss
 from ..spec import RunSpec
-from . import lora as lora_io
 from .adapter import Adapter, RngStream
 from .batch import TrainBatch, TrainSample, collate
 from .checkpointing import checkpoint_layers
@@ -32,7 +33,6 @@ from .fused_logprobs import token_logprobs as token_logprobs_fn
 from .mixed_precision import bf16_autocast, tuner_layers, uncast_inputs
 from .optimizer_graph import OptimizerGraph
 from .parallel import OneProcess, Parallelism
-from .rows_lora import splits_rows
 from .stacked_lora import stack_layers
 from .version_check import METRICS, AdapterHistory, TokenSums, merge, of_version, stale_pick
 
@@ -161,7 +161,7 @@ class LoraPolicy:
         """A fresh adapter of `spec` (initialised as a run alone initialises its own: the
         seed draws the A matrices, B starts at zero) beside the others, on the same base
         model; one process only. What must match the policy's spec is the caller's to check
-        (the pool's key, workers/pool/key.py)."""
+        (the pool's key, workers/pool_key.py)."""
         if not isinstance(self.parallel, OneProcess):
             raise ValueError("adapters beyond the first need a policy of one process")
         name = f"run{self._added}"  # PEFT module keys: no dots, nothing like "lora_"

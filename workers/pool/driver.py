@@ -39,12 +39,12 @@ from ..loop.setup import local_devices, model_dir_for, run_training
 from ..names import TERMINAL_RUN_STATES
 from ..policy import LoraPolicy
 from ..policy.adapter import Adapter
+from ..pool_key import misfit, pool_key
 from ..rollout.engine_process import EngineProcess
 from ..rollout.pool_engine import PoolAdmissionError, PoolEngine
 from ..rollout.registry import make_pool_engine
 from ..spec import RunSpec, parse_spec
 from .gate import FairGate, TrainTurns
-from .key import misfit, pool_key
 from .members import LaneBackend, PooledExecutor
 
 log = logging.getLogger(__name__)

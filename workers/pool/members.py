@@ -24,12 +24,13 @@ from pathlib import Path
 
 import torch
 
+from ..adapters.update import AdapterUpdate
 from ..loop.checkpoint import load_trainer, save_trainer
 from ..loop.executor import LocalExecutor
 from ..names import MEMORY_METRICS, POOL_METRICS
 from ..policy import LoraPolicy, TrainSample, collate
 from ..policy.adapter import Adapter
-from ..rollout.base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
+from ..rollout.base import GroupRequest, GroupResult, PauseMode, pause_mode_check
 from ..rollout.pool_engine import PoolEngine, PoolRequest
 from ..spec import LoraSpec
 from .gate import FairGate, TrainTurns

@@ -1,7 +1,6 @@
 """Rollout backends behind one protocol, chosen by `rollout.backend`."""
 
 from .base import (
-    AdapterUpdate,
     GroupRequest,
     GroupResult,
     PauseMode,
@@ -13,7 +12,6 @@ from .registry import BACKENDS, make_backend
 
 __all__ = [
     "BACKENDS",
-    "AdapterUpdate",
     "GroupRequest",
     "GroupResult",
     "PauseMode",

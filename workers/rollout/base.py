@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args, runtime_checkable
 
-import torch
+from ..adapters.update import AdapterUpdate
 
 PauseMode = Literal["abort", "keep", "wait"]
 
@@ -104,25 +104,6 @@ class GroupResult:
             request.params,
             partial=self.samples,
         )
-
-
-@dataclass(frozen=True)
-class AdapterProbe:
-    """The trainer's logprobs of a fixed continuation under one adapter version, at
-    temperature 1: an engine proves it serves that version by reproducing them."""
-
-    prompt_ids: list[int]
-    token_ids: list[int]
-    logprobs: list[float]  # log p(token_ids[i] | prompt_ids + token_ids[:i])
-
-
-@dataclass
-class AdapterUpdate:
-    version: int
-    # PEFT key names; on the trainer's device in-process, on the CPU across hosts
-    tensors: dict[str, torch.Tensor] | None = None
-    path: str | None = None  # or a PEFT adapter directory
-    probe: AdapterProbe | None = None  # for the version handshake of remote engines
 
 
 @runtime_checkable

@@ -34,9 +34,10 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from ..policy.packed import PackedTensors
+from ..adapters.packed import PackedTensors
+from ..adapters.update import AdapterUpdate
 from ..spec import LoraSpec, RunSpec
-from .base import AdapterUpdate, GroupResult
+from .base import GroupResult
 from .pool_engine import require_admissible
 
 _CLOSE = "close"

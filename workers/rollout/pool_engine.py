@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from ..adapters import files as adapter_files
+from ..adapters.update import AdapterUpdate
 from ..spec import LoraSpec, RunSpec
-from . import adapter_files
-from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, RolloutBackend
+from .base import GroupRequest, GroupResult, PauseMode, RolloutBackend
 
 
 class PoolAdmissionError(ValueError):

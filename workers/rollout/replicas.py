@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
+from ..adapters.update import AdapterUpdate
 from ..shares import contiguous_shares
-from .base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, RolloutBackend
+from .base import GroupRequest, GroupResult, PauseMode, RolloutBackend
 
 
 class ReplicaSet:

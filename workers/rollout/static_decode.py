@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-from ..policy.lora import ADAPTER_NAME
+from ..adapters.lora import ADAPTER_NAME
 from . import kv_budget
 from .decode_attention import decode_attention
 from .decode_attention import works as decode_works

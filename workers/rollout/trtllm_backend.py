@@ -43,11 +43,10 @@ from typing import Any
 
 import torch
 
+from ..adapters import files as adapter_files
+from ..adapters.update import AdapterProbe, AdapterUpdate, check_probe, probe_tolerance
 from ..spec import LoraSpec, RunSpec, TrtllmRolloutSpec
-from . import adapter_files
 from .base import (
-    AdapterProbe,
-    AdapterUpdate,
     GroupRequest,
     GroupResult,
     PauseMode,
@@ -143,7 +142,7 @@ class TrtllmLane:
 
     def __init__(self, engine: TrtllmEngine, lora: LoraSpec, who: str, alone: bool):
         self.engine, self.lora, self.who, self.alone = engine, lora, who, alone
-        self.probe_atol = adapter_files.probe_tolerance(engine.dtype)
+        self.probe_atol = probe_tolerance(engine.dtype)
         self._root = adapter_files.ram_dir("paddock-trtllm-")
         # /dev/shm outlives the process: remove the directory at exit even without close().
         weakref.finalize(self, shutil.rmtree, self._root, True)
@@ -280,7 +279,7 @@ class TrtllmLane:
         for out, tok in zip(outs, probe.token_ids, strict=True):
             logits = torch.as_tensor(out.outputs[0].generation_logits).float().reshape(-1)
             got.append(float(torch.log_softmax(logits, -1)[tok]))
-        return adapter_files.check_probe(self.who, version, probe, got, self.probe_atol)
+        return check_probe(self.who, version, probe, got, self.probe_atol)
 
     def _params(self, req: GroupRequest, max_tokens: int, seed: int) -> Any:
         p, eos_ids = req.params, self.engine.eos_ids

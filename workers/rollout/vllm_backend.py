@@ -44,11 +44,10 @@ from typing import Any
 
 import torch
 
+from ..adapters import files as adapter_files
+from ..adapters.update import AdapterProbe, AdapterUpdate, check_probe, probe_tolerance
 from ..spec import LoraSpec, RunSpec, VllmRolloutSpec
-from . import adapter_files
 from .base import (
-    AdapterProbe,
-    AdapterUpdate,
     GroupRequest,
     GroupResult,
     PauseMode,
@@ -236,7 +235,7 @@ class VllmLane:
         # the engine freezes this lane's requests at a keep pause and labels their tokens;
         # otherwise they are cut and continued after resume (vLLM 0.26, or a pool's lane)
         self.native_keep = alone and engine.weight_versions
-        self.probe_atol = adapter_files.probe_tolerance(engine.dtype)
+        self.probe_atol = probe_tolerance(engine.dtype)
         self._root = adapter_files.ram_dir("paddock-vllm-")
         # /dev/shm outlives the process: remove the directory at exit even without close().
         weakref.finalize(self, shutil.rmtree, self._root, True)
@@ -384,7 +383,7 @@ class VllmLane:
         finally:
             if self._frozen:
                 await self.llm.pause_generation(mode="keep", clear_cache=False)
-        return adapter_files.check_probe(self.who, update.version, update.probe, got,
+        return check_probe(self.who, update.version, update.probe, got,
                                          self.probe_atol)  # fmt: skip
 
     async def _probe_logprobs(self, probe: AdapterProbe) -> list[float]:

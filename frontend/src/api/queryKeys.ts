@@ -63,6 +63,7 @@ export const queryKeys = {
   teams: {
     members: (team: number) => ["teams", team, "members"] as const,
     tokens: (team: number) => ["teams", team, "tokens"] as const,
+    secrets: (team: number) => ["teams", team, "secrets"] as const,
     quota: (team: number) => ["teams", team, "quota"] as const,
     audit: (team: number) => ["teams", team, "audit"] as const,
   },

@@ -1035,7 +1035,7 @@ export interface components {
             dispatch_count: number;
             /** Format: date-time */
             created_at: string;
-            /** @description what its runs share (workers/pool/key.py) */
+            /** @description what its runs share (workers/pool_key.py) */
             key: {
                 [key: string]: unknown;
             };

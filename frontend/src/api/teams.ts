@@ -1,10 +1,10 @@
-import { useQuery } from "@tanstack/react-query";
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { listOf, request, type ListBody } from "./client";
 import { queryClient } from "./queryClient";
 import { queryKeys } from "./queryKeys";
-import type { ApiTokenRow, AuditEvent, CreatedToken, Member, Quota, Role } from "./types";
+import type { ApiTokenRow, AuditEvent, CreatedToken, Member, Quota, Role, TeamSecret } from "./types";
 
-// /api/v1/teams/{id}/…: members, tokens, quota, audit log.
+// /api/v1/teams/{id}/…: members, tokens, secrets, quota, audit log.
 
 const teamPath = (teamId: number) => `/api/v1/teams/${teamId}`;
 
@@ -54,6 +54,45 @@ export async function createToken(teamId: number, name: string): Promise<Created
 export async function revokeToken(teamId: number, tokenId: number): Promise<void> {
   await request(`${teamPath(teamId)}/tokens/${tokenId}`, { method: "DELETE" });
   void tokensChanged(teamId);
+}
+
+export function useSecrets(teamId: number) {
+  return useQuery({
+    queryKey: queryKeys.teams.secrets(teamId),
+    queryFn: ({ signal }) => request<TeamSecret[]>(`${teamPath(teamId)}/secrets`, { signal }),
+  });
+}
+
+const secretPath = (teamId: number, name: string) => `${teamPath(teamId)}/secrets/${encodeURIComponent(name)}`;
+
+/** A set or a delete changes the list and adds to the audit log. */
+function useSecretsChanged(teamId: number) {
+  const client = useQueryClient();
+  return () => Promise.all([
+    client.invalidateQueries({ queryKey: queryKeys.teams.secrets(teamId) }),
+    client.invalidateQueries({ queryKey: queryKeys.teams.audit(teamId) }),
+  ]);
+}
+
+/** PUT /teams/{id}/secrets/{name}: create or replace. The answer is the masked row; the
+ * value is sent, never read back. gcTime 0: the finished mutation (whose variables hold the
+ * value) leaves the cache as soon as no component watches it. */
+export function useSetSecret(teamId: number) {
+  const changed = useSecretsChanged(teamId);
+  return useMutation({
+    mutationFn: ({ name, value }: { name: string; value: string }) =>
+      request<TeamSecret>(secretPath(teamId, name), { method: "PUT", body: { value } }),
+    onSuccess: changed,
+    gcTime: 0,
+  });
+}
+
+export function useDeleteSecret(teamId: number) {
+  const changed = useSecretsChanged(teamId);
+  return useMutation({
+    mutationFn: (name: string) => request<void>(secretPath(teamId, name), { method: "DELETE" }),
+    onSuccess: changed,
+  });
 }
 
 export function useQuota(teamId: number) {

@@ -161,6 +161,9 @@ export type CreatedToken = Sent<Schemas["TokenCreated"]>;
 
 export type Quota = Sent<Schemas["Quota"]>;
 
+/** a team secret as the API shows it: its name and a mask, never its value */
+export type TeamSecret = Sent<Schemas["Secret"]>;
+
 export type AuditEvent = Omit<Sent<Schemas["AuditEvent"]>, "data"> & { data: Record<string, unknown> };
 
 /** GET /runs/{id}/events: `time` is ISO 8601 here (Unix seconds on the websocket) */

@@ -1,8 +1,9 @@
-// Team admin: members and roles, API tokens (the secret shown once), quota, audit log.
-import { useState, type FormEvent } from "react";
+// Team admin: members and roles, API tokens (the secret shown once), team secrets (never
+// shown), quota, audit log.
+import { useRef, useState, type FormEvent } from "react";
 import { ApiError } from "../api/client";
-import { addMember, createToken, removeMember, revokeToken, setMemberRole, useAudit, useMembers,
-  useQuota, useTokens } from "../api/teams";
+import { addMember, createToken, removeMember, revokeToken, setMemberRole, useAudit, useDeleteSecret,
+  useMembers, useQuota, useSecrets, useSetSecret, useTokens } from "../api/teams";
 import type { CreatedToken, Role } from "../api/types";
 import { timeAgo } from "../lib/format";
 import { useSession } from "../session/SessionContext";
@@ -135,6 +136,84 @@ function Tokens({ teamId }: { teamId: number }) {
   );
 }
 
+/** The API's refusal of a field as the field's own message; anything else for the ErrorBox. */
+function splitByField(error: ApiError | null, fields: readonly string[]) {
+  const byField = Object.fromEntries(fields.map((f) => [f, error?.fields[f] ?? (error?.field === f ? error.message : null)]));
+  const other = error && !fields.some((f) => byField[f]) ? error : null;
+  return { byField, other };
+}
+
+function Secrets({ teamId, canAdmin }: { teamId: number; canAdmin: boolean }) {
+  const secrets = useSecrets(teamId);
+  const setting = useSetSecret(teamId);
+  const deleting = useDeleteSecret(teamId);
+  const [name, setName] = useState("");
+  const [value, setValue] = useState("");
+  const [done, setDone] = useState<string | null>(null);
+  const valueInput = useRef<HTMLInputElement>(null);
+  const { byField, other } = splitByField(setting.error, ["name", "value"]);
+  async function set(e: FormEvent) {
+    e.preventDefault();
+    setDone(null);
+    try {
+      const row = await setting.mutateAsync({ name, value });
+      // the value leaves the page's state once the server has it
+      setValue(""); setName(""); setDone(row.name); setting.reset();
+    } catch { /* shown from setting.error */ }
+  }
+  function replace(secretName: string) {
+    setName(secretName); setValue(""); setDone(null); setting.reset();
+    valueInput.current?.focus();
+  }
+  const busy = setting.isPending || deleting.isPending;
+  return (
+    <section className="card" data-testid="secrets">
+      <h2>Secrets</h2>
+      <p className="muted small">Credentials a run’s spec names (<code>secret: NAME</code>, e.g. a reward service’s token),
+        handed only to that run’s job. A value is never shown again, here or through the API.</p>
+      <ErrorBox error={other ?? deleting.error} />
+      {done && <p className="muted small" role="status">Secret “{done}” set.</p>}
+      <Query result={secrets} isEmpty={(d) => d.length === 0} empty={<Empty title="No secrets" />}>
+        {(list) => (
+          <table className="compact" data-testid="secrets-table">
+            <thead><tr><th>Name</th><th>Value</th><th>Updated</th><th>By</th>{canAdmin && <th />}</tr></thead>
+            <tbody>
+              {list.map((x) => (
+                <tr key={x.name}>
+                  <td><code>{x.name}</code></td><td><code>{x.masked}</code></td>
+                  <td className="muted" title={x.updated_at}>{timeAgo(x.updated_at)}</td>
+                  <td>{x.updated_by?.username ?? "—"}</td>
+                  {canAdmin && <td className="nowrap">
+                    <button className="btn small ghost" disabled={busy} onClick={() => replace(x.name)}>Replace</button>{" "}
+                    <button className="btn small danger" disabled={busy}
+                      onClick={() => window.confirm(`Delete the secret “${x.name}”? A run whose spec names it fails at its start until it is set again.`) &&
+                        deleting.mutate(x.name)}>Delete</button>
+                  </td>}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </Query>
+      {canAdmin && (
+        <form className="inline-form" onSubmit={set}>
+          <div className="input-col">
+            <input placeholder="name, e.g. REWARD_TOKEN" aria-label="Secret name" value={name} onChange={(e) => setName(e.target.value)}
+              required autoComplete="off" spellCheck={false} aria-invalid={!!byField.name} />
+            {byField.name && <span className="field-error" role="alert">{byField.name}</span>}
+          </div>
+          <div className="input-col">
+            <input ref={valueInput} type="password" placeholder="value" aria-label="Secret value" value={value}
+              onChange={(e) => setValue(e.target.value)} required autoComplete="new-password" aria-invalid={!!byField.value} />
+            {byField.value && <span className="field-error" role="alert">{byField.value}</span>}
+          </div>
+          <button className="btn" disabled={busy || !name || !value}>Set secret</button>
+        </form>
+      )}
+    </section>
+  );
+}
+
 function QuotaCard({ teamId }: { teamId: number }) {
   const quota = useQuota(teamId);
   return (
@@ -191,6 +270,7 @@ export default function TeamAdminPage() {
       <div className="card-grid">
         <Members teamId={team.id} canAdmin={can("admin")} me={session.user.id} />
         <Tokens teamId={team.id} />
+        <Secrets teamId={team.id} canAdmin={can("admin")} />
         <QuotaCard teamId={team.id} />
         {can("admin") && <Audit teamId={team.id} />}
       </div>

@@ -11,7 +11,7 @@ from django.db.models import Q
 
 from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.configs import spec_gpus
-from workers.pool.key import unpoolable
+from workers.pool_key import unpoolable
 from workers.spec import RunSpec
 
 from .environments import offered_environments, spec_environment

@@ -60,7 +60,7 @@ class Pool(models.Model):
     named pool (`resources.pool: <name>`) is its team's: `team` set, its name unique in the
     team, hosting that team's runs only, so no team can take or even find a name another
     team uses. An `auto` pool (`team` null, named `auto_<id>`) packs runs of any team; what a
-    team may see of it is its own members only. `key` is the pool key (workers/pool/key.py)
+    team may see of it is its own members only. `key` is the pool key (workers/pool_key.py)
     plus the cluster; a run joins only a pool of its own key. Every start of its Ray job is a
     dispatch N, submitted as `paddock-pool-<id>-d<N>`; its bootstrap token is derived per
     (pool, dispatch) like a run's, and the pool token it is exchanged for is stored as a

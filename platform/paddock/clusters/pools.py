@@ -2,7 +2,7 @@
 members and their shares, the pool's tokens, and what a pool's job is told.
 
 A run that asks for `resources.pool` is packed, at its dispatch, into a pool of its key
-(workers/pool/key.py, plus the cluster) that has room: `auto` into any such `auto` pool
+(workers/pool_key.py, plus the cluster) that has room: `auto` into any such `auto` pool
 (which packs runs of any team), a name into its own team's pool of that name only (a named
 pool is its team's: another team's pool of the same name is another pool, never looked at);
 when none fits a new pool is started (dispatch.py). Each member keeps its own run, state
@@ -31,7 +31,7 @@ from paddock.experiments.states import HOLDING
 from paddock.teams.secrets import secret_matches, secret_new, secret_prefix
 from paddock.teams.services import audit_record
 from workers.job_replies import ListedMember, PoolBootstrap, PoolMembers
-from workers.pool.key import misfit, pool_key
+from workers.pool_key import misfit, pool_key
 from workers.spec import RunSpec
 
 from .bootstrap_tokens import bootstrap_token_for as run_bootstrap_token

@@ -130,6 +130,14 @@ class DomainError(Exception):
         self.field = field
         self.errors = errors
 
+    @classmethod
+    def of_errors(cls, code: ErrorCode, errors: list[dict[str, str]]) -> DomainError:
+        """One refusal for several problems ({field, message} each): the first names the
+        field and the sentence, `errors` carries them all."""
+        first = errors[0]
+        return cls(code, f"{first['field']}: {first['message']}", field=first["field"],
+                   errors=errors)  # fmt: skip
+
     @property
     def status(self) -> int:
         return self.code.status

@@ -135,8 +135,7 @@ def spec_admit(*, team: Team, spec: RunSpec) -> dict:
         team_id=team.pk, names=[(f"spec.{f}", name) for f, name in spec.secret_names()]
     )
     if missing:
-        raise DomainError(ErrorCode.SECRET_MISSING, missing[0]["message"],
-                          field=missing[0]["field"], errors=missing)  # fmt: skip
+        raise DomainError.of_errors(ErrorCode.SECRET_MISSING, missing)
     return normalized
 
 

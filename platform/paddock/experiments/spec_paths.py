@@ -112,13 +112,7 @@ def spec_paths_check(*, team_id: int, spec: dict, field: str = "spec") -> None:
         )  # fmt: skip
     errors += _logging_errors(spec.get("logging") or {}, field, team_id)
     if errors:
-        first = errors[0]
-        raise DomainError(
-            ErrorCode.PATH_NOT_ALLOWED,
-            f"{first['field']}: {first['message']}",
-            field=first["field"],
-            errors=errors,
-        )
+        raise DomainError.of_errors(ErrorCode.PATH_NOT_ALLOWED, errors)
 
 
 def _pattern_folder(value: str) -> str:

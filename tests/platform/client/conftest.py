@@ -71,7 +71,7 @@ def adapter_checkpoint(directory: Path) -> dict[str, torch.Tensor]:
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
 
-    from workers.policy.lora import save_adapter_dir
+    from workers.adapters.lora import save_adapter_dir
 
     torch.manual_seed(0)
     model = get_peft_model(tiny_base(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"]))

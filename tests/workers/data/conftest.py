@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from workers.policy.lora import load_tokenizer
+from workers.adapters.lora import load_tokenizer
 
 CORPUS = [
     "You are a careful assistant. Add the numbers and put the answer in a box.",

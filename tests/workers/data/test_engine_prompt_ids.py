@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from workers.adapters.lora import load_tokenizer
 from workers.data import prompt_ids, prompt_text
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy
-from workers.policy.lora import load_tokenizer
 from workers.rollout.base import GroupRequest, SamplingParams
 from workers.rollout.torch_engine import TorchBackend, sources
 

@@ -12,8 +12,8 @@ import ray
 import torch
 
 from tests.workers.distributed.conftest import RAY
+from workers.adapters.lora import read_adapter_dir
 from workers.events import Event
-from workers.policy.lora import read_adapter_dir
 from workers.train import train
 
 pytestmark = pytest.mark.usefixtures("ray_local")

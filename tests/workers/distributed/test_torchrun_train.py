@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from workers.policy.lora import read_adapter_dir
+from workers.adapters.lora import read_adapter_dir
 from workers.train import train
 
 

@@ -8,13 +8,14 @@ import asyncio
 
 import pytest
 
+from workers.adapters.update import AdapterUpdate
 from workers.envs import ChatRenderer, EpisodeLimits, EpisodeRunner, GroupProgress
 from workers.envs.gym import GymEnvironment
 from workers.envs.registry import make_environment
 from workers.envs.verifiers_env import VerifiersEnvironment
 from workers.names import installed_environments
 from workers.policy import LoraPolicy
-from workers.rollout import AdapterUpdate, SamplingParams, make_backend
+from workers.rollout import SamplingParams, make_backend
 from workers.rollout.eos import eos_token_ids
 from workers.spec import EnvSpec, parse_spec
 

@@ -11,11 +11,12 @@ import pickle
 import pytest
 import torch
 
+from workers.adapters.update import AdapterUpdate
 from workers.envs import ChatRenderer, EpisodeLimits, EpisodeRunner, GroupProgress
 from workers.envs.calculator import Calculator
 from workers.grpo.loss import LossInputs, grpo_loss
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.rollout import AdapterUpdate, SamplingParams, make_backend
+from workers.rollout import SamplingParams, make_backend
 from workers.rollout.eos import eos_token_ids
 from workers.spec import parse_spec
 

@@ -9,7 +9,7 @@ import ipaddress
 import pytest
 
 from workers import http_json
-from workers.data.tasks import Example
+from workers.data.examples import Example
 from workers.egress import EgressPolicy
 from workers.envs import EpisodeLimits, EpisodeRunner, GroupProgress, parse_tool_calls
 from workers.envs.base import ModelTurn
@@ -107,9 +107,10 @@ async def test_a_bad_server_fails_the_call_naming_it(server, flags, kw, error):
 
 
 async def test_a_server_dying_mid_episode_fails_the_episodes_not_the_run(server, calc_dir):
+    from workers.adapters.update import AdapterUpdate
     from workers.envs import ChatRenderer
     from workers.policy import LoraPolicy
-    from workers.rollout import AdapterUpdate, make_backend
+    from workers.rollout import make_backend
     from workers.spec import parse_spec
 
     spec = parse_spec({"model": {"path": str(calc_dir)}, "rollout": {"max_new_tokens": 40}})

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from workers.adapters.update import AdapterUpdate
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams
+from workers.rollout import GroupRequest, SamplingParams
 from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from workers.adapters.update import AdapterUpdate
 from workers.grpo import token_mult_prob_error
 from workers.policy import LoraPolicy, TrainSample, chunked_token_logprobs, collate, fused_logprobs
 from workers.policy.fused_logprobs import fused_token_logprobs
-from workers.rollout import AdapterUpdate, GroupRequest, SamplingParams, decode_attention
+from workers.rollout import GroupRequest, SamplingParams, decode_attention
 from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 

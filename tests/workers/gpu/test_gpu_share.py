@@ -1,4 +1,4 @@
-"""One GPU shared by trainer and engine (workers/loop/gpu_share.py), on the GPU: a green
+"""One GPU shared by trainer and engine (workers/gpu_share.py), on the GPU: a green
 context's stream runs on its share of the SMs only and computes what the whole GPU does, an
 async run on the split GPU keeps the engine's logprobs those of a trainer forward, and with
 both sides compiled it compiles nothing once they overlap and frees its green contexts.
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from workers.gpu_share import GreenContexts, open_share, plan_share
 from workers.loop import setup
-from workers.loop.gpu_share import GreenContexts, open_share, plan_share
 from workers.train import train
 
 from .small_qwen3 import build_small_qwen3

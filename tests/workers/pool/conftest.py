@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import torch
 
+from workers.adapters.update import AdapterUpdate
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.rollout.base import AdapterUpdate, GroupResult, SamplingParams
+from workers.rollout.base import GroupResult, SamplingParams
 from workers.spec import LoraSpec, RunSpec, parse_spec
 
 LORA = {

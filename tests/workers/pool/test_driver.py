@@ -35,7 +35,7 @@ def rows(out: Path) -> list[dict]:
 
 
 def adapter(out: Path, step: int) -> dict[str, torch.Tensor]:
-    from workers.policy.lora import read_adapter_dir
+    from workers.adapters.lora import read_adapter_dir
 
     return read_adapter_dir(out / "checkpoints" / f"step-{step}" / "adapter")[0]
 

@@ -21,7 +21,7 @@ import pytest
 from workers.events import IngestReply
 from workers.job_replies import ListedMember, PoolBootstrap, PoolMembers, RunBootstrap
 from workers.pool import job as pool_job
-from workers.pool.key import pool_key
+from workers.pool_key import pool_key
 from workers.spec import parse_spec
 
 

@@ -17,9 +17,10 @@ from collections import defaultdict
 
 import pytest
 
+from workers.adapters.update import check_probe
 from workers.events import MetricEvent, StatusEvent
 from workers.pool.driver import PoolDriver
-from workers.rollout import adapter_files
+from workers.rollout import vllm_pool
 from workers.spec import parse_spec
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,6 @@ def test_two_runs_on_one_vllm_pool_engine_keep_their_own_handshakes(
     acked: dict[str, list[int]] = defaultdict(list)  # run → versions the engine acknowledged
     labels: dict[str, set[int]] = defaultdict(set)  # run → versions its samples carry
     unacked: list[str] = []  # samples labelled with a version not acknowledged for their run
-    check_probe = adapter_files.check_probe
 
     def probe(engine: str, version: int, expected, got, atol: float) -> float:
         err = check_probe(engine, version, expected, got, atol)  # raises when it fails
@@ -59,7 +59,7 @@ def test_two_runs_on_one_vllm_pool_engine_keep_their_own_handshakes(
         probed[run].append(version)
         return err
 
-    monkeypatch.setattr(adapter_files, "check_probe", probe)
+    monkeypatch.setattr(vllm_pool, "check_probe", probe)
 
     async def main() -> dict:
         driver = PoolDriver(capacity=2, keep_events=True)

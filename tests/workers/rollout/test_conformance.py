@@ -20,9 +20,10 @@ import pytest
 import pytest_asyncio
 import torch
 
+from workers.adapters.update import AdapterUpdate
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
-from workers.rollout.base import AdapterUpdate, GroupRequest, GroupResult, SamplingParams
+from workers.rollout.base import GroupRequest, GroupResult, SamplingParams
 from workers.rollout.engine_process import EngineProcess
 from workers.rollout.torch_engine import TorchBackend
 

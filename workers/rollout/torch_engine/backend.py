@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from ...policy import lora as lora_io
+from ...adapters import lora as lora_io
+from ...adapters.update import AdapterUpdate
 from ...spec import LoraSpec, RunSpec
-from ..base import AdapterUpdate, GroupRequest, GroupResult, PauseMode, pause_mode_check
+from ..base import GroupRequest, GroupResult, PauseMode, pause_mode_check
 from ..gate import RequestGate, unfinished
 from ..pool_engine import LanePool
 from .engine import TorchEngine, engine_device

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from ...policy import lora as lora_io
+from ...adapters import lora as lora_io
+from ...adapters.update import AdapterProbe, check_probe, probe_tolerance
 from ...spec import LoraSpec, RunSpec, TorchRolloutSpec
-from .. import adapter_files
-from ..base import AdapterProbe, GroupRequest, GroupResult
+from ..base import GroupRequest, GroupResult
 from ..eos import eos_token_ids
 from .loop import decode
 from .rows import Adapter, Group, Rows, Stops
@@ -84,7 +84,7 @@ class TorchEngine:
         )
         static = isinstance(self.source, StaticSource)
         self.decoder = self.source.decoder if static else None
-        self.probe_atol = adapter_files.probe_tolerance(lora_io.base_dtype(spec.model, self.device))
+        self.probe_atol = probe_tolerance(lora_io.base_dtype(spec.model, self.device))
         # rollout.compile on a GPU: sampling's passes over [rows, vocab] fused into two
         self.draw = draw
         if static and self.decoder.compiled:
@@ -112,7 +112,7 @@ class TorchEngine:
 
     def use_stream(self, stream: torch.cuda.Stream) -> None:
         """Decode and load adapters on `stream` instead of the engine's own (one that shares
-        the GPU with the trainer on a plan: workers/loop/gpu_share.py). Before generating."""
+        the GPU with the trainer on a plan: workers/gpu_share.py). Before generating."""
         self._stream = stream
 
     def warm_compiled(self, temperature: float) -> bool:
@@ -201,7 +201,7 @@ class TorchEngine:
             if probe is not None:
                 got = self._probe_logprobs(probe, adapter.slot)
                 try:
-                    err = adapter_files.check_probe(who, version, probe, got, self.probe_atol)
+                    err = check_probe(who, version, probe, got, self.probe_atol)
                 except RuntimeError:
                     self._hand_back(self.rows.cut(adapter, keep=False))
                     raise

@@ -27,8 +27,8 @@ from peft.utils import get_peft_model_state_dict
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-from ...policy import lora as lora_io
-from ...policy.batch import left_pad
+from ...adapters import lora as lora_io
+from ...adapters.padding import left_pad
 from ...spec import LoraSpec, TorchRolloutSpec
 from ..static_decode import StaticDecoder, supports
 

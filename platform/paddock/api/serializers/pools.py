@@ -48,7 +48,7 @@ class PoolSerializer(serializers.Serializer):
     gpus = serializers.FloatField(help_text="GPUs its job holds")
     dispatch_count = serializers.IntegerField()
     created_at = serializers.DateTimeField()
-    key = serializers.DictField(help_text="what its runs share (workers/pool/key.py)")
+    key = serializers.DictField(help_text="what its runs share (workers/pool_key.py)")
     members = PoolMemberSerializer(many=True, help_text="the caller's teams' runs only")
 
 

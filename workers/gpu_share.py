@@ -22,7 +22,8 @@ more; 48 of the 132 SMs for the engine (`engine_sm_share` 0.36) was best of 32-6
 
 Only async runs share (a sync run runs one side at a time, on the whole GPU), and only
 where trainer and engine are on the same GPU in one process. `plan_share` is the pure part
-(which stream gets which priority and how many SMs), `open_share` makes the streams.
+(which stream gets which priority and how many SMs), `open_share` makes the streams; the
+loop's `StreamExecutor` (loop/executor.py) issues the train steps on the trainer's.
 """
 
 from __future__ import annotations
@@ -32,10 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..policy import LoraPolicy
-from ..policy.batch import TrainBatch
-from ..rollout.torch_engine.engine import TorchEngine
-from .executor import LocalExecutor
+from .policy.policy import LoraPolicy
+from .rollout.torch_engine.engine import TorchEngine
 
 SHARE_MODES = ("streams", "engine_first", "trainer_first", "split")
 # Hopper splits SMs in groups of 8 (a green context's smallest share; CUDA rounds up to it)
@@ -221,24 +220,6 @@ def share_for(spec, trainer: torch.device, engine: torch.device) -> SharePlan | 
     sms = torch.cuda.get_device_properties(trainer).multi_processor_count
     # (least, greatest): torch.cuda.Stream clamps a priority to its pools, -1 the high one
     return plan_share(r.gpu_share, r.engine_sm_share, sms, (0, -1))
-
-
-class StreamExecutor(LocalExecutor):
-    """The in-process executor, its train steps issued on `stream`. Each step waits for its
-    kernels before it returns, so that the adapter the driver then publishes (copied on
-    the default stream) is the stepped one."""
-
-    def __init__(self, policy: LoraPolicy, stream: torch.cuda.Stream | None):
-        super().__init__(policy)
-        self.stream = stream
-
-    def _train_step(self, batch: TrainBatch) -> dict[str, float]:
-        if self.stream is None:
-            return super()._train_step(batch)
-        with torch.cuda.stream(self.stream):
-            out = super()._train_step(batch)
-        self.stream.synchronize()
-        return out
 
 
 def warm_before_overlap(spec, policy: LoraPolicy, backend, share: GpuShare | None) -> bool:

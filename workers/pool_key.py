@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import RunSpec, _RolloutBase
+from .spec import RunSpec, _RolloutBase
 
 KEY_VERSION = 1  # bump when the key's entries change: a stored key of another version never fits
 

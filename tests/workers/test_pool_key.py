@@ -1,17 +1,13 @@
-"""The pool key (workers/pool/key.py): what runs must share to be pooled, and the reason a
-run does not fit a pool, naming the setting. Pure functions: no model, no engine."""
+"""The pool key (workers/pool_key.py): what runs must share to be pooled, and the reason a
+run does not fit a pool, naming the setting. Pure functions: no model, no engine (that it
+loads without torch, as the control plane imports it: tests/test_import_graph.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-from workers.pool.key import misfit, pool_key, trainer_key, unpoolable
+from workers.pool_key import misfit, pool_key, trainer_key, unpoolable
 from workers.spec import parse_spec
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_runs_that_differ_only_per_run_share_a_key():
@@ -65,15 +61,3 @@ def test_settings_a_pool_cannot_host_are_refused_by_name():
 def test_the_pool_key_holds_the_trainers_part():
     # what the runs of one policy share is checked at admission, as part of the pool key
     assert set(trainer_key(parse_spec({}))) <= set(pool_key(parse_spec({})))
-
-
-def test_the_key_loads_without_torch():
-    probe = (
-        "import sys, workers.pool.key\n"
-        "heavy = {'torch', 'transformers', 'peft', 'ray', 'vllm', 'tensorrt_llm', 'django'}\n"
-        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -9,17 +9,15 @@ adapter_model.safetensors) and both engines read.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-import torch
 from safetensors.torch import save_file
 
 from ..spec import LoraSpec
-from .base import AdapterProbe, AdapterUpdate
+from .update import AdapterUpdate
 
 # Ranks vLLM compiles LoRA kernels for; TensorRT-LLM accepts any rank up to its maximum.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -83,28 +81,3 @@ def remove_versions(root: Path, keep: set[Path]) -> None:
     for path in root.glob("v*"):
         if path not in keep:
             shutil.rmtree(path, ignore_errors=True)
-
-
-def probe_tolerance(dtype: torch.dtype | str) -> float:
-    """Largest |Δ logprob| the handshake accepts: fp32 engines agree with the trainer to
-    ~1e-5; bf16 kernels to a few hundredths."""
-    return 2e-3 if str(dtype).removeprefix("torch.") == "float32" else 0.15
-
-
-def check_probe(
-    engine: str, version: int, expected: AdapterProbe, got: list[float], atol: float
-) -> float:
-    """Raise unless the engine's probe logprobs match the trainer's; returns the max |Δ|."""
-    if len(got) != len(expected.logprobs):
-        raise RuntimeError(
-            f"{engine}: version handshake for adapter {version}: the probe returned "
-            f"{len(got)} logprobs, expected {len(expected.logprobs)}"
-        )
-    err = max((abs(a - b) for a, b in zip(got, expected.logprobs, strict=True)), default=0.0)
-    if not math.isfinite(err) or err > atol:
-        raise RuntimeError(
-            f"{engine}: version handshake for adapter {version} failed: the engine's probe "
-            f"logprobs differ from the trainer's by up to {err:.3g} (> {atol:g}); the engine "
-            "is not serving this adapter"
-        )
-    return err
