@@ -1,5 +1,6 @@
 """The verbs that run on this machine: `up` and `doctor` (the platform: the `platform`
-extra), `train` (the engine: the `workers` extra), and `spec` (the run spec: light)."""
+extra), `train` and `preflight` (the engine: the `workers` extra), and `spec` (the run spec:
+light)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,69 @@ def train(
         raise typer.Exit(2) from None
     print(f"{outcome.state} at step {outcome.step} (adapter v{outcome.adapter_version}); {out}")
     raise typer.Exit(0 if outcome.state == "succeeded" else 1)
+
+
+def preflight(
+    spec: Annotated[Path, typer.Argument(help="a run spec, YAML or JSON")],
+    out: Annotated[Path | None, typer.Option(help="the short runs' folder (default: runs/)")]
+    = None,
+    set_: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the verdict as JSON")] = False,
+    platform: Annotated[
+        bool, typer.Option(help="on a cluster, through the platform (paddock login first)")
+    ] = False,
+    cluster: Annotated[int | None, typer.Option(help="with --platform: the cluster id")] = None,
+    team: Annotated[str | None, typer.Option(help="with --platform: the team")] = None,
+) -> None:  # fmt: skip
+    """The pre-flight check of a spec on this machine's engine (or, with --platform, on a
+    cluster's): a few steps that verify the engine serves the trainer's adapter, their
+    logprobs agree, async equals sync, the rewards teach, prompts fit and responses end
+    (docs/preflight.md). Exit 1 if a check fails."""
+    if platform:
+        raise typer.Exit(_preflight_on_platform(spec, set_ or [], cluster, team, as_json))
+    require_extras("preflight", "workers")
+    from workers.preflight import preflight as check
+    from workers.preflight import verdict_lines
+    from workers.spec import SpecError
+    from workers.train import default_out_dir, resolve_spec
+
+    try:
+        resolved = resolve_spec(str(spec), set_ or [])
+    except SpecError as exc:
+        _spec_errors(str(spec), exc)
+        raise typer.Exit(2) from None
+    verdict = check(resolved, out or default_out_dir(), log=err)
+    if as_json:
+        print(verdict.model_dump_json(indent=2))
+    else:
+        print("\n".join(verdict_lines(verdict)))
+        print("pre-flight " + ("passed" if verdict.passed else "FAILED"))
+    raise typer.Exit(0 if verdict.passed else 1)
+
+
+def _preflight_on_platform(
+    spec: Path, overrides: list[str], cluster: int | None, team: str | None, as_json: bool
+) -> int:
+    """Launch the check alone (`preflight: only`) and wait for every engine's verdict."""
+    import time
+
+    import yaml
+
+    from paddock_client.cli_runs import _client, preflight_lines
+    from workers.spec import apply_overrides  # pydantic and PyYAML only
+
+    client = _client()
+    data = apply_overrides(yaml.safe_load(spec.read_text()) or {}, overrides)
+    reply = client.launch(team=team, name=f"pre-flight: {spec.stem}", spec=data,
+                          cluster=cluster, preflight="only")  # fmt: skip
+    experiment = reply["experiment"]["id"]
+    err(f"experiment {experiment}: the pre-flight check runs on the cluster")
+    body = client.preflight(experiment)
+    while body["state"] == "pending":  # the job's few steps take a minute or a few
+        time.sleep(2)
+        body = client.preflight(experiment)
+    print(json.dumps(body, indent=2) if as_json else "\n".join(preflight_lines(body)))
+    return 0 if body["state"] == "passed" else 1
 
 
 spec_app = typer.Typer(no_args_is_help=True, help="The run spec: its schema, checks, imports.")
@@ -172,4 +236,5 @@ def register(app: typer.Typer) -> None:
     app.command()(up)
     app.command()(doctor)
     app.command()(train)
+    app.command()(preflight)
     app.add_typer(spec_app, name="spec")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -120,6 +121,9 @@ def experiments_launch(
     set_: SetOpt = None,
     cluster: Annotated[int | None, typer.Option(help="cluster id (default: placed)")] = None,
     validate_only: Annotated[bool, typer.Option(help="check, create nothing")] = False,
+    preflight: Annotated[
+        bool, typer.Option(help="a pre-flight check on each backend first: the runs wait for it")
+    ] = False,
 ) -> None:
     """Launch a spec: one experiment, a queued run per backend × seed."""
     import yaml
@@ -130,8 +134,39 @@ def experiments_launch(
     reply = _client().launch(
         team=team, name=name or spec.stem, spec=data, backends=_backends(backends),
         seeds=seeds, tags=tag or [], cluster=cluster, validate_only=validate_only,
+        preflight="first" if preflight else "off",
     )  # fmt: skip
     _launched(reply, str(spec))
+
+
+def preflight_lines(body: dict) -> list[str]:
+    """An experiment's pre-flight check for people: its state, each engine's checks."""
+    lines = [f"pre-flight: {body['state'] or 'not asked for'}"]
+    for run in body["runs"]:
+        lines.append(f"  {run['backend']} (run {run['run_id']}, {run['state']})")  # fmt: skip
+        for c in (run["verdict"] or {}).get("checks", []):
+            lines.append(f"    {c['status'].upper():7} {c['name']}: {c['figure'] or c['message']}")
+            if c["status"] != "pass" and c["message"] and c["figure"]:
+                lines.append(f"            {c['message']}")
+    return lines
+
+
+@experiments.command("preflight")
+def experiments_preflight(
+    experiment_id: Annotated[int, typer.Argument(help="experiment id")],
+    override: Annotated[
+        bool, typer.Option(help="launch the runs it holds although it failed (audited)")
+    ] = False,
+    output: OutputOpt = Format.table,
+) -> None:
+    """The experiment's pre-flight check; exit 1 while it holds the runs (failed, pending)."""
+    client = _client()
+    body = client.preflight_override(experiment_id) if override else client.preflight(experiment_id)
+    if output == Format.json:
+        print(json.dumps(body, indent=2))
+    else:
+        print("\n".join(preflight_lines(body)))
+    raise typer.Exit(1 if body["state"] in ("pending", "failed") else 0)
 
 
 @experiments.command("clone")

@@ -166,11 +166,14 @@ class PaddockClient:
         description: str = "",
         cluster: int | None = None,
         validate_only: bool = False,
+        preflight: str = "off",
     ) -> dict:
-        """{"experiment", "runs"}; with validate_only, {"valid", "errors", "runs"}."""
+        """{"experiment", "runs"}; with validate_only, {"valid", "errors", "runs"}.
+        `preflight`: `first` (a pre-flight check the runs wait for) or `only`."""
         payload: dict[str, Any] = {
             "team": self.team_id(team), "name": name, "spec": spec, "seeds": seeds,
             "tags": tags or [], "description": description, "validate_only": validate_only,
+            "preflight": preflight,
         }  # fmt: skip
         if backends:
             payload["backends"] = backends
@@ -210,6 +213,14 @@ class PaddockClient:
 
     def experiment(self, experiment_id: int) -> dict:
         return self.request("GET", f"experiments/{experiment_id}")
+
+    def preflight(self, experiment_id: int) -> dict:
+        """The experiment's pre-flight check: {"state", "runs": [{…, "verdict"}]}."""
+        return self.request("GET", f"experiments/{experiment_id}/preflight")
+
+    def preflight_override(self, experiment_id: int) -> dict:
+        """Launch the runs the experiment's pre-flight check holds."""
+        return self.request("POST", f"experiments/{experiment_id}/preflight/override")
 
     def config(self, config_id: int) -> dict:
         return self.request("GET", f"configs/{config_id}")

@@ -35,7 +35,7 @@ def documented_events() -> set[str]:
 
 def test_the_doc_lists_errors_and_events():
     assert len(ERROR_ROW.findall(DOC.read_text(encoding="utf-8"))) >= 15
-    assert documented_events() == {"metric", "log", "status", "checkpoint", "samples"}
+    assert documented_events() == {"metric", "log", "status", "checkpoint", "samples", "preflight"}
 
 
 def test_every_error_code_in_the_doc_is_one_the_code_answers():

@@ -21,7 +21,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .names import DesiredState, LogLevel, ReportedState
+from .names import (
+    PREFLIGHT_CHECKS,
+    Backend,
+    DesiredState,
+    LogLevel,
+    PreflightCheckName,
+    PreflightStatus,
+    ReportedState,
+)
 
 MAX_EVENTS = 10_000  # per batch
 MAX_BODY_BYTES = 8 * 1024 * 1024  # per request, checked by the server before parsing
@@ -111,9 +119,44 @@ class SamplesEvent(_Strict):
     items: list[dict[str, Any]] = Field(max_length=MAX_SAMPLE_ITEMS)
 
 
+class PreflightCheck(_Strict):
+    """One check of the pre-flight verdict (workers/preflight.py): what it judged, its
+    figure, and why it failed or was skipped."""
+
+    name: PreflightCheckName
+    status: PreflightStatus
+    figure: str = Field(max_length=1000, description="the numbers it judged, for people")
+    value: float | None = Field(default=None, description="the figure it judged by, if one")
+    message: str = Field(default="", max_length=MAX_TEXT, description="why not passed")
+
+
+class PreflightEvent(_Strict):
+    """The pre-flight verdict of a run's spec on its engine: every check, in
+    PREFLIGHT_CHECKS order. Passed when none failed."""
+
+    type: Literal["preflight"] = "preflight"
+    time: float
+    backend: Backend
+    steps: int = Field(ge=0, description="steps of each phase it ran")
+    checks: list[PreflightCheck] = Field(max_length=len(PREFLIGHT_CHECKS))
+
+    @property
+    def passed(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    @field_validator("checks")
+    @classmethod
+    def _each_once(cls, checks: list[PreflightCheck]) -> list[PreflightCheck]:
+        if [c.name for c in checks] != [
+            n for n in PREFLIGHT_CHECKS if n in {c.name for c in checks}
+        ]:
+            raise ValueError("each check at most once, in PREFLIGHT_CHECKS order")
+        return checks
+
+
 # For annotations: any one event. For validation: the union tagged by `type`, so an error
 # names the event's type in its path (events.3.metric.values.loss).
-Event = MetricEvent | LogEvent | StatusEvent | CheckpointEvent | SamplesEvent
+Event = MetricEvent | LogEvent | StatusEvent | CheckpointEvent | SamplesEvent | PreflightEvent
 TaggedEvent = Annotated[Event, Field(discriminator="type")]
 
 

@@ -48,6 +48,7 @@ class Assignment:
     out_dir: Path
     resume_from: str | None
     grants: Grants  # the run's secrets from the bootstrap, the egress policy dispatch set
+    purpose: str = "train"  # or "preflight": check the spec (workers/preflight.py)
 
 
 Reply = TypeVar("Reply", bound=BaseModel)
@@ -92,6 +93,7 @@ def bootstrap(url: str, run_id: int, dispatch: int, secret: str) -> Assignment:
             egress=EgressPolicy.from_env(),
             paths=PathGuard(tuple(body.read_roots)) if body.read_roots is not None else None,
         ),
+        purpose=body.purpose,
     )
 
 
@@ -128,6 +130,8 @@ def run_with_platform(url: str, run_id: int, dispatch: int, secret: str) -> int:
         reporter.status("starting", detail=f"dispatch {dispatch} on {os.uname().nodename}")
         # a pause or abort asked for before the job started is honoured from the first step
         reporter.flush(timeout_s=10)
+        if assignment.purpose == "preflight":
+            return _preflight(assignment, reporter)
         outcome = train(
             assignment.spec,
             out_dir=assignment.out_dir / f"dispatch-{dispatch}",
@@ -148,6 +152,23 @@ def run_with_platform(url: str, run_id: int, dispatch: int, secret: str) -> int:
     finally:
         if not reporter.close(timeout_s=60):
             log.error("some events could not be delivered; they stay in the spool")
+
+
+def _preflight(assignment: Assignment, reporter: Reporter) -> int:
+    """A pre-flight run: the check of the spec on this cluster's engine, its verdict
+    reported, then `succeeded` (the verdict, not the status, says whether it passed)."""
+    from .preflight import preflight
+
+    reporter.status("running", detail="pre-flight check")
+    verdict = preflight(
+        assignment.spec,
+        assignment.out_dir / f"dispatch-{assignment.dispatch}",
+        grants=assignment.grants,
+        log=reporter.log,
+    )
+    reporter.emit(verdict)
+    reporter.status("succeeded", detail="pre-flight " + ("passed" if verdict.passed else "failed"))
+    return 0
 
 
 def run_standalone(spec_path: str, out: str | None) -> int:

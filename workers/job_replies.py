@@ -10,7 +10,7 @@ adds are ignored, as in `IngestReply`, so an older job keeps working against it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +40,9 @@ class RunBootstrap(_Reply):
         default_factory=dict,
         description="the team secrets the run's spec names, name → value (workers/grants.py); "
         "none other",
+    )
+    purpose: Literal["train", "preflight"] = Field(
+        "train", description="train the spec, or check it first (workers/preflight.py)"
     )
 
 

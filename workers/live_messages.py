@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from .names import Backend, DesiredState, LogLevel, RunAction, RunState
+from .names import AlarmName, Backend, DesiredState, LogLevel, RunAction, RunState
 
 
 class _Message(BaseModel):
@@ -67,6 +67,19 @@ class StepSamples(_Message):
 
     step: int = Field(ge=0)
     items: list[dict[str, Any]]
+
+
+class AlarmRow(_Message):
+    """One alarm of the run (workers/alarms.py), as the control plane last judged it."""
+
+    name: AlarmName
+    firing: bool
+    since_step: int | None = Field(description="the first step of what it saw (while firing)")
+    step: int = Field(ge=0, description="the run's step it was last judged at")
+    value: float | None = Field(description="the figure it judged, at that step")
+    message: str = Field(description="what it saw, for people; empty while quiet")
+    pause: bool = Field(description="it pauses the run when it fires")
+    about: str = Field(description="what the alarm watches, in a sentence")
 
 
 class _RunMessage(_Message):
@@ -120,6 +133,13 @@ class CheckpointMessage(_RunMessage):
     adapter_version: int = Field(ge=0)
 
 
+class AlarmsMessage(_RunMessage):
+    """The run's alarms, all of them, after one began or stopped firing or was (dis)armed."""
+
+    type: Literal["alarms"] = "alarms"
+    alarms: list[AlarmRow]
+
+
 class ErrorMessage(_Message):
     """A client's message refused (the error body of the REST API); the stream goes on."""
 
@@ -136,6 +156,7 @@ ServerMessage = Annotated[
     | LogMessage
     | SamplesMessage
     | CheckpointMessage
+    | AlarmsMessage
     | ErrorMessage,
     Field(discriminator="type"),
 ]

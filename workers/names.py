@@ -87,6 +87,32 @@ def installed_environments() -> list[str]:
 MemoryMetric = Literal["memory/cpu_gb", "memory/gpu_gb"]
 MEMORY_METRICS: tuple[MemoryMetric, ...] = get_args(MemoryMetric)
 
+# The metrics the alarms read (workers/alarms.py), as the loop reports them: the field's own
+# names, and two of Paddock's: `lora/effective_rank`, the mean over the adapter's modules of
+# exp(entropy of the normalized singular values of the update B·A (workers/loop/adapter_rank
+# .py), and `groups/zero_variance_frac`, the share of a step's groups whose rewards were all
+# equal (no learning signal: zero advantage).
+HealthMetric = Literal[
+    "reward/mean", "accuracy", "entropy", "kl", "token_mult_prob_error", "gen_kl_error",
+    "grad_norm", "lora/effective_rank", "groups/zero_variance_frac",
+]  # fmt: skip
+HEALTH_METRICS: tuple[HealthMetric, ...] = get_args(HealthMetric)
+# The alarms, each one rule of workers/alarms.py over those metrics (docs/alarms.md).
+AlarmName = Literal[
+    "entropy_collapse", "kl_drift", "prob_error_drift", "reward_collapse", "grad_norm_spike",
+    "lora_rank_collapse", "zero_variance_groups",
+]  # fmt: skip
+ALARM_NAMES: tuple[AlarmName, ...] = get_args(AlarmName)
+
+# The pre-flight check's checks (workers/preflight.py, docs/preflight.md), in the order it
+# reports them.
+PreflightCheckName = Literal[
+    "prompts_fit", "adapter_reaches_engine", "prob_error", "async_equals_sync",
+    "reward_signal", "responses_finish",
+]  # fmt: skip
+PREFLIGHT_CHECKS: tuple[PreflightCheckName, ...] = get_args(PreflightCheckName)
+PreflightStatus = Literal["pass", "fail", "skipped"]
+
 # The Python modules each backend's engine needs, the first one its own: what `paddock doctor`
 # looks for and what a job whose engine is missing names.
 BACKEND_MODULES: dict[Backend, tuple[str, ...]] = {

@@ -1080,6 +1080,23 @@ class LoggingSpec(_Section):
     wandb: WandbLogSpec | None = None
 
 
+class AlarmsSpec(_Section):
+    """The alarms of workers/alarms.py, which the control plane judges on every run while it
+    trains (docs/alarms.md); these pause the run when they fire (through the usual pause:
+    a checkpoint, then the run waits for a resume). A run's page can arm others later."""
+
+    pause_on: list[names.AlarmName] = Field(
+        default_factory=list, max_length=len(names.ALARM_NAMES), description="alarm names"
+    )
+
+    @field_validator("pause_on")
+    @classmethod
+    def _once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names an alarm twice")
+        return value
+
+
 class RunSpec(_Section):
     model: ModelSpec = Field(default_factory=ModelSpec)
     lora: LoraSpec = Field(default_factory=LoraSpec)
@@ -1095,6 +1112,7 @@ class RunSpec(_Section):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
+    alarms: AlarmsSpec = Field(default_factory=AlarmsSpec)
     seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")

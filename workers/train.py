@@ -52,7 +52,7 @@ def train(
     out = Path(out_dir) if out_dir is not None else default_out_dir()
     runner = run_training
     if resolved.resources.executor == "ray":  # the same loop, with actors: Ray only if asked
-        from .distributed import run_on_ray as runner
+        from .distributed.run import run_on_ray as runner
     return asyncio.run(
         runner(
             resolved,

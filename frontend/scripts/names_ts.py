@@ -1,6 +1,6 @@
 """Print frontend/src/api/names.gen.ts: the names of workers/names.py as TypeScript constants
 and unions, so the browser's lists of backends, run states and episode metrics are the ones
-both halves use.
+both halves use, and the alarms' thresholds (workers/alarms.py: LIMITS).
 Run by frontend/scripts/api-types.sh (which also checks that the committed file is current).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from workers import names  # noqa: E402  (the repository root is put on the path first)
+from workers import alarms, names  # noqa: E402  (the repository root is put on the path first)
 
 # constant name → (tuple of names, the TypeScript union's name)
 EXPORTS = {
@@ -21,6 +21,8 @@ EXPORTS = {
     "TERMINAL_RUN_STATES": (names.TERMINAL_RUN_STATES, "TerminalRunState"),
     "DESIRED_STATES": (names.DESIRED_STATES, "DesiredState"),
     "EPISODE_METRICS": (names.EPISODE_METRICS, "EpisodeMetric"),
+    "ALARM_NAMES": (names.ALARM_NAMES, "AlarmName"),
+    "HEALTH_METRICS": (names.HEALTH_METRICS, "HealthMetric"),
 }
 
 
@@ -38,6 +40,10 @@ def typescript() -> str:
             f"export const {const} = {items} as const;",
             f"export type {union} = (typeof {const})[number];",
         ]
+    # the alarms' thresholds (workers/alarms.py), which the compare view's engine verdict
+    # judges by too
+    limits = "".join(f"  {k}: {json.dumps(v)},\n" for k, v in vars(alarms.LIMITS).items())
+    lines += ["", f"export const ALARM_LIMITS = {{\n{limits}}} as const;"]
     return "\n".join(lines) + "\n"
 
 

@@ -202,6 +202,7 @@ CELERY_BEAT_SCHEDULE = {
     "run-reconcile": {"task": "paddock.clusters.tasks.run_reconcile", "schedule": 3.0},
     "cluster-health": {"task": "paddock.clusters.tasks.cluster_health", "schedule": 15.0},
     "sweeps-tick": {"task": "paddock.sweeps.tasks.sweeps_tick", "schedule": 3.0},
+    "alarms-judge": {"task": "paddock.experiments.tasks.runs_alarms_judge", "schedule": 3.0},
 }
 
 # --- Channels: a layer that a Celery task in another process can reach, in both modes ---
@@ -255,6 +256,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RoleEnum": "paddock.teams.models.Role",
         "StateEnum": "paddock.experiments.models.RunState",
+        # one name for the backends' union, whether a serializer or a model of workers/ has it
+        "BackendEnum": "paddock.experiments.models.Backend",
         "SweepStateEnum": "paddock.sweeps.models.SweepState",
         "SweepMethodEnum": "paddock.sweeps.models.SweepMethod",
         "SweepMemberStateEnum": "paddock.sweeps.models.MemberState",

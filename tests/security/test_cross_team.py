@@ -30,7 +30,8 @@ PK_OF = {"teams": "team", "experiments": "experiment", "configs": "config", "run
          "clusters": "cluster", "pools": "pool", "sweeps": "sweep"}  # fmt: skip
 PARAM_OF = {"run_id": "run", "user_id": "user", "token_id": "token",
             "checkpoint_id": "checkpoint", "experiment_id": "experiment",
-            "pool_id": "pool", "sweep_id": "sweep", "name": "secret"}  # fmt: skip
+            "pool_id": "pool", "sweep_id": "sweep", "name": "secret",
+            "alarm": "run"}  # fmt: skip
 # every reference a query string or a body could carry, pointed at B's objects
 QUERY = "team={team}&experiment={experiment}&run={run}&runs={run}&a={config}&b={config}&keys=x"
 FIELD = re.compile(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>")

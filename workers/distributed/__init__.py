@@ -16,22 +16,8 @@ instead of `run_training`; both run the same Driver).
 Every trainer rank runs the loop's own executor (`LocalExecutor`): the policy's strategy
 says which rank writes a checkpoint's files (workers/loop/checkpoint.py).
 
-Ray is imported only when `connect` or `run_on_ray` is first used, so the trainer ranks run
-under torchrun where Ray is not installed (torchrun_train.py; bench/gpu/standalone.py, the
-FSDP2 trainer alone on a synthetic batch, measures throughput and equivalence across world
-sizes).
+Ray is imported by run.py, fleet.py, actors.py and proxies.py only, which `train()` imports
+only for `resources.executor: ray`, so the trainer ranks run under torchrun where Ray is not
+installed (torchrun_train.py; bench/gpu/standalone.py, the FSDP2 trainer alone on a
+synthetic batch, measures throughput and equivalence across world sizes).
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["connect", "run_on_ray"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import run
-
-        return getattr(run, name)
-    raise AttributeError(name)

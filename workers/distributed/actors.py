@@ -21,8 +21,10 @@ from ..adapters.update import AdapterProbe, AdapterUpdate
 from ..loop.executor import LocalExecutor
 from ..loop.setup import model_dir_for
 from ..policy import LoraPolicy, TrainSample
+from ..policy.fsdp import ShardedLoraPolicy
 from ..rollout import GroupRequest, GroupResult, PauseMode, make_backend
 from ..spec import RunSpec
+from .process_group import init_process_group
 
 
 def _threads(spec: RunSpec, cpus: float) -> None:
@@ -55,9 +57,6 @@ class TrainerActor:
         torch.manual_seed(self.spec.seed)
         model_dir = model_dir_for(self.spec)
         if self.world > 1:
-            from ..policy.fsdp import ShardedLoraPolicy
-            from .process_group import init_process_group
-
             init_process_group(master, self.rank, self.world)
             self.executor = LocalExecutor(ShardedLoraPolicy(self.spec, model_dir))
         else:

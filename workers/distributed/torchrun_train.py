@@ -27,11 +27,12 @@ from ..adapters.update import AdapterUpdate
 from ..loop.executor import LocalExecutor
 from ..loop.setup import model_dir_for, run_training
 from ..policy import LoraPolicy, TrainSample
+from ..policy.fsdp import ShardedLoraPolicy
 from ..rollout.base import RolloutBackend
 from ..rollout.engine_process import EngineProcess
 from ..rollout.replicas import ReplicaSet
-from ..spec import RunSpec
-from ..train import resolve_spec
+from ..spec import RunSpec, load_spec
+from .process_group import init_from_env
 
 _STOP = "stop"
 
@@ -102,16 +103,12 @@ def make_engines(spec: RunSpec, model_dir: Path, world: int) -> RolloutBackend:
 
 
 async def run(spec: RunSpec, out: Path, progress: bool) -> None:
-    from .process_group import init_from_env
-
     use_cuda = spec.resources.trainer_gpus > 0 and torch.cuda.is_available()
     rank, world = init_from_env(use_cuda)
     torch.manual_seed(spec.seed)
     model_dir = model_dir_for(spec)
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else None
     if world > 1:
-        from ..policy.fsdp import ShardedLoraPolicy
-
         policy: LoraPolicy = ShardedLoraPolicy(spec, model_dir, device)
     else:
         policy = LoraPolicy(spec, model_dir, device)
@@ -143,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    spec = resolve_spec(args.spec, args.overrides)
+    spec = load_spec(args.spec, args.overrides)
     asyncio.run(run(spec, args.out, progress=not args.no_progress))
 
 

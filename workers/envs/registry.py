@@ -23,13 +23,15 @@ from ..grants import Grants
 from ..names import BUILTIN_ENVIRONMENTS, ENVIRONMENT_GROUP, installed_environments
 from ..spec import EnvSpec
 from .base import Environment
+from .calculator import Calculator
+from .gym import GymEnvironment, is_gym_env
+from .http_env import HttpEnvironment
+from .verifiers_env import VerifiersEnvironment, is_verifiers_taskset
 
 GROUP = ENVIRONMENT_GROUP
 
 
 def _calculator(**_: Any) -> Environment:
-    from .calculator import Calculator
-
     return Calculator()
 
 
@@ -53,12 +55,8 @@ def adapt(factory: Callable[..., Any], name: str, spec: EnvSpec) -> Environment:
     obj = factory(**spec.args)
     if isinstance(obj, Environment):
         return obj
-    from .gym import GymEnvironment, is_gym_env
-
     if is_gym_env(obj):  # one instance an episode: the factory makes the others
         return GymEnvironment(obj, name, lambda: factory(**spec.args))
-    from .verifiers_env import VerifiersEnvironment, is_verifiers_taskset
-
     if is_verifiers_taskset(obj):
         return VerifiersEnvironment(obj, name)
     raise TypeError(
@@ -72,8 +70,6 @@ async def make_environment(spec: EnvSpec, grants: Grants | None = None) -> Envir
     and egress policy, which an environment server is reached under (default: `paddock
     train`'s)."""
     if spec.name == SERVER:
-        from .http_env import HttpEnvironment
-
         assert spec.server is not None  # the spec's validator requires it
         env = HttpEnvironment(spec.server, grants if grants is not None else Grants.standalone())
         await env.load_tools()  # the first prompt is rendered with them

@@ -5,9 +5,12 @@ from __future__ import annotations
 import torch
 
 from ..grpo import ADVANTAGES, dynamic_sampling_mask
+from ..names import HealthMetric
 from ..policy import TrainSample
 from ..spec import AlgorithmSpec
 from .types import ScoredGroup
+
+ZERO_VARIANCE: HealthMetric = "groups/zero_variance_frac"
 
 
 def groups_to_samples(
@@ -19,9 +22,13 @@ def groups_to_samples(
         return [], [], {}
     rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float64)  # [N, G]
     adv, metrics = ADVANTAGES.get(algo.advantage)(rewards, eps=algo.advantage_eps)
+    differ, ds = dynamic_sampling_mask(rewards)
+    # groups whose rewards are all equal carry no learning signal (the alarm
+    # zero_variance_groups); dynamic sampling drops them
+    metrics[ZERO_VARIANCE] = ds["dynamic_sampling/dropped_frac"]
     keep = torch.ones(len(groups), dtype=torch.bool)
     if algo.dynamic_sampling:
-        keep, ds = dynamic_sampling_mask(rewards)
+        keep = differ
         metrics.update(ds)
     samples = []
     for g, group in enumerate(groups):

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..envs.metrics import episode_metrics, episode_turns
 from ..rollout.base import RolloutBackend
 from ..spec import RunSpec
+from .adapter_rank import adapter_effective_rank
 from .batching import groups_to_samples
 from .buffer import TrajectoryBuffer
 from .checkpoint import checkpoint_bytes, save_checkpoint
@@ -73,6 +74,8 @@ class Driver:
         self.watch = StepWatch(state.step)
         self.producer = Producer(rollout, buffer, self.watch, control, lookahead=self.max_staleness)
         self.last_checkpoint: Path | None = None
+        # the last published adapter's effective rank, reported with the step that made it
+        self.adapter_metrics: dict[str, float] = {}
 
     # ---------------------------------------------------------------- the loop
 
@@ -137,6 +140,7 @@ class Driver:
         if self.is_async and spec.async_.weight_update == "wait" and self.max_staleness > 0:
             ahead = min(step + self.max_staleness, spec.train.steps - 1)
             await self.producer.produced(ahead).wait()
+        self.adapter_metrics = {}
         if self.executor.adapter_version != self.backend.served_version:
             await self._publish()
         sync_s = time.perf_counter() - t_sync
@@ -150,6 +154,7 @@ class Driver:
         values = self._metrics(fresh, version_before, step_s)
         values.update(batch_metrics)
         values.update(train_metrics)
+        values.update(self.adapter_metrics)
         values.update(
             {
                 "time/step_s": step_s,
@@ -245,6 +250,8 @@ class Driver:
         # the probe costs a trainer forward: only for engines that check it (not torch's,
         # which loads the trainer's tensors as they are)
         update = await self.executor.adapter_update(with_probe=self.backend.needs_probe)
+        # before the engine loads it (vLLM folds the scale into B while loading)
+        self.adapter_metrics = adapter_effective_rank(update.tensors) if update.tensors else {}
         mode = self.spec.async_.weight_update if self.is_async else "wait"
         await self.backend.pause(mode)
         try:

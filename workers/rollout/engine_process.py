@@ -36,9 +36,10 @@ import torch.multiprocessing as mp
 
 from ..adapters.packed import PackedTensors
 from ..adapters.update import AdapterUpdate
-from ..spec import LoraSpec, RunSpec
+from ..spec import LoraSpec, RunSpec, parse_spec
 from .base import GroupResult
 from .pool_engine import require_admissible
+from .registry import make_backend, make_pool_engine
 
 _CLOSE = "close"
 _START_TIMEOUT_S = 600  # loading a large model into an engine takes minutes
@@ -268,9 +269,6 @@ def _packed(args: tuple) -> tuple:
 def _serve(conn, spec_data: dict, model_dir: str, device: torch.device | None,
            pool: tuple[int | None, int | None] | None) -> None:  # fmt: skip
     def build():
-        from ..spec import parse_spec
-        from .registry import make_backend, make_pool_engine
-
         spec = parse_spec(spec_data)
         if spec.train.threads:
             torch.set_num_threads(spec.train.threads)

@@ -10,6 +10,65 @@ export type paths = Record<string, never>;
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * AlarmRow
+         * @description One alarm of the run (workers/alarms.py), as the control plane last judged it.
+         */
+        AlarmRow: {
+            /**
+             * Name
+             * @enum {string}
+             */
+            name: "entropy_collapse" | "kl_drift" | "prob_error_drift" | "reward_collapse" | "grad_norm_spike" | "lora_rank_collapse" | "zero_variance_groups";
+            /** Firing */
+            firing: boolean;
+            /**
+             * Since Step
+             * @description the first step of what it saw (while firing)
+             */
+            since_step: number | null;
+            /**
+             * Step
+             * @description the run's step it was last judged at
+             */
+            step: number;
+            /**
+             * Value
+             * @description the figure it judged, at that step
+             */
+            value: number | null;
+            /**
+             * Message
+             * @description what it saw, for people; empty while quiet
+             */
+            message: string;
+            /**
+             * Pause
+             * @description it pauses the run when it fires
+             */
+            pause: boolean;
+            /**
+             * About
+             * @description what the alarm watches, in a sentence
+             */
+            about: string;
+        };
+        /**
+         * AlarmsMessage
+         * @description The run's alarms, all of them, after one began or stopped firing or was (dis)armed.
+         */
+        AlarmsMessage: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "alarms";
+            /** Run Id */
+            run_id: number;
+            cursor: components["schemas"]["Cursor"];
+            /** Alarms */
+            alarms: components["schemas"]["AlarmRow"][];
+        };
         /** CheckpointMessage */
         CheckpointMessage: {
             /**
@@ -217,7 +276,7 @@ export interface components {
                 [key: string]: unknown;
             }[];
         };
-        ServerMessage: components["schemas"]["SnapshotMessage"] | components["schemas"]["MetricsMessage"] | components["schemas"]["StateMessage"] | components["schemas"]["LogMessage"] | components["schemas"]["SamplesMessage"] | components["schemas"]["CheckpointMessage"] | components["schemas"]["ErrorMessage"];
+        ServerMessage: components["schemas"]["SnapshotMessage"] | components["schemas"]["MetricsMessage"] | components["schemas"]["StateMessage"] | components["schemas"]["LogMessage"] | components["schemas"]["SamplesMessage"] | components["schemas"]["CheckpointMessage"] | components["schemas"]["AlarmsMessage"] | components["schemas"]["ErrorMessage"];
         /**
          * SnapshotMessage
          * @description The first message for a run on connect: its state and recent history.

@@ -4,7 +4,7 @@
 // query cache (liveCache.ts); its series, logs and samples stay in its store (liveStore.ts).
 import { useQueryClient } from "@tanstack/react-query";
 import { useCallback, useEffect, useRef, useState } from "react";
-import { invalidateFor, keepRunRows, writeRunRows } from "./liveCache";
+import { invalidateFor, keepRunRows, writeAlarms, writeRunRows } from "./liveCache";
 import { afterParam, applyMessage, type RunLive } from "./liveStore";
 import type { ControlMessage, LiveMessage, RunAction } from "./types";
 
@@ -75,6 +75,7 @@ function useLiveStreams(paths: readonly string[], single: boolean): LiveStream {
         if (msg.type === "error") setError({ code: msg.code, message: msg.message });
         const runId = applyMessage(runsRef.current, msg);
         invalidateFor(client, msg);
+        writeAlarms(client, msg);
         if (runId !== null) { seen.add(runId); touched.add(runId); ownerRef.current.set(runId, path); schedule(); }
       };
       ws.onclose = (event) => {

@@ -6,7 +6,7 @@ import type { InfiniteData, QueryClient } from "@tanstack/react-query";
 import type { RunLive } from "./liveStore";
 import { queryKeys } from "./queryKeys";
 import type { RunPage } from "./runs";
-import type { LiveMessage, Run } from "./types";
+import type { ComparedAlarms, LiveMessage, Run, RunAlarms } from "./types";
 
 /** A run as the stream last described it, over its REST row. */
 export function withLive<R extends Run>(run: R, live: RunLive | undefined): R {
@@ -63,9 +63,28 @@ export function keepRunRows(client: QueryClient, runs: Map<number, RunLive>): ()
 }
 
 /** What a message makes stale: the checkpoint list when one is written (a pause writes
- * one; the state change may be all a viewer hears of it). */
+ * one; the state change may be all a viewer hears of it), and the pre-flight checks. */
 export function invalidateFor(client: QueryClient, msg: LiveMessage): void {
   if ((msg.type === "checkpoint" || msg.type === "state") && msg.run_id !== undefined) {
     void client.invalidateQueries({ queryKey: queryKeys.runs.checkpoints(msg.run_id) });
   }
+  // a pre-flight run that ended has reported its verdict; a held run may have been released
+  if (msg.type === "state") void client.invalidateQueries({ queryKey: queryKeys.preflights });
+}
+
+/** An `alarms` message is the run's alarms, all of them: written into the run's answer and
+ * into every compared answer holding the run. A snapshot (a connect, or a reconnect that
+ * could not replay) reads them again: a change may have been missed meanwhile. */
+export function writeAlarms(client: QueryClient, msg: LiveMessage): void {
+  if (msg.type === "snapshot") {
+    void client.invalidateQueries({ queryKey: queryKeys.alarms.run(msg.run_id) });
+    void client.invalidateQueries({ queryKey: queryKeys.alarms.compares });
+    return;
+  }
+  if (msg.type !== "alarms") return;
+  const body: RunAlarms = { run_id: msg.run_id, alarms: msg.alarms };
+  client.setQueryData<RunAlarms>(queryKeys.alarms.run(msg.run_id), body);
+  client.setQueriesData<ComparedAlarms>({ queryKey: queryKeys.alarms.compares }, (d) =>
+    d && d.runs.some((r) => r.run_id === msg.run_id)
+      ? { runs: d.runs.map((r) => (r.run_id === msg.run_id ? body : r)) } : d);
 }

@@ -105,6 +105,9 @@ export function applyMessage(runs: Map<number, RunLive>, msg: LiveMessage): numb
     case "checkpoint": {
       break; // the list is read again (liveCache.ts invalidateFor): only the cursor moves
     }
+    case "alarms": {
+      break; // written into the alarms' answers (liveCache.ts writeAlarms): only the cursor moves
+    }
     case "samples": {
       live.samples = mergeSampleSets(live.samples, [{ step: msg.step, items: msg.items }]);
       break;

@@ -35,3 +35,43 @@ export const EPISODE_METRICS = [
   "episode/failed",
 ] as const;
 export type EpisodeMetric = (typeof EPISODE_METRICS)[number];
+
+export const ALARM_NAMES = [
+  "entropy_collapse",
+  "kl_drift",
+  "prob_error_drift",
+  "reward_collapse",
+  "grad_norm_spike",
+  "lora_rank_collapse",
+  "zero_variance_groups",
+] as const;
+export type AlarmName = (typeof ALARM_NAMES)[number];
+
+export const HEALTH_METRICS = [
+  "reward/mean",
+  "accuracy",
+  "entropy",
+  "kl",
+  "token_mult_prob_error",
+  "gen_kl_error",
+  "grad_norm",
+  "lora/effective_rank",
+  "groups/zero_variance_frac",
+] as const;
+export type HealthMetric = (typeof HEALTH_METRICS)[number];
+
+export const ALARM_LIMITS = {
+  window: 10,
+  persist: 5,
+  entropy_floor: 0.1,
+  kl_limit: 0.1,
+  prob_error_limit: 1.05,
+  gen_kl_limit: 0.002,
+  reward_lost: 0.5,
+  reward_noise: 3.0,
+  spike_factor: 10.0,
+  rank_floor: 0.5,
+  rank_min_peak: 2.0,
+  zero_variance: 0.9,
+  solved_accuracy: 0.95,
+} as const;

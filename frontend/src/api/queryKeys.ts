@@ -49,6 +49,13 @@ export const queryKeys = {
   specSchema: ["spec-schema"] as const,
   clusters: (team: number) => ["clusters", team] as const,
   datasets: (team: number) => ["datasets", team] as const,
+  preflight: (experiment: number) => ["preflight", experiment] as const,
+  preflights: ["preflight"] as const,
+  alarms: {
+    run: (id: number) => ["alarms", "run", id] as const,
+    compares: ["alarms", "compare"] as const,
+    compare: (source: CompareSource) => ["alarms", "compare", source] as const,
+  },
   sweeps: {
     all: ["sweeps"] as const,
     list: (team: number) => ["sweeps", "list", team] as const,

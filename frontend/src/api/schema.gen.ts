@@ -7,6 +7,23 @@
  */
 
 export interface paths {
+    "/api/v1/alarms": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The alarms of several runs (the compare and sweep pages), named by `runs` or by `experiment`. */
+        get: operations["alarms_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/clusters": {
         parameters: {
             query?: never;
@@ -154,6 +171,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/experiments/{id}/preflight": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The experiment's pre-flight check: its state and each pre-flight run's verdict. */
+        get: operations["experiments_preflight_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/experiments/{id}/preflight/override": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Launch the runs its failed (or unfinished) pre-flight check holds; audited. */
+        post: operations["experiments_preflight_override_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me": {
         parameters: {
             query?: never;
@@ -261,6 +312,43 @@ export interface paths {
         get?: never;
         put?: never;
         post: operations["runs_abort_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{id}/alarms": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The run's alarms (docs/alarms.md): what each saw and since which step, and
+         *     whether it pauses the run.
+         */
+        get: operations["runs_alarms_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{id}/alarms/{alarm}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Arm an alarm to pause the run when it fires (`{"pause": true}`), or disarm it. */
+        post: operations["runs_alarms_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -651,6 +739,52 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        AlarmArmRequest: {
+            /** @description pause the run when this alarm fires */
+            pause: boolean;
+        };
+        /**
+         * AlarmRow
+         * @description One alarm of the run (workers/alarms.py), as the control plane last judged it.
+         */
+        AlarmRow: {
+            /** Name */
+            name: components["schemas"]["AlarmRowNameEnum"];
+            /** Firing */
+            firing: boolean;
+            /**
+             * Since Step
+             * @description the first step of what it saw (while firing)
+             */
+            since_step: number | null;
+            /**
+             * Step
+             * @description the run's step it was last judged at
+             */
+            step: number;
+            /**
+             * Value
+             * @description the figure it judged, at that step
+             */
+            value: number | null;
+            /**
+             * Message
+             * @description what it saw, for people; empty while quiet
+             */
+            message: string;
+            /**
+             * Pause
+             * @description it pauses the run when it fires
+             */
+            pause: boolean;
+            /**
+             * About
+             * @description what the alarm watches, in a sentence
+             */
+            about: string;
+        };
+        /** @enum {string} */
+        AlarmRowNameEnum: "entropy_collapse" | "kl_drift" | "prob_error_drift" | "reward_collapse" | "grad_norm_spike" | "lora_rank_collapse" | "zero_variance_groups";
         AuditEvent: {
             readonly id: number;
             actor: components["schemas"]["UserBrief"] | null;
@@ -663,6 +797,8 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /** @enum {string} */
+        Backend3beEnum: "torch" | "vllm" | "trtllm";
         /**
          * @description * `torch` - Torch
          *     * `vllm` - Vllm
@@ -677,6 +813,8 @@ export interface components {
          * @enum {string}
          */
         BackendsEnum: "torch" | "trtllm" | "vllm";
+        /** @enum {unknown} */
+        BlankEnum: "";
         Change: {
             path: string;
             a: unknown;
@@ -718,6 +856,8 @@ export interface components {
             cluster?: number | null;
             /** @default false */
             validate_only: boolean;
+            /** @default off */
+            preflight: components["schemas"]["PreflightCb0Enum"];
         };
         Cluster: {
             readonly id: number;
@@ -769,6 +909,11 @@ export interface components {
             backends?: string[];
             /** @description multi-turn environments installed there besides the built-ins */
             environments?: string[];
+        };
+        /** ComparedAlarms */
+        ComparedAlarms: {
+            /** Runs */
+            runs: components["schemas"]["RunAlarms"][];
         };
         ConfigImportRequest: {
             config?: string;
@@ -852,12 +997,33 @@ export interface components {
             readonly tags: string[];
             config: number;
             cloned_from?: number | null;
+            preflight?: components["schemas"]["ExperimentPreflightEnum"] | components["schemas"]["BlankEnum"];
             created_by: components["schemas"]["UserBrief"] | null;
             /** Format: date-time */
             readonly created_at: string;
             run_count: number;
             active_run_count: number;
         };
+        /** ExperimentPreflight */
+        ExperimentPreflight: {
+            /** Experiment Id */
+            experiment_id: number;
+            /** State */
+            state: components["schemas"]["ExperimentPreflightStateEnum"] | components["schemas"]["BlankEnum"];
+            /** Runs */
+            runs: components["schemas"]["PreflightRun"][];
+        };
+        /**
+         * @description * `` - None
+         *     * `pending` - Pending
+         *     * `passed` - Passed
+         *     * `failed` - Failed
+         *     * `overridden` - Overridden
+         * @enum {string}
+         */
+        ExperimentPreflightEnum: "pending" | "passed" | "failed" | "overridden";
+        /** @enum {string} */
+        ExperimentPreflightStateEnum: "pending" | "passed" | "failed" | "overridden";
         /**
          * @description * `log` - Log
          *     * `status` - Status
@@ -881,6 +1047,15 @@ export interface components {
             cluster?: number | null;
             /** @default false */
             validate_only: boolean;
+            /**
+             * @description first: a pre-flight check of the spec on each backend, which the runs wait for; only: the check alone (docs/preflight.md)
+             *
+             *     * `off` - off
+             *     * `first` - first
+             *     * `only` - only
+             * @default off
+             */
+            preflight: components["schemas"]["PreflightCb0Enum"];
         };
         Me: {
             id: number;
@@ -1075,6 +1250,85 @@ export interface components {
                 [key: string]: number;
             };
         };
+        /**
+         * @description * `off` - off
+         *     * `first` - first
+         *     * `only` - only
+         * @enum {string}
+         */
+        PreflightCb0Enum: "off" | "first" | "only";
+        /**
+         * PreflightCheck
+         * @description One check of the pre-flight verdict (workers/preflight.py): what it judged, its
+         *     figure, and why it failed or was skipped.
+         */
+        PreflightCheck: {
+            /** Name */
+            name: components["schemas"]["PreflightCheckNameEnum"];
+            /** Status */
+            status: components["schemas"]["StatusEnum"];
+            /**
+             * Figure
+             * @description the numbers it judged, for people
+             */
+            figure: string;
+            /**
+             * Value
+             * @description the figure it judged by, if one
+             * @default null
+             */
+            value: number | null;
+            /**
+             * Message
+             * @description why not passed
+             * @default
+             */
+            message: string;
+        };
+        /** @enum {string} */
+        PreflightCheckNameEnum: "prompts_fit" | "adapter_reaches_engine" | "prob_error" | "async_equals_sync" | "reward_signal" | "responses_finish";
+        /**
+         * PreflightEvent
+         * @description The pre-flight verdict of a run's spec on its engine: every check, in
+         *     PREFLIGHT_CHECKS order. Passed when none failed.
+         */
+        PreflightEvent: {
+            /**
+             * Type
+             * @default preflight
+             * @constant
+             */
+            type: "preflight";
+            /** Time */
+            time: number;
+            /** Backend */
+            backend: components["schemas"]["Backend3beEnum"];
+            /**
+             * Steps
+             * @description steps of each phase it ran
+             */
+            steps: number;
+            /** Checks */
+            checks: components["schemas"]["PreflightCheck"][];
+        };
+        /** PreflightRun */
+        PreflightRun: {
+            /** Run Id */
+            run_id: number;
+            /** Backend */
+            backend: string;
+            /** State */
+            state: components["schemas"]["PreflightRunStateEnum"];
+            verdict: components["schemas"]["PreflightEvent"] | null;
+        };
+        /** @enum {string} */
+        PreflightRunStateEnum: "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming" | "succeeded" | "aborting" | "aborted" | "failed";
+        /**
+         * @description * `train` - Train
+         *     * `preflight` - Preflight
+         * @enum {string}
+         */
+        PurposeEnum: "train" | "preflight";
         Quota: {
             /** Format: int64 */
             max_concurrent_runs?: number;
@@ -1118,6 +1372,7 @@ export interface components {
             backend: components["schemas"]["BackendEnum"];
             /** Format: int64 */
             seed: number;
+            purpose?: components["schemas"]["PurposeEnum"];
             /**
              * Format: double
              * @description GPUs the spec asks for, for quotas
@@ -1155,6 +1410,13 @@ export interface components {
             /** Format: date-time */
             finished_at?: string | null;
         };
+        /** RunAlarms */
+        RunAlarms: {
+            /** Run Id */
+            run_id: number;
+            /** Alarms */
+            alarms: components["schemas"]["AlarmRow"][];
+        };
         /**
          * @description One run, with the pool that hosts it (`pool_info`, set by the view: clusters'
          *     run_pool_info) or null.
@@ -1168,6 +1430,7 @@ export interface components {
             backend: components["schemas"]["BackendEnum"];
             /** Format: int64 */
             seed: number;
+            purpose?: components["schemas"]["PurposeEnum"];
             /**
              * Format: double
              * @description GPUs the spec asks for, for quotas
@@ -1316,6 +1579,8 @@ export interface components {
          * @enum {string}
          */
         StateEnum: "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming" | "succeeded" | "aborting" | "aborted" | "failed";
+        /** @enum {string} */
+        StatusEnum: "pass" | "fail" | "skipped";
         Sweep: {
             readonly id: number;
             team: number;
@@ -1587,6 +1852,62 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    alarms_retrieve: {
+        parameters: {
+            query?: {
+                /** @description every run of this experiment, oldest first */
+                experiment?: number;
+                /** @description comma-separated run ids (at most 50); or `experiment` */
+                runs?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ComparedAlarms"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     clusters_list: {
         parameters: {
             query?: never;
@@ -2224,6 +2545,112 @@ export interface operations {
             };
         };
     };
+    experiments_preflight_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentPreflight"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    experiments_preflight_override_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentPreflight"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     me_retrieve: {
         parameters: {
             query?: never;
@@ -2497,6 +2924,117 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    runs_alarms_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunAlarms"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    runs_alarms_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                alarm: string;
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlarmArmRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunAlarms"];
                 };
             };
             400: {

@@ -195,7 +195,21 @@ export type LiveMessage =
   | Live["LogMessage"]
   | WithSamples<Live["SamplesMessage"]>
   | Live["CheckpointMessage"]
+  | Live["AlarmsMessage"]
   | Live["ErrorMessage"];
+
+/** One alarm of a run (workers/alarms.py, docs/alarms.md): the live stream's row, which
+ * GET /runs/{id}/alarms and GET /alarms answer with too. */
+export type AlarmRow = Live["AlarmRow"];
+export type AlarmName = AlarmRow["name"];
+/** GET /experiments/{id}/preflight: its state and each pre-flight run's verdict */
+export type ExperimentPreflight = Schemas["ExperimentPreflight"];
+export type PreflightVerdict = NonNullable<Schemas["PreflightRun"]["verdict"]>;
+
+/** GET /runs/{id}/alarms */
+export type RunAlarms = Schemas["RunAlarms"];
+/** GET /alarms?runs= | ?experiment= */
+export type ComparedAlarms = Schemas["ComparedAlarms"];
 
 /** What a viewer sends: a control, naming the run on an experiment's stream. */
 export type ControlMessage = Live["ControlMessage"];

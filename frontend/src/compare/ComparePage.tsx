@@ -1,7 +1,8 @@
 // The signature view: one experiment's runs overlaid per backend (mean over seeds with a
 // band, each seed faint), a small panel per metric, the divergence of the backends' reward
-// with a verdict, and the config diff of only the keys that differ. Live over the
-// experiment's stream.
+// with a verdict, each engine judged against its own trainer (token_mult_prob_error and
+// gen_kl_error, with a verdict of their own), the alarms firing on each run, and the
+// config diff of only the keys that differ. Live over the experiment's stream.
 import { useQueries } from "@tanstack/react-query";
 import { useCallback, useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router";
@@ -19,13 +20,19 @@ import { alignSeries } from "../charts/transforms";
 import { BackendTag, StateBadge } from "../runs/StateBadge";
 import { ChartToolbar, useChartView } from "../runs/ChartToolbar";
 import { Empty, ErrorBox, Loading } from "../ui/States";
-import { comparePanel, groupByBackend, seedColumns, type RunSeries } from "./compareData";
+import { comparePanel, engineColumns, groupByBackend, seedColumns, type RunSeries } from "./compareData";
 import { COMPARE_KEYS, COMPARE_PANELS, FIRST_KEY, useCompareHistory, type StepWindow } from "./compareHistory";
 import { ConfigDiffTable } from "./ConfigDiffTable";
-import { DEFAULT_DIVERGENCE, divergence, divergenceRule, verdict } from "./divergence";
+import { DEFAULT_DIVERGENCE, divergence, divergenceRule, engineVerdict, judgeEngine, verdict } from "./divergence";
+import { useComparedAlarms } from "../api/alarms";
+import { ALARM_LIMITS } from "../api/names.gen";
+import { FiringAlarms } from "../runs/Alarms";
+import { PreflightPanel } from "../runs/Preflight";
+import { formatNumber } from "../lib/format";
 
 const REWARD = FIRST_KEY;
-const TMPE = "token_mult_prob_error"; // drawn in the divergence row
+const TMPE = "token_mult_prob_error"; // drawn in the divergence row, with gen_kl_error
+const ENGINE_PANELS = [TMPE, "gen_kl_error"];
 
 preloadCharts(); // this page always draws: fetch uPlot beside the data, not after it
 
@@ -55,7 +62,9 @@ export default function ComparePage() {
   const runsQuery = experimentId ? { data: experimentRuns.data, error: experimentRuns.error,
     retry: () => void experimentRuns.refetch() }
     : { data: onlyRuns ? chosenRuns.data : undefined, error: chosenRuns.error, retry: undefined };
-  const runs = useMemo(() => [...(runsQuery.data ?? [])].sort((a, b) => a.id - b.id), [runsQuery.data]);
+  // the runs that train (an experiment's pre-flight runs report a verdict, no curves)
+  const runs = useMemo(() => [...(runsQuery.data ?? [])].filter((r) => r.purpose !== "preflight")
+    .sort((a, b) => a.id - b.id), [runsQuery.data]);
   const [view, setView] = useChartView();
   // live over the streams of every experiment in view (one, or those of the chosen runs),
   // opened once the first history is drawn: their snapshots would queue before it on the server
@@ -87,6 +96,11 @@ export default function ComparePage() {
   })), [runSeries, view, experimentId, zoomTo]);
 
   const backends = useMemo(() => [...groupByBackend(runSeries).keys()], [runSeries]);
+  // each engine against its own trainer, by the alarms' thresholds
+  const engines = useMemo(() => backends.map((b) => judgeEngine(engineColumns(runSeries, b), ALARM_LIMITS)),
+    [backends, runSeries]);
+  const alarms = useComparedAlarms(source);
+  const alarmsOf = new Map((alarms.data?.runs ?? []).map((r) => [r.run_id, r.alarms]));
   const [pair, setPair] = useState<[Backend, Backend] | null>(null);
   const [a, b] = pair && backends.includes(pair[0]) && backends.includes(pair[1]) ? pair : [backends[0], backends[1]];
 
@@ -125,12 +139,14 @@ export default function ComparePage() {
           {runs.map((r) => (
             <Link key={r.id} to={`/runs/${r.id}`} className="run-chip" style={{ borderColor: BACKEND_COLOR[r.backend] }}>
               #{r.id} <BackendTag backend={r.backend} /> s{r.seed} <StateBadge state={r.state} desired={r.desired_state} />
+              {alarmsOf.get(r.id)?.some((x) => x.firing) && <FiringAlarms alarms={alarmsOf.get(r.id)} />}
             </Link>
           ))}
           <span className={`live-dot ${live.status === "live" ? "on" : ""}`} title={`stream: ${live.status}`} />
         </div>
       </header>
 
+      {experimentId && <PreflightPanel experimentId={experimentId} />}
       {div && (
         <div className={`verdict ${div.d.divergesFrom !== null ? "bad" : div.d.agreeWithin !== null ? "ok" : ""}`} data-testid="verdict">
           {div.text}
@@ -145,6 +161,25 @@ export default function ComparePage() {
         </div>
       )}
       {div && <p className="muted small divergence-rule" data-testid="divergence-rule">{div.rule}</p>}
+      {engines.some((e) => e.verdict) && (
+        <div className={`verdict engines ${engines.some((e) => e.verdict === "drifts") ? "bad" : engines.every((e) => !e.verdict || e.verdict === "matches") ? "ok" : ""}`}
+          data-testid="engine-verdict">
+          <ul>{engines.map((e) => <li key={e.backend} data-backend={e.backend} data-verdict={e.verdict ?? ""}>{engineVerdict(e, ALARM_LIMITS)}</li>)}</ul>
+          <table className="compact engine-spread" data-testid="engine-spread">
+            <thead><tr><th>Engine</th><th>runs</th><th colSpan={3}>token_mult_prob_error median / p90 / max</th>
+              <th colSpan={3}>gen_kl_error median / p90 / max</th></tr></thead>
+            <tbody>{engines.map((e) => (
+              <tr key={e.backend}><td><BackendTag backend={e.backend as Backend} /></td><td>{e.runs}</td>
+                {[e.tmpe, e.genKl].flatMap((sp, i) => sp ? [sp.median, sp.p90, sp.max].map((v, j) =>
+                  <td key={`${i}${j}`} className="mono">{formatNumber(v, i === 0 ? 6 : 3)}</td>)
+                  : [<td key={i} colSpan={3} className="muted">—</td>])}
+              </tr>))}</tbody>
+          </table>
+          <p className="muted small">Each engine against its own trainer, for the same adapter version: it drifts when
+            the median over its runs, over {ALARM_LIMITS.window} steps, stays above {ALARM_LIMITS.prob_error_limit} (token_mult_prob_error)
+            or {ALARM_LIMITS.gen_kl_limit} (gen_kl_error) for {ALARM_LIMITS.persist} steps to the latest: the alarm prob_error_drift.</p>
+        </div>
+      )}
       {backends.length < 2 && <div className="verdict muted">One backend only: launch the same config on another to compare.</div>}
 
       <ChartToolbar view={view} onChange={setView} />
@@ -155,10 +190,10 @@ export default function ComparePage() {
           probabilities drift apart), side by side */}
       <section className="chart-grid small-multiples divergence" data-testid="divergence" aria-label="Divergence">
         {div && <Chart {...div.chart} height={170} />}
-        {panels.filter((p) => p.title === TMPE).map((p) => <Chart key={p.title} {...p} height={170} />)}
+        {panels.filter((p) => ENGINE_PANELS.includes(p.title)).map((p) => <Chart key={p.title} {...p} height={170} />)}
       </section>
       <div className="chart-grid small-multiples">
-        {panels.filter((p) => p.title !== TMPE).map((p) => <Chart key={p.title} {...p} height={170} />)}
+        {panels.filter((p) => !ENGINE_PANELS.includes(p.title)).map((p) => <Chart key={p.title} {...p} height={170} />)}
       </div>
 
       <section className="card wide">

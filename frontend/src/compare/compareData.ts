@@ -8,6 +8,7 @@ import type { ChartBand, ChartProps, ChartSeries } from "../charts/chartTypes";
 import { BACKEND_COLOR } from "../charts/palette";
 import { TOKENS_KEY } from "../charts/panels";
 import type { Series } from "../charts/series";
+import type { EngineColumns } from "./divergence";
 import { alignSeries, ema, robustRange, seedBand, thin, thinIndices, xValues, type XY } from "../charts/transforms";
 
 export interface RunSeries {
@@ -85,6 +86,22 @@ export function seedColumns(runs: readonly RunSeries[], a: Backend, b: Backend, 
     return { x: s.step, y: s.value };
   }));
   return { steps, a: cols.slice(0, ra.length), b: cols.slice(ra.length) };
+}
+
+/** One backend's engine metrics (token_mult_prob_error, gen_kl_error): a column per run on
+ * each metric's step axis, for the engine verdict (divergence.ts judgeEngine). */
+export function engineColumns(runs: readonly RunSeries[], backend: Backend): EngineColumns {
+  const mine = runs.filter((r) => r.backend === backend);
+  const columns = (key: string) => {
+    const withKey = mine.filter((r) => r.series.get(key)?.step.length);
+    if (!withKey.length) return { steps: [], cols: [] };
+    const [steps, ...cols] = alignSeries(withKey.map((r) => {
+      const s = r.series.get(key)!;
+      return { x: s.step, y: s.value };
+    }));
+    return { steps, cols };
+  };
+  return { backend, runs: mine.length, tmpe: columns("token_mult_prob_error"), genKl: columns("gen_kl_error") };
 }
 
 /** One metric's panel: per backend the seeds faint, the band, the mean. */

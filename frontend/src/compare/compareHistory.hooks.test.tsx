@@ -18,7 +18,7 @@ function answer(url: URL, steps: number[]) {
     downsampled: false })) })) };
 }
 
-/** The stage a request is: "stride:1", "stride:8", "minmax:9", or "window". */
+/** The stage a request is: "stride:1", "stride:<keys>", "minmax:<keys>", or "window". */
 const stageOf = (u: URL) => (u.searchParams.has("x_min") ? "window"
   : `${u.searchParams.get("sample")}:${u.searchParams.get("keys")!.split(",").length}`);
 
@@ -67,7 +67,8 @@ describe("useCompareHistory", () => {
     expect(result.current.runs.data?.map((r) => r.id)).toEqual([1, 2]);
     expect(result.current.experiment.data?.name).toBe("arith");
     // each read once: the page's first stage, runs and experiment were the prefetched ones
-    expect(server.to("/api/v1/metrics").map(stageOf)).toEqual(["stride:1", "stride:8", "minmax:9"]);
+    expect(server.to("/api/v1/metrics").map(stageOf)).toEqual(["stride:1", `stride:${COMPARE_KEYS.length - 1}`,
+      `minmax:${COMPARE_KEYS.length}`]);
     expect(server.to("/api/v1/runs")).toHaveLength(1);
     expect(server.to("/api/v1/experiments/5")).toHaveLength(1);
   });

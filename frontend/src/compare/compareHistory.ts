@@ -24,7 +24,8 @@ export const FIRST_KEY = "reward/mean";
 /** The compare view's panels: title, metric key. */
 export const COMPARE_PANELS: [string, string][] = [
   ["Reward", FIRST_KEY], ["Accuracy", "accuracy"], ["Policy loss", "loss/policy"], ["KL", "kl"],
-  ["token_mult_prob_error", "token_mult_prob_error"], ["Staleness", "staleness/mean"],
+  ["token_mult_prob_error", "token_mult_prob_error"], ["gen_kl_error", "gen_kl_error"],
+  ["Staleness", "staleness/mean"],
   ["Throughput (tokens/s)", "throughput/tokens_per_s"], ["Step time (s)", "time/step_s"],
 ];
 /** What it reads: the reward first (its panel and the divergence are drawn from the first,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import demo from "./fixtures/demo-reward.json";
-import { divergence, divergenceRule, tQuantile975, verdict, type Column } from "./divergence";
+import { ALARM_LIMITS } from "../api/names.gen";
+import { divergence, divergenceRule, engineVerdict, judgeEngine, tQuantile975, verdict, type Column, type EngineColumns } from "./divergence";
 import { learning, run } from "./synthetic";
 
 const steps = Array.from({ length: 200 }, (_, i) => i);
@@ -107,5 +108,40 @@ describe("divergence", () => {
     expect(verdict("a", "b", divergence([0], [[1]], [[1]]))).toBe("a and b: not enough common steps yet");
     expect(divergenceRule("seeds")).toMatch(/last 20 steps.*95 % interval.*excludes 0.*0\.02.*40 steps in a row.*seeds/);
     expect(divergenceRule("autocorrelation")).toMatch(/one run per backend/);
+  });
+});
+
+describe("the engine verdict", () => {
+  const limits = ALARM_LIMITS;
+  const steps = Array.from({ length: 60 }, (_, i) => i + 1);
+  const engine = (tmpe: (s: number, run: number) => number, genKl: (s: number) => number, runs = 2): EngineColumns => ({
+    backend: "vllm", runs,
+    tmpe: { steps, cols: Array.from({ length: runs }, (_, r) => steps.map((s) => tmpe(s, r))) },
+    genKl: { steps, cols: Array.from({ length: runs }, () => steps.map(genKl)) },
+  });
+
+  it("matches when both figures stay near agreement", () => {
+    const j = judgeEngine(engine((s, r) => 1.0001 + 1e-5 * ((s + r) % 3), () => 2e-6), limits);
+    expect(j.verdict).toBe("matches");
+    expect(j.tmpe?.n).toBe(120);
+    expect(engineVerdict(j, limits)).toMatch(/^vllm matches its trainer \(token_mult_prob_error median 1\.000/);
+  });
+
+  it("drifts from the step its smoothed median crosses the limit, and says which figure", () => {
+    // 1 + 0.004·(s − 30) > 1.05 from s = 43; the median of the 10 steps to s (the mean of
+    // its 5th and 6th) exceeds it from s = 48
+    const j = judgeEngine(engine((s) => (s < 30 ? 1.001 : 1 + 0.004 * (s - 30)), () => 1e-6), limits);
+    expect(j).toMatchObject({ verdict: "drifts", worst: "token_mult_prob_error", driftsFrom: 48 });
+    expect(engineVerdict(j, limits)).toMatch(/^vllm drifts from its trainer from step 48 \(token_mult_prob_error above 1\.05/);
+    const kl = judgeEngine(engine(() => 1.0001, (s) => (s < 20 ? 1e-5 : 0.01)), limits);
+    expect(kl).toMatchObject({ verdict: "drifts", worst: "gen_kl_error", driftsFrom: 24 });
+  });
+
+  it("strays when some steps are over but not for long, and has no verdict without figures", () => {
+    const j = judgeEngine(engine((s) => (s % 5 === 0 ? 1.2 : 1.001), () => 1e-6), limits);
+    expect(j.verdict).toBe("strays");
+    const none = judgeEngine({ backend: "torch", runs: 1, tmpe: { steps: [], cols: [] }, genKl: { steps: [], cols: [] } }, limits);
+    expect(none.verdict).toBeNull();
+    expect(engineVerdict(none, limits)).toBe("torch: no engine-vs-trainer figures yet");
   });
 });

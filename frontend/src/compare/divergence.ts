@@ -232,3 +232,125 @@ export function divergenceRule(method: DivergenceMethod | null,
     + `exceeds ${tolerance}, for ${persist} steps in a row, and agree again as soon as the `
     + `interval takes in 0. The interval comes ${spread}.`;
 }
+
+// ---- the engines ------------------------------------------------------------------------
+// Beside the reward, each engine is judged on its own: how far its logprobs are from its
+// trainer's for the same adapter version, per token (token_mult_prob_error, ≈ 1 when they
+// agree) and as a KL (gen_kl_error, ≈ 0). Each backend's runs give a distribution of both
+// over every step and seed; the engine drifts when the median over its runs, smoothed over
+// the alarms' window, stays above the alarms' limit to the latest step (the rule of the
+// alarm prob_error_drift, workers/alarms.py, by the same thresholds: ALARM_LIMITS), and
+// strays when only some steps (more than a tenth) are above it.
+
+/** One metric's spread over an engine's steps and seeds. */
+export interface Spread { n: number; median: number; p90: number; max: number }
+
+export interface EngineJudgement {
+  backend: string;
+  runs: number;
+  tmpe: Spread | null;
+  genKl: Spread | null;
+  /** null: no step reported either metric yet */
+  verdict: "matches" | "strays" | "drifts" | null;
+  /** the metric that decided (the worse of the two) and since which step it drifts */
+  worst: "token_mult_prob_error" | "gen_kl_error" | null;
+  driftsFrom: number | null;
+}
+
+/** The engine metrics of one backend's runs: a column per run on one step axis. */
+export interface EngineColumns {
+  backend: string;
+  runs: number;
+  tmpe: { steps: readonly number[]; cols: readonly Column[] };
+  genKl: { steps: readonly number[]; cols: readonly Column[] };
+}
+
+function quantile(sorted: readonly number[], q: number): number {
+  const i = (sorted.length - 1) * q;
+  const lo = Math.floor(i);
+  const hi = Math.ceil(i);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (i - lo);
+}
+
+export function spread(cols: readonly Column[]): Spread | null {
+  const all = cols.flatMap((c) => c.filter((v): v is number => v !== null && Number.isFinite(v)));
+  if (!all.length) return null;
+  all.sort((x, y) => x - y);
+  return { n: all.length, median: quantile(all, 0.5), p90: quantile(all, 0.9), max: all[all.length - 1] };
+}
+
+function medianOf(xs: number[]): number {
+  const s = [...xs].sort((x, y) => x - y);
+  return quantile(s, 0.5);
+}
+
+/** First step of the stretch, reaching the latest step, in which the trailing median (over
+ * `window` steps) of the per-step median across runs is above `limit`, when at least
+ * `persist` smoothed points long; null otherwise. */
+function driftStart(steps: readonly number[], cols: readonly Column[], limit: number,
+  window: number, persist: number): number | null {
+  const perStep: [number, number][] = [];
+  for (let i = 0; i < steps.length; i++) {
+    const vals = present(cols, i);
+    if (vals.length) perStep.push([steps[i], medianOf(vals)]);
+  }
+  let start: number | null = null;
+  let length = 0;
+  for (let i = window - 1; i < perStep.length; i++) {
+    const m = medianOf(perStep.slice(i - window + 1, i + 1).map(([, v]) => v));
+    if (m > limit) { if (start === null) start = perStep[i][0]; length++; }
+    else { start = null; length = 0; }
+  }
+  return start !== null && length >= persist ? start : null;
+}
+
+export interface EngineLimits { window: number; persist: number; prob_error_limit: number; gen_kl_limit: number }
+
+/** Each engine's judgement from its runs' token_mult_prob_error and gen_kl_error. */
+export function judgeEngine(e: EngineColumns, limits: EngineLimits): EngineJudgement {
+  const tmpe = spread(e.tmpe.cols);
+  const genKl = spread(e.genKl.cols);
+  const out: EngineJudgement = { backend: e.backend, runs: e.runs, tmpe, genKl, verdict: null, worst: null, driftsFrom: null };
+  if (!tmpe && !genKl) return out;
+  const checks = [
+    { key: "token_mult_prob_error" as const, s: tmpe, on: e.tmpe, limit: limits.prob_error_limit },
+    { key: "gen_kl_error" as const, s: genKl, on: e.genKl, limit: limits.gen_kl_limit },
+  ];
+  for (const c of checks) {
+    if (!c.s) continue;
+    const from = driftStart(c.on.steps, c.on.cols, c.limit, limits.window, limits.persist);
+    if (from !== null && (out.driftsFrom === null || from < out.driftsFrom)) {
+      Object.assign(out, { verdict: "drifts", worst: c.key, driftsFrom: from });
+    }
+  }
+  if (out.verdict) return out;
+  const over = checks.find((c) => c.s && overShare(c.on.cols, c.limit) > 0.1);
+  return over ? { ...out, verdict: "strays", worst: over.key } : { ...out, verdict: "matches" };
+}
+
+function overShare(cols: readonly Column[], limit: number): number {
+  const all = cols.flatMap((c) => c.filter((v): v is number => v !== null && Number.isFinite(v)));
+  return all.length ? all.filter((v) => v > limit).length / all.length : 0;
+}
+
+const f4 = (x: number) => x.toPrecision(4);
+
+/** One line per engine: "vllm drifts from its trainer from step 40 (token_mult_prob_error
+ * median 1.08 over 3 runs, above 1.05)", "torch matches its trainer (…)". */
+export function engineVerdict(j: EngineJudgement, limits: EngineLimits): string {
+  if (!j.verdict) return `${j.backend}: no engine-vs-trainer figures yet`;
+  const figures = [
+    j.tmpe && `token_mult_prob_error median ${f4(j.tmpe.median)}, p90 ${f4(j.tmpe.p90)}`,
+    j.genKl && `gen_kl_error median ${j.genKl.median.toPrecision(2)}, p90 ${j.genKl.p90.toPrecision(2)}`,
+  ].filter(Boolean).join("; ");
+  const over = j.runs === 1 ? "one run" : `${j.runs} runs`;
+  const limit = j.worst === "gen_kl_error" ? limits.gen_kl_limit : limits.prob_error_limit;
+  switch (j.verdict) {
+    case "drifts":
+      return `${j.backend} drifts from its trainer from step ${j.driftsFrom} (${j.worst} above ${limit}; ${figures}, ${over})`;
+    case "strays":
+      return `${j.backend} strays from its trainer on more than a tenth of steps (${j.worst} above ${limit}; ${figures}, ${over})`;
+    default:
+      return `${j.backend} matches its trainer (${figures}, ${over})`;
+  }
+}

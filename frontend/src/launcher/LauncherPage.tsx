@@ -185,6 +185,12 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
             <input type="checkbox" checked={!!sweepDraft} data-testid="sweep-toggle"
               onChange={(e) => setSweepDraft(e.target.checked ? newDraft() : null)} /> Sweep over spec keys
           </label>
+          {!sweepDraft && (
+            <label className="check" title="a few steps of this spec on each backend's engine first: the runs start only if it passes (docs/preflight.md)">
+              <input type="checkbox" checked={state.preflight} data-testid="preflight"
+                onChange={(e) => dispatch({ type: "preflight", value: e.target.checked })} /> Pre-flight check first
+            </label>
+          )}
           {sweepDraft && <SweepSection draft={sweepDraft} onChange={setSweepDraft} errors={serverErrors} />}
           {otherErrors.map(([f, m]) => <div key={f} className="state-error"><code className="error-field">{f || "launch"}</code>{m}</div>)}
 
@@ -216,7 +222,8 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
               ? `a sweep of ${sweepReport.members.length} members, ${sweepReport.parallel} at once, on ${backends[0] ?? "the spec's backend"}`
               : "a sweep: its members once the check passes"}</p>
           ) : <>
-            <p>{runCount} run{runCount === 1 ? "" : "s"}: {backends.length ? backends.join(", ") : "no backend"} × {seeds} seed{seeds === 1 ? "" : "s"}</p>
+            <p>{runCount} run{runCount === 1 ? "" : "s"}: {backends.length ? backends.join(", ") : "no backend"} × {seeds} seed{seeds === 1 ? "" : "s"}
+            {state.preflight && <>, after a pre-flight check on {backends.length === 1 ? "its engine" : `each of the ${backends.length} engines`}</>}</p>
             {launchReport?.runs?.length ? (
               <ul className="plan">
                 {launchReport.runs.map((r, i) => <li key={i}><BackendTag backend={r.backend} /> seed {r.seed}{r.gpus ? ` · ${r.gpus} GPU` : ""}</li>)}

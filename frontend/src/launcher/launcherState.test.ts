@@ -82,7 +82,9 @@ describe("launchBody", () => {
     const s = run(fresh(), { type: "field", field: "tags", value: " a, ,b " }, { type: "seeds", value: 2 });
     expect(launchBody(s, 3, 9, null)).toEqual({ kind: "launch", body: {
       team: 3, spec: s.spec, name: "untitled", description: "", seeds: 2, backends: ["torch"], tags: ["a", "b"],
-      cluster: 9, validate_only: false } });
+      cluster: 9, validate_only: false, preflight: "off" } });
+    // the pre-flight box asks for the check first
+    expect(launchBody(run(s, { type: "preflight", value: true }), 3, 9, null).body).toMatchObject({ preflight: "first" });
   });
 
   it("sends a clone as its source config with the edits made to it", () => {

@@ -26,10 +26,14 @@ export interface LauncherState {
   yamlError: string | null;
   /** the last verl / NeMo-RL import: what it read and the keys it left out */
   imported: Omit<SpecImport, "spec"> | null;
+  /** a pre-flight check of the spec on each backend first, which the runs wait for
+   * (docs/preflight.md) */
+  preflight: boolean;
 }
 
 export type LauncherAction =
   | { type: "field"; field: "name" | "description" | "tags"; value: string }
+  | { type: "preflight"; value: boolean }
   | { type: "seeds"; value: number }
   | { type: "cluster"; value: number | null }
   /** `schema` null when cloning: a clone keeps its source's rollout section (the server
@@ -47,7 +51,7 @@ export const MAX_SEEDS = 16;
 export function startFrom(spec: Spec, more: Partial<Pick<LauncherState, "name" | "description" | "tags" | "backends">> = {}): LauncherState {
   return {
     spec, name: "", description: "", tags: "", seeds: 1, cluster: undefined, mode: "form", yamlText: "",
-    yamlError: null, imported: null, backends: [getPath(spec, "rollout.backend") as Backend].filter(Boolean), ...more,
+    yamlError: null, imported: null, preflight: false, backends: [getPath(spec, "rollout.backend") as Backend].filter(Boolean), ...more,
   };
 }
 
@@ -81,6 +85,8 @@ export function launcherReducer(state: LauncherState, action: LauncherAction): L
   switch (action.type) {
     case "field":
       return { ...state, [action.field]: action.value };
+    case "preflight":
+      return { ...state, preflight: action.value };
     case "seeds":
       return { ...state, seeds: Math.min(MAX_SEEDS, Math.max(1, Math.floor(action.value) || 1)) };
     case "cluster":
@@ -136,7 +142,7 @@ export function launchBody(state: LauncherState, team: number, cluster: number |
   const common = {
     name: state.name.trim() || "untitled", description: state.description, seeds: state.seeds,
     backends: state.backends, tags: state.tags.split(",").map((t) => t.trim()).filter(Boolean), cluster,
-    validate_only: false,
+    validate_only: false, preflight: state.preflight ? "first" as const : "off" as const,
   };
   return clone
     ? { kind: "clone", experiment: clone.experiment,

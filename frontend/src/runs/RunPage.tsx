@@ -20,6 +20,8 @@ import { Checkpoints } from "./Checkpoints";
 import { ConfigView } from "./ConfigView";
 import { LogTail } from "./LogTail";
 import { Progress } from "./Progress";
+import { RunAlarms } from "./Alarms";
+import { PreflightPanel } from "./Preflight";
 import { RunControls } from "./RunControls";
 import { useOlderLogs, useSampleHistory } from "./runHistory";
 import { SampleInspector } from "./SampleInspector";
@@ -132,6 +134,8 @@ export default function RunPage() {
         {state === "queued" && r.queued_reason && <div className="muted">queued: {r.queued_reason}</div>}
       </header>
 
+      <PreflightPanel experimentId={r.experiment} />
+      {r.purpose === "train" && <RunAlarms runId={r.id} />}
       <ChartToolbar view={view} onChange={setView} />
       {historyError && <ErrorBox error={historyError} />}
       {!history && <Loading what="Loading metrics" />}

@@ -77,7 +77,8 @@ export function RunsTable({ runs, experiments, rewards, selected, onSelect }: {
                   {experiment?.name ?? run.experiment_name ?? `experiment ${run.experiment}`}
                 </td>
                 <td><StateBadge state={run.state} desired={run.desired_state} /></td>
-                <td><BackendTag backend={run.backend} /></td>
+                <td><BackendTag backend={run.backend} />{run.purpose === "preflight" &&
+                  <span className="badge tone-idle small" title="a pre-flight check of the experiment's spec">pre-flight</span>}</td>
                 <td className="col-progress"><Progress step={run.step} total={run.total_steps}
                   startedAt={run.started_at} state={run.state} secondsLeft={etaFromSeries(reward, run.total_steps)} /></td>
                 <td className="num" data-testid="last-reward">{formatNumber(last)}</td>

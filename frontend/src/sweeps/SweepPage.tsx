@@ -13,6 +13,8 @@ import { stopSweep, useSweep, useSweeps } from "../api/sweeps";
 import type { RunState, SweepDetail, SweepMemberState } from "../api/types";
 import { formatNumber, formatValue, timeAgo } from "../lib/format";
 import { preloadable } from "../lib/preloadable";
+import { useComparedAlarms } from "../api/alarms";
+import { FiringAlarms } from "../runs/Alarms";
 import { StateBadge } from "../runs/StateBadge";
 import { useSession } from "../session/SessionContext";
 import { Empty, ErrorBox, Query } from "../ui/States";
@@ -38,12 +40,15 @@ function describeRule(sweep: SweepDetail): string {
 }
 
 function MemberTable({ sweep, rows, keys }: { sweep: SweepDetail; rows: MemberRow[]; keys: string[] }) {
+  // the alarms firing on each member's run (docs/alarms.md), kept live by the stream
+  const alarms = useComparedAlarms(useMemo(() => ({ experiment: sweep.experiment }), [sweep.experiment]));
+  const alarmsOf = new Map((alarms.data?.runs ?? []).map((r) => [r.run_id, r.alarms]));
   return (
     <table className="compact sweep-members" data-testid="sweep-members">
       <thead><tr>
         <th>#</th>{keys.map((k) => <th key={k}><code>{k}</code></th>)}
         <th>Member</th><th>Run</th><th>Step</th>
-        <th>{sweep.metric} best</th><th>last</th><th>eval/accuracy</th><th>Why</th>
+        <th>{sweep.metric} best</th><th>last</th><th>eval/accuracy</th><th>Alarms</th><th>Why</th>
       </tr></thead>
       <tbody>
         {rows.map((m) => (
@@ -57,6 +62,7 @@ function MemberTable({ sweep, rows, keys }: { sweep: SweepDetail; rows: MemberRo
             <td data-testid="member-best">{m.isBest && <span className="best-mark" title="best so far">★ </span>}{formatNumber(m.best)}</td>
             <td>{formatNumber(m.last)}</td>
             <td>{formatNumber(m.run?.latest["eval/accuracy"])}</td>
+            <td>{m.run ? <FiringAlarms alarms={alarmsOf.get(m.run.id)} /> : null}</td>
             <td className="muted small" title={m.reason || m.run?.queued_reason}>{m.reason || m.run?.queued_reason || ""}</td>
           </tr>
         ))}

@@ -30,6 +30,7 @@ urlpatterns = [
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("me", views_teams.me, name="me"),
     path("metrics", views_runs.multi_metrics, name="metrics"),
+    path("alarms", views_runs.multi_alarms, name="alarms"),
     path("spec/schema", views_experiments.spec_schema, name="spec-schema"),
     path("spec/import", views_experiments.spec_import, name="spec-import"),
     path("", include(router.urls)),

@@ -23,7 +23,8 @@ from paddock.experiments.launch import (
     experiment_launch,
     experiment_update,
 )
-from paddock.experiments.models import ConfigVersion, Dataset, Experiment
+from paddock.experiments.models import ConfigVersion, Dataset, Experiment, Purpose, Run
+from paddock.experiments.preflight import experiment_preflight_override
 from paddock.experiments.spec_imports import spec_import as spec_import_service
 from paddock.teams.selectors import team_get
 from workers.spec import spec_json_schema
@@ -102,6 +103,33 @@ class ExperimentViewSet(ActorViewSet):
         data["cluster_id"] = data.pop("cluster", None)
         result = experiment_clone(actor=self.actor, experiment=experiment, **data)
         return _launch_response(result, self.actor)
+
+    @extend_schema(responses={200: s.ExperimentPreflight, **ERRORS})
+    @action(detail=True, methods=["get"])
+    def preflight(self, request, pk=None):
+        """The experiment's pre-flight check: its state and each pre-flight run's verdict."""
+        return Response(_preflight_body(self._experiment(pk)))
+
+    @extend_schema(request=None, responses={200: s.ExperimentPreflight, **ERRORS})
+    @action(detail=True, methods=["post"], url_path="preflight/override")
+    def preflight_override(self, request, pk=None):
+        """Launch the runs its failed (or unfinished) pre-flight check holds; audited."""
+        experiment = experiment_preflight_override(
+            actor=self.actor, experiment=self._experiment(pk)
+        )
+        return Response(_preflight_body(experiment))
+
+
+def _preflight_body(experiment: Experiment) -> dict:
+    runs = Run.objects.filter(experiment=experiment, purpose=Purpose.PREFLIGHT).order_by("id")
+    return s.ExperimentPreflight(
+        experiment_id=experiment.pk,
+        state=experiment.preflight,
+        runs=[
+            {"run_id": r.pk, "backend": r.backend, "state": r.state, "verdict": r.verdict}
+            for r in runs
+        ],
+    ).model_dump(mode="json")
 
 
 def experiment_page_answer(*, actor, params: dict, paginator, request) -> dict:

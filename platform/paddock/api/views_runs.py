@@ -10,13 +10,14 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 
 from paddock.api import serializers as s
-from paddock.api.base import ActorViewSet, parse_id, query, request_actor
+from paddock.api.base import ActorViewSet, body, parse_id, query, request_actor
 from paddock.api.pagination import NewestFirst
 from paddock.api.streaming import streaming_response
 from paddock.api.views_teams import ERRORS
 from paddock.clusters.selectors import run_pool_info
 from paddock.core.errors import DomainError, ErrorCode, not_found
 from paddock.experiments import selectors
+from paddock.experiments.alarms import alarm_rows, run_alarm_arm, run_alarms
 from paddock.experiments.artifacts import CHECKPOINT_PARTS, checkpoint_download
 from paddock.experiments.control import RUN_CONTROLS
 from paddock.experiments.metrics import (
@@ -147,6 +148,23 @@ class RunViewSet(ActorViewSet):
     def abort(self, request, pk=None):
         return self._control(pk, "abort")
 
+    @extend_schema(responses={200: s.RunAlarms, **ERRORS})
+    @action(detail=True, methods=["get"])
+    def alarms(self, request, pk=None):
+        """The run's alarms (docs/alarms.md): what each saw and since which step, and
+        whether it pauses the run."""
+        run = self._run(pk)
+        return Response(_alarms_body(run.pk, run_alarms(run=run)))
+
+    @extend_schema(request=s.AlarmArmSerializer, responses={200: s.RunAlarms, **ERRORS})
+    @action(detail=True, methods=["post"], url_path=r"alarms/(?P<alarm>[^/]{1,100})")
+    def alarm_arm(self, request, pk=None, alarm=None):
+        """Arm an alarm to pause the run when it fires (`{"pause": true}`), or disarm it."""
+        run = self._run(pk)
+        data = body(s.AlarmArmSerializer, request)
+        run_alarm_arm(actor=self.actor, run=run, name=alarm, pause=data["pause"])
+        return Response(_alarms_body(run.pk, run_alarms(run=run)))
+
     @extend_schema(
         parameters=[s.RunEventQuerySerializer],
         responses={200: s.RunEventPageSerializer, **ERRORS},
@@ -261,16 +279,13 @@ class RunViewSet(ActorViewSet):
         )
 
 
-@extend_schema(
-    parameters=[s.MultiMetricsQuerySerializer],
-    responses={200: s.MultiMetricsSerializer, **ERRORS},
-    description="The same keys for several runs (a comparison), named by `runs` or by "
-    "`experiment`: one series per run × key, one SQL statement per key for all the runs.",
-)
-@api_view(["GET"])
-def multi_metrics(request):
-    params = query(s.MultiMetricsQuerySerializer, request)
-    actor = request_actor(request)
+def _alarms_body(run_id: int, alarms) -> dict:
+    return s.RunAlarms(run_id=run_id, alarms=alarm_rows(alarms)).model_dump()
+
+
+def _compared_run_ids(actor, params: dict) -> list[int]:
+    """The runs a comparison names (`runs`, or every run of `experiment`), each visible to
+    the actor; 404 for one that is not."""
     if "experiment" in params:
         run_ids = selectors.experiment_run_ids(actor=actor, experiment_id=params["experiment"])
         if len(run_ids) > s.MAX_COMPARED_RUNS:
@@ -280,13 +295,40 @@ def multi_metrics(request):
                 f"{s.MAX_COMPARED_RUNS} with ?runs=",
                 field="experiment",
             )
-    else:
-        run_ids = params["runs"]
-        visible = set(
-            selectors.run_list(actor=actor).filter(pk__in=run_ids).values_list("pk", flat=True)
-        )
-        missing = [r for r in run_ids if r not in visible]
-        if missing:
-            raise not_found(f"run {missing[0]}")
+        return run_ids
+    run_ids = params["runs"]
+    visible = set(
+        selectors.run_list(actor=actor).filter(pk__in=run_ids).values_list("pk", flat=True)
+    )
+    missing = [r for r in run_ids if r not in visible]
+    if missing:
+        raise not_found(f"run {missing[0]}")
+    return run_ids
+
+
+@extend_schema(
+    parameters=[s.ComparedAlarmsQuerySerializer],
+    responses={200: s.ComparedAlarms, **ERRORS},
+    description="The alarms of several runs (the compare and sweep pages), named by `runs` or "
+    "by `experiment`.",
+)
+@api_view(["GET"])
+def multi_alarms(request):
+    params = query(s.ComparedAlarmsQuerySerializer, request)
+    run_ids = _compared_run_ids(request_actor(request), params)
+    runs = Run.objects.filter(pk__in=run_ids).select_related("config").in_bulk()
+    return Response({"runs": [_alarms_body(r, run_alarms(run=runs[r])) for r in run_ids]})
+
+
+@extend_schema(
+    parameters=[s.MultiMetricsQuerySerializer],
+    responses={200: s.MultiMetricsSerializer, **ERRORS},
+    description="The same keys for several runs (a comparison), named by `runs` or by "
+    "`experiment`: one series per run × key, one SQL statement per key for all the runs.",
+)
+@api_view(["GET"])
+def multi_metrics(request):
+    params = query(s.MultiMetricsQuerySerializer, request)
+    run_ids = _compared_run_ids(request_actor(request), params)
     runs = _series(run_ids, params, params["keys"])
     return Response({"x": params["x"], "runs": runs})

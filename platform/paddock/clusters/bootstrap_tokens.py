@@ -66,4 +66,5 @@ def bootstrap_exchange(*, run_id: int, dispatch: int, raw: str) -> RunBootstrap:
         read_roots=run_read_roots(run),
         resume_from=last.uri if last is not None and dispatch > 1 else None,
         secrets=secrets,
+        purpose=run.purpose,
     )

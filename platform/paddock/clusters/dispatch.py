@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from paddock.experiments.models import Run
 from paddock.experiments.models import RunState as S
+from paddock.experiments.preflight import preflight_hold
 from paddock.experiments.selectors import team_usage, user_usage
 from paddock.experiments.states import run_transition
 from paddock.live.broadcast import broadcast_state
@@ -291,6 +292,10 @@ def dispatch_prepare(*, run_id: int) -> DispatchOrder | None:
             return None
         if run.desired_state == "paused":
             _queue_reason(run, "paused before it started: resume to dispatch it")
+            return None
+        held = preflight_hold(run)  # its experiment's pre-flight check has not passed
+        if held is not None:
+            _queue_reason(run, held)
             return None
         # every dispatch of the team takes its quota's row, so that its check counts what
         # the dispatch before took (two solo runs checked at once would both fit)

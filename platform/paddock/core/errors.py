@@ -87,6 +87,12 @@ class ErrorCode(StrEnum):
     POOL_ENDED = "pool_ended", 409, "the pool's job has ended; a new pool hosts its runs"
     SWEEP_FINISHED = "sweep_finished", 409, "the sweep has finished"
     DATASET_MISSING = "dataset_missing", 409, "the spec names a dataset the team has not uploaded"
+    PREFLIGHT_PENDING = (
+        "preflight_pending", 409, "the run waits for its experiment's pre-flight check"
+    )  # fmt: skip
+    PREFLIGHT_FAILED = (
+        "preflight_failed", 409, "the experiment's pre-flight check failed: its runs are held"
+    )  # fmt: skip
     LAST_OWNER = "last_owner", 409, "the team would be left without an owner"
     ALREADY_MEMBER = "already_member", 409, "the user is a member of the team already"
     SLUG_TAKEN = "slug_taken", 409, "a team has that slug already"

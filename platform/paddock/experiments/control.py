@@ -15,6 +15,7 @@ from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments import hooks
 from paddock.experiments.models import DesiredState, Run
 from paddock.experiments.models import RunState as S
+from paddock.experiments.preflight import preflight_refusal
 from paddock.experiments.states import TERMINAL, run_transition
 from paddock.teams.access import Actor
 from paddock.teams.models import Role
@@ -80,6 +81,10 @@ def run_request_pause(*, actor: Actor | None, run: Run, why: str = "") -> Run:
 
 
 def run_request_resume(*, actor: Actor, run: Run) -> Run:
+    refusal = preflight_refusal(run)  # a run its experiment's pre-flight check holds
+    if refusal is not None:
+        actor.require(run.team_id, Role.MEMBER, what="run")
+        raise refusal
     return _control(
         actor=actor,
         run=run,

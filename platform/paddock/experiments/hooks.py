@@ -1,14 +1,15 @@
 """Where the experiments app hands over to the apps above it, without importing them.
 
-The experiments app publishes three events, each from `transaction.on_commit` with ids only,
+The experiments app publishes five events, each from `transaction.on_commit` with ids only,
 so a subscriber re-fetches what it needs and copes with a row that changed or vanished
 meanwhile. The apps that act on them subscribe in their `AppConfig.ready()`: clusters
 dispatches (`run_enqueued`, a resume in `run_control_requested`), live broadcasts
-(`run_state_changed`, `run_control_requested`); clusters also provides the check of a
-launch against the registry (`launch_check`, which also says what each run counts for at least
-in the team's GPUs) and what pooled runs count for in a team's GPUs
-(`pooled_gpus_correction`). So experiments imports neither, and the apps' imports form a DAG
-(tests/test_import_graph.py)."""
+(`run_state_changed`, `run_control_requested`, `run_alarms_changed`,
+`run_reason_changed`); clusters also
+provides the check of a launch against the registry (`launch_check`, which also says what
+each run counts for at least in the team's GPUs) and what pooled runs count for in a team's
+GPUs (`pooled_gpus_correction`). So experiments imports neither, and the apps' imports form
+a DAG (tests/test_import_graph.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ class Event(StrEnum):
     RUN_STATE_CHANGED = "run_state_changed"  # (run_id, state): any transition of Run.state
     # (run_id, desired_state): a user asked for pause / resume / abort
     RUN_CONTROL_REQUESTED = "run_control_requested"
+    # (run_id): an alarm of the run began or stopped firing, or was armed (experiments/alarms.py)
+    RUN_ALARMS_CHANGED = "run_alarms_changed"
+    # (run_id): what a queued run waits for changed (its pre-flight check: experiments/preflight.py)
+    RUN_REASON_CHANGED = "run_reason_changed"
 
 
 _subscribers: dict[Event, list[Callable[..., None]]] = {event: [] for event in Event}
@@ -55,6 +60,16 @@ def run_control_requested(run_id: int, desired_state: str) -> None:
     it from its next ingest reply; viewers should see it before the state moves, and a
     resume of a run waiting in queued (paused before it started) should dispatch it."""
     _publish(Event.RUN_CONTROL_REQUESTED, run_id, desired_state)
+
+
+def run_reason_changed(run_id: int) -> None:
+    """What the queued run waits for changed: its viewers should see why."""
+    _publish(Event.RUN_REASON_CHANGED, run_id)
+
+
+def run_alarms_changed(run_id: int) -> None:
+    """The run's alarms changed: its viewers should see them."""
+    _publish(Event.RUN_ALARMS_CHANGED, run_id)
 
 
 # One provider rather than subscribers: a launch asks the clusters app whether its runs can

@@ -18,7 +18,16 @@ from paddock.experiments.configs import (
     spec_gpus,
     spec_parse,
 )
-from paddock.experiments.models import ConfigVersion, Experiment, ExperimentTag, Run
+from paddock.experiments.models import (
+    ConfigVersion,
+    Experiment,
+    ExperimentTag,
+    PreflightState,
+    Purpose,
+    Run,
+)
+from paddock.experiments.preflight import MODES as PREFLIGHT_MODES
+from paddock.experiments.preflight import preflight_spec
 from paddock.experiments.selectors import team_usage, user_usage
 from paddock.experiments.spec_paths import spec_paths_check
 from paddock.experiments.spec_urls import spec_urls_check
@@ -200,11 +209,13 @@ def experiment_create(
 
 def run_create(
     *, experiment: Experiment, config: ConfigVersion, planned: PlannedRun,
-    cluster_id: int | None, created_by,
+    cluster_id: int | None, created_by, purpose: str = Purpose.TRAIN,
 ) -> Run:  # fmt: skip
     """A queued run of `experiment` with `config` (its effective spec, `planned.spec`
-    stored); after commit `hooks.run_enqueued` dispatches it."""
+    stored); after commit `hooks.run_enqueued` dispatches it. A pre-flight run
+    (experiments/preflight.py) counts no steps: its job checks the spec."""
     run = Run.objects.create(
+        purpose=purpose,
         experiment=experiment,
         team_id=experiment.team_id,
         config=config,
@@ -213,8 +224,8 @@ def run_create(
         gpus=planned.gpus,
         created_by=created_by,
         cluster_id=cluster_id,
-        max_attempts=planned.spec.resources.max_attempts,
-        total_steps=planned.spec.train.steps,
+        max_attempts=1 if purpose == Purpose.PREFLIGHT else planned.spec.resources.max_attempts,
+        total_steps=0 if purpose == Purpose.PREFLIGHT else planned.spec.train.steps,
         queued_reason=QUEUED_REASON,
     )
     transaction.on_commit(lambda run_id=run.pk: hooks.run_enqueued(run_id))
@@ -235,11 +246,17 @@ def experiment_launch(
     validate_only: bool = False,
     parent: ConfigVersion | None = None,
     cloned_from: Experiment | None = None,
+    preflight: str = "off",
 ) -> LaunchResult:
     """Check everything a launch needs (spec, backends and resources against the clusters,
     quota); with `validate_only`, return the errors and create nothing. Otherwise create the
     experiment, its config versions and queued runs, audit it, and after commit call
-    `hooks.run_enqueued` per run. Raises DomainError when invalid (not validate_only)."""
+    `hooks.run_enqueued` per run. Raises DomainError when invalid (not validate_only).
+    `preflight`: `first` adds a pre-flight run per backend, which the runs wait for
+    (experiments/preflight.py); `only` launches the pre-flight runs alone."""
+    if preflight not in PREFLIGHT_MODES:
+        raise DomainError(ErrorCode.INVALID, f"must be one of {', '.join(PREFLIGHT_MODES)}",
+                          field="preflight")  # fmt: skip
     actor.require(team.pk, Role.MEMBER, what="team")
     with transaction.atomic():
         try:
@@ -261,7 +278,11 @@ def experiment_launch(
             parent=parent, cloned_from=cloned_from, created_by=user,
         )  # fmt: skip
         runs = []
-        for planned in plan.runs:
+        if preflight != "off":
+            experiment.preflight = PreflightState.PENDING
+            experiment.save(update_fields=["preflight"])
+            runs += _preflight_runs(experiment, plan, user)
+        for planned in plan.runs if preflight != "only" else []:
             config = config_version_create(
                 team_id=team.pk, spec=planned.spec.to_dict(), parent=experiment.config,
                 created_by=user,
@@ -283,9 +304,27 @@ def experiment_launch(
             data={
                 "name": name, "config": launched.pk, "config_hash": launched.hash,
                 "runs": [r.pk for r in runs], "cloned_from": cloned_from and cloned_from.pk,
+                **({"preflight": preflight} if preflight != "off" else {}),
             },
         )  # fmt: skip
     return LaunchResult(plan=plan, experiment=experiment, runs=runs)
+
+
+def _preflight_runs(experiment: Experiment, plan: LaunchPlan, user) -> list[Run]:
+    """One pre-flight run per backend: the first seed's effective spec, out of any pool."""
+    firsts: dict[str, PlannedRun] = {}
+    for planned in plan.runs:
+        firsts.setdefault(planned.backend, planned)
+    runs = []
+    for planned in firsts.values():
+        config = config_version_create(
+            team_id=experiment.team_id, spec=preflight_spec(planned.spec.to_dict()),
+            parent=experiment.config, created_by=user,
+        )  # fmt: skip
+        runs.append(run_create(experiment=experiment, config=config, planned=planned,
+                               cluster_id=plan.cluster_id, created_by=user,
+                               purpose=Purpose.PREFLIGHT))  # fmt: skip
+    return runs
 
 
 def experiment_clone(
@@ -301,6 +340,7 @@ def experiment_clone(
     seeds: int | None = None,
     cluster_id: int | None = None,
     validate_only: bool = False,
+    preflight: str = "off",
 ) -> LaunchResult:
     """Launch a new experiment from `config` (default: the experiment's launched config)
     with `edits` ({"algorithm.kl_coef": 0.05}) applied. Backends and the number of seeds
@@ -308,7 +348,9 @@ def experiment_clone(
     base = config or experiment.config
     if base.team_id != experiment.team_id:
         raise DomainError(ErrorCode.INVALID, "the config belongs to another team", field="config")
-    source_runs = list(experiment.runs.order_by("id").values_list("backend", "seed"))
+    source_runs = list(
+        experiment.runs.filter(purpose=Purpose.TRAIN).order_by("id").values_list("backend", "seed")
+    )
     if backends is None and source_runs:
         backends = list(dict.fromkeys(b for b, _ in source_runs))
     if seeds is None:
@@ -319,7 +361,7 @@ def experiment_clone(
         backends=backends, seeds=seeds, cluster_id=cluster_id,
         description=experiment.description if description is None else description,
         tags=[t.name for t in experiment.tags.all()] if tags is None else tags,
-        validate_only=validate_only, parent=base, cloned_from=experiment,
+        validate_only=validate_only, parent=base, cloned_from=experiment, preflight=preflight,
     )  # fmt: skip
 
 

@@ -22,6 +22,22 @@ def _choices(name: str, values: tuple[str, ...]) -> type[models.TextChoices]:
 RunState = _choices("RunState", names.RUN_STATES)
 DesiredState = _choices("DesiredState", names.DESIRED_STATES)
 Backend = _choices("Backend", names.BACKENDS)
+AlarmName = _choices("AlarmName", names.ALARM_NAMES)
+
+
+class Purpose(models.TextChoices):
+    TRAIN = "train"
+    PREFLIGHT = (
+        "preflight"  # a pre-flight check of the experiment's spec (experiments/preflight.py)
+    )
+
+
+class PreflightState(models.TextChoices):
+    NONE = ""  # launched without one
+    PENDING = "pending"  # its runs wait for the verdict
+    PASSED = "passed"
+    FAILED = "failed"  # its runs are held until a member overrides
+    OVERRIDDEN = "overridden"
 
 
 class ConfigVersion(models.Model):
@@ -68,6 +84,10 @@ class Experiment(models.Model):
     cloned_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
     )
+    # the pre-flight check of its spec (experiments/preflight.py): its runs wait for it
+    preflight = models.CharField(
+        max_length=10, choices=PreflightState.choices, default=PreflightState.NONE, blank=True
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -97,6 +117,10 @@ class Run(models.Model):
     config = models.ForeignKey(ConfigVersion, on_delete=models.PROTECT, related_name="runs")
     backend = models.CharField(max_length=10, choices=Backend.choices)
     seed = models.IntegerField()
+    # what its job does: train, or check the spec before the experiment's runs train
+    purpose = models.CharField(max_length=10, choices=Purpose.choices, default=Purpose.TRAIN)
+    # a pre-flight run's verdict, as its job reported it (workers/events.py: PreflightEvent)
+    verdict = models.JSONField(null=True, blank=True)
     gpus = models.FloatField(default=0, help_text="GPUs the spec asks for, for quotas")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -137,6 +161,30 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.backend}, seed {self.seed}, {self.state})"
+
+
+class RunAlarm(models.Model):
+    """One alarm of workers/alarms.py on one run: whether it fires, what it saw and since
+    which step (experiments/alarms.py judges the run's series as they arrive), and whether
+    it pauses the run when it fires. A row per (run, alarm), made when first judged or set."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alarms")
+    name = models.CharField(max_length=40, choices=AlarmName.choices)
+    firing = models.BooleanField(default=False)
+    since_step = models.BigIntegerField(null=True, blank=True)
+    value = models.FloatField(null=True, blank=True)
+    message = models.TextField(blank=True)
+    # the run's step it was last judged at (the runs whose step moved past it are judged next)
+    step = models.BigIntegerField(default=0)
+    fired_at = models.DateTimeField(null=True, blank=True)
+    pause = models.BooleanField(default=False, help_text="pause the run when it fires")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="runalarm_once")]
+
+    def __str__(self) -> str:
+        return f"{self.name} of run {self.run_id}: {'firing' if self.firing else 'quiet'}"
 
 
 class Checkpoint(models.Model):

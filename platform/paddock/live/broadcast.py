@@ -2,7 +2,8 @@
 data, from any process (the ASGI server, a Celery worker): the layer is Redis in both modes.
 
 Group messages are high-level typed events: `run.state` is a `state` message of the client
-protocol (docs/live-protocol.md, workers/live_messages.py) under its group type; `run.batch`
+protocol (docs/live-protocol.md, workers/live_messages.py) under its group type, `run.alarms`
+an `alarms` message; `run.batch`
 carries a batch's messages, built once here for every viewer (live/ingest.py), and its
 cursor."""
 
@@ -14,8 +15,9 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from paddock.experiments.alarms import alarm_rows, run_alarms
 from paddock.experiments.models import Run
-from workers.live_messages import Cursor, StateMessage
+from workers.live_messages import AlarmsMessage, Cursor, StateMessage
 
 from .access import session_mark
 from .groups import ACCESS_GROUP, experiment_group, run_group
@@ -75,6 +77,19 @@ def broadcast_state(run_id: int) -> None:
     if run is None:
         return
     _send(run_id, run["experiment_id"], {**state_message(run).model_dump(), "type": "run.state"})
+
+
+def broadcast_alarms(run_id: int) -> None:
+    """The run's alarms, all of them, re-read (an `alarms` message)."""
+    run = Run.objects.filter(pk=run_id).select_related("config").first()
+    if run is None:
+        return
+    message = AlarmsMessage(
+        run_id=run_id,
+        cursor=Cursor(dispatch=run.last_dispatch, seq=run.last_seq),
+        alarms=alarm_rows(run_alarms(run=run)),
+    )
+    _send(run_id, run.experiment_id, {**message.model_dump(), "type": "run.alarms"})
 
 
 def broadcast_access_changed(

@@ -193,6 +193,11 @@ class _StreamConsumer(AsyncJsonWebsocketConsumer):
         await self._flush_now()  # metrics before the state that follows them
         await self.send_json({**event, "type": "state"})  # a StateMessage: broadcast.py
 
+    async def run_alarms(self, event: dict[str, Any]) -> None:
+        if not getattr(self, "streaming", False):
+            return
+        await self.send_json({**event, "type": "alarms"})  # an AlarmsMessage: broadcast.py
+
     def _take_send(self) -> float:
         """0 and one send taken from the bucket, or the seconds until one is there."""
         now = time.monotonic()

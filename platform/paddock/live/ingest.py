@@ -27,6 +27,7 @@ from paddock.experiments.models import (
     SampleSet,
 )
 from paddock.experiments.models import RunState as S
+from paddock.experiments.preflight import run_verdict_store
 from paddock.experiments.states import (
     TERMINAL,
     run_fail,
@@ -41,6 +42,7 @@ from workers.events import (
     IngestBody,
     LogEvent,
     MetricEvent,
+    PreflightEvent,
     SamplesEvent,
     StatusEvent,
 )
@@ -212,6 +214,9 @@ def _store(run: _RunRow, batch: IngestBody, publish: Callable[..., None]) -> Ing
             defaults={"uri": e.uri, "adapter_version": e.adapter_version,
                       "size_bytes": e.size, "dispatch": batch.dispatch},
         )  # fmt: skip
+    for e in batch.events:
+        if isinstance(e, PreflightEvent):  # a pre-flight run's verdict (experiments/preflight.py)
+            run_verdict_store(run_id=run.id, verdict=e)
     samples = [e for e in batch.events if isinstance(e, SamplesEvent)]
     SampleSet.objects.bulk_create(
         [SampleSet(run_id=run.id, step=e.step, dispatch=batch.dispatch, items=e.items)

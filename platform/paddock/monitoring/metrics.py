@@ -7,9 +7,9 @@ workers, Celery's pool) `PROMETHEUS_MULTIPROC_DIR` names a directory they all wr
 and the directory must start empty, e.g. an emptyDir volume or what `paddock up` clears); a
 scrape then sums every process's files. Without it, a scrape reads this process alone.
 
-Gauges of the whole platform (runs by state, Celery's queue depth) are not recorded at all:
-`StateCollector` asks the database and Redis at scrape time, one cheap query each, so every
-process answers the same and nothing goes stale.
+Gauges of the whole platform (runs by state, alarms firing, Celery's queue depth) are not
+recorded at all: `StateCollector` asks the database and Redis at scrape time, one cheap
+query each, so every process answers the same and nothing goes stale.
 """
 
 from __future__ import annotations
@@ -68,13 +68,32 @@ def multiprocess_dir() -> str | None:
 
 
 class StateCollector:
-    """Series read at scrape time: runs by state (one GROUP BY over the state index) and
-    the depth of Celery's queues (Redis LLEN). A part that fails is left out of the scrape
+    """Series read at scrape time: runs by state (one GROUP BY over the state index), the
+    alarms firing on unfinished runs (one GROUP BY) and the depth of Celery's queues (Redis
+    LLEN). A part that fails is left out of the scrape
     (and logged); the rest still answers."""
 
     def collect(self):
         yield from self._runs()
+        yield from self._alarms()
         yield from self._queues()
+
+    def _alarms(self):
+        from paddock.experiments.alarms import alarms_firing_counts
+
+        try:
+            counts = alarms_firing_counts()
+        except Exception:
+            log.exception("metrics: the runs' alarms could not be read")
+            return
+        family = GaugeMetricFamily(
+            "paddock_alarms_firing",
+            "Unfinished runs on which an alarm fires (docs/alarms.md)",
+            labels=["alarm"],
+        )
+        for alarm, n in counts.items():  # every alarm, 0 included
+            family.add_metric([alarm], n)
+        yield family
 
     def _runs(self):
         from django.db.models import Count

@@ -4,7 +4,8 @@ step, in one transaction with the sweep's row locked (two advances of one sweep 
 In order: the GPU-hours its runs counted for; members whose run ended; the GPU-hour
 budget; the early-stopping rule over the members' metric tables (stopping.py); members being
 stopped moved on through the run control path (pause, which checkpoints, then abort once
-paused); pending members launched into free slots (as a launch is checked: backends,
+paused, or without the checkpoint when the pause does not come within the abort grace);
+pending members launched into free slots (as a launch is checked: backends,
 placement, quota; a refusal leaves the member pending with the reason); the sweep finished
 when no member runs or waits. Called after each state change of a member's run
 (subscribers.py), every few seconds by Celery beat (tasks.py), and inline by a creation or
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -127,22 +129,34 @@ def _stop_all(sweep: Sweep, members: list[SweepMember]) -> None:
             _stop(sweep, m, sweep.end_reason)
 
 
-def _move_stopping(members: list[SweepMember]) -> None:
+def pause_grace_s() -> float:
+    """How long a member's run may take to pause before the sweep aborts it without the
+    checkpoint (read per call: tests shorten it): the abort grace reconcile gives a job."""
+    return float(settings.PADDOCK_ABORT_GRACE_S)
+
+
+def _move_stopping(members: list[SweepMember], now) -> None:
     """Members being stopped, one control step each: a run that has trained is paused
     first (the pause writes a checkpoint) and aborted once paused; one that has not
-    trained yet is aborted at once."""
+    trained yet is aborted at once; one whose pause has not come within the grace (a job
+    that stopped answering) is aborted without it, so its slot is not held for ever
+    (reconcile then ends a job that does not answer the abort either)."""
     for m in members:
         run = m.run
         if m.state != M.STOPPING or run is None or run.state in TERMINAL:
             continue
         if run.desired_state == "aborted":
             continue  # asked already
+        waited = (now - run.state_since).total_seconds() if run.state_since else 0.0
         try:
             if run.state in NOT_STARTED or run.state == S.PAUSED:
                 run_request_abort(actor=None, run=run, why=f"sweep: {m.reason}")
             elif run.state == S.RUNNING and run.desired_state != "paused":
                 run_request_pause(actor=None, run=run, why=f"sweep: {m.reason}")
-            # pausing, resuming, aborting: the next advance (its state change) goes on
+            elif run.state == S.PAUSING and waited > pause_grace_s():
+                why = f"sweep: {m.reason}; the pause did not come within {pause_grace_s():g} s"
+                run_request_abort(actor=None, run=run, why=why)
+            # pausing (within the grace), resuming, aborting: the next advance goes on
         except DomainError as exc:  # it finished meanwhile: the next advance settles it
             log.info("sweep member %s of run %s: %s", m.index, run.pk, exc.message)
 
@@ -198,7 +212,7 @@ def sweep_advance(*, sweep_id: int) -> Sweep | None:
             _apply_rule(sweep, members)
         if sweep.state == Sweep.State.STOPPING:
             _stop_all(sweep, members)
-        _move_stopping(members)
+        _move_stopping(members, now)
         if sweep.state == Sweep.State.RUNNING:
             _launch(sweep, members)
         if not any(m.state in (M.PENDING, *HOLDING_SLOT) for m in members):

@@ -180,9 +180,10 @@ def sweep_plan(
     early_stopping: Any = None,
     seed: int | None = None,
     cluster_id: int | None = None,
+    user_id: int | None = None,
 ) -> SweepPlan:
-    """The sweep's members, each a planned run, checked; DomainError otherwise (nothing is
-    created either way)."""
+    """The sweep's members, each a planned run, checked (the quota of the team and of
+    `user_id`, who launches it); DomainError otherwise (nothing is created either way)."""
     if method not in ("grid", "random"):
         raise _invalid("grid or random", "method")
     if not isinstance(metric, str) or not re.fullmatch(METRIC_PATTERN, metric):
@@ -236,7 +237,7 @@ def sweep_plan(
     parallel = min(parallel, len(members))
     # as a launch is checked, every member; the quota's count for those that start at once
     runs_check(team=team, runs=[m.run for m in members], cluster_id=cluster_id,
-               starting=parallel)  # fmt: skip
+               starting=parallel, user_id=user_id)  # fmt: skip
     if own_pool:
         base["resources"]["pool"] = None  # the launched spec is the base as given
     return SweepPlan(

@@ -61,7 +61,7 @@ def sweep_create(
                 team=team, spec=spec, method=method, params=params,
                 budget_members=budget_members, budget_gpu_hours=budget_gpu_hours,
                 parallel=parallel, metric=metric, mode=mode, early_stopping=early_stopping,
-                seed=seed, cluster_id=cluster_id,
+                seed=seed, cluster_id=cluster_id, user_id=actor.user.pk,
             )  # fmt: skip
         except DomainError as exc:
             if not validate_only:

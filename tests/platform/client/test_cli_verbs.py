@@ -62,6 +62,18 @@ def test_experiments_launch_list_get_clone_diff(cli, world, tmp_path):
     assert Experiment.objects.count() == 2
 
 
+def test_experiments_launch_with_a_preflight_then_override(cli, world, tmp_path):
+    spec = tmp_path / "checked.yaml"
+    spec.write_text("train:\n  steps: 5\nrollout:\n  max_new_tokens: 4\n")
+    code, out, _ = cli("experiments", "launch", spec, "--backends", "torch", "--preflight")
+    assert code == 0 and out.count("  run ") == 2, out  # the pre-flight run and the run
+    experiment = Experiment.objects.get(name="checked")
+    code, out, _ = cli("experiments", "preflight", experiment.pk)
+    assert code == 1 and out.startswith("pre-flight: pending") and "torch (run " in out
+    code, out, _ = cli("experiments", "preflight", experiment.pk, "--override")
+    assert code == 0 and out.startswith("pre-flight: overridden")
+
+
 def test_runs_get_control_metrics_export(cli, launched, tmp_path):
     run_id = launched[0]["runs"][0]["id"]
     run = Run.objects.get(pk=run_id)

@@ -1,12 +1,13 @@
 """Every message of the live stream is its model of workers/live_messages.py, byte for byte:
 through real uvicorn, a real websocket client and the real ingest endpoint, each text a
-viewer receives (snapshot, metrics, log, samples, checkpoint, state, the replay of a
-reconnect, an error) validates as `ServerMessage` and is exactly what the model writes
+viewer receives (snapshot, metrics, log, samples, checkpoint, state, alarms, the replay of
+a reconnect, an error) validates as `ServerMessage` and is exactly what the model writes
 (fields, their order, nothing left out or added)."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -15,6 +16,8 @@ from django.conf import settings
 from pydantic import TypeAdapter
 from websockets.sync.client import connect
 
+from paddock.experiments.alarms import run_alarms_judge
+from paddock.experiments.metrics import metric_points_store
 from paddock.experiments.models import Run
 from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
@@ -96,3 +99,13 @@ def test_every_server_message_is_its_model_byte_for_byte(asgi_server, launched, 
     steps = next(m for m in replay if m["type"] == "metrics")["steps"]
     assert [s["step"] for s in steps] == [2]
     assert [m["message"] for m in replay if m["type"] == "log"][0] == "another line"
+
+    # an alarm begins firing (the beat's judgement, here in the test's process)
+    with connect(ws_url, origin=asgi_server.url, additional_headers=bearer) as ws:
+        _until(ws, {"snapshot"})
+        collapse = [("entropy", s, t, 1.5 * math.exp(-max(0, s - 40) / 4)) for s in range(3, 81)]
+        metric_points_store(run_id=run.pk, points=collapse)
+        Run.objects.filter(pk=run.pk).update(step=80)
+        run_alarms_judge(run_id=run.pk)
+        alarms = [m for m in _until(ws, {"alarms"}) if m["type"] == "alarms"][-1]
+    assert [a["name"] for a in alarms["alarms"] if a["firing"]] == ["entropy_collapse"]

@@ -228,6 +228,34 @@ def test_early_stopping_pauses_then_aborts_the_member_and_launches_the_next(worl
                                 "done": 0, "skipped": 0}  # fmt: skip
 
 
+def test_a_pause_that_never_comes_is_followed_by_an_abort_after_the_grace(
+    world, client_as, settings
+):
+    """A job that stopped answering (its run stuck in pausing) must not hold the slot."""
+    rule = {"rule": "threshold", "min_steps": 1, "threshold": 0.5}
+    sweep = _made(world, client_as, parallel=1, params={"lora.r": [8, 16]}, early_stopping=rule)
+    stuck, waiting = _members(sweep)
+    _to(stuck.run, "dispatching", "starting", "running")
+    _report(stuck.run, "reward/mean", [0.1])
+    sweep_advance(sweep_id=sweep.pk)
+    stuck.run.refresh_from_db()
+    assert stuck.run.state == "pausing"
+    sweep_advance(sweep_id=sweep.pk)  # within the grace: it waits for the job
+    stuck.run.refresh_from_db()
+    assert stuck.run.desired_state == "paused"
+    settings.PADDOCK_ABORT_GRACE_S = 5
+    Run.objects.filter(pk=stuck.run_id).update(state_since=timezone.now() - timedelta(seconds=6))
+    sweep_advance(sweep_id=sweep.pk)
+    stuck.run.refresh_from_db()
+    assert (stuck.run.state, stuck.run.desired_state) == ("aborting", "aborted")
+    abort = AuditEvent.objects.get(action="run.abort", target_id=str(stuck.run_id))
+    assert abort.data["why"].endswith("the pause did not come within 5 s")
+    _to(stuck.run, "aborted")  # what reconcile does to a job that does not answer either
+    sweep_advance(sweep_id=sweep.pk)
+    stuck, waiting = _members(sweep)
+    assert (stuck.state, waiting.state) == ("stopped", "active")
+
+
 def test_the_gpu_hour_budget_stops_the_sweep_counting_pool_shares(world, client_as):
     gpu = {**TINY_SPEC, "resources": {"trainer_gpus": 1}}
     sweep = _made(world, client_as, spec=gpu, parallel=2, params={"lora.r": [8, 16, 32]},
@@ -283,6 +311,16 @@ def test_a_sweep_is_held_to_the_teams_quota(world, client_as):
     sweep_advance(sweep_id=sweep.pk)
     third.refresh_from_db()
     assert third.state == "active" and third.reason == ""
+
+
+def test_a_sweep_is_held_to_its_launching_users_quota_too(world, client_as, settings):
+    settings.PADDOCK_USER_MAX_CONCURRENT_RUNS = 1
+    settings.PADDOCK_USER_MAX_QUEUED_RUNS = 1
+    client = client_as(world.users_a[Role.MEMBER])
+    reply = create(client, world.team_a, parallel=3, params={"lora.r": [8, 16, 32]})
+    assert (reply.status_code, reply.json()["code"]) == (409, "quota_exceeded")
+    assert "over all your teams" in reply.json()["message"]
+    assert create(client, world.team_a, parallel=2, params={"lora.r": [8, 16]}).status_code == 201
 
 
 def test_another_team_sees_nothing_of_a_sweep(world, client_as):

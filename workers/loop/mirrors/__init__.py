@@ -6,7 +6,7 @@ unreachable tracking server never holds up a training step. A failure of a sink 
 the run: it is collected on that thread and reported by the run's own thread as a `warning`
 log event (the next time a metric comes, and at the end); after `MAX_FAILURES` failures in a
 row the sink is turned off, which the warning says. A sink's library (tensorboard, mlflow,
-wandb) is imported by its module when the spec asks for it, never by a run without it.
+wandb) is imported by its sink when it opens, never by a run without it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from typing import Any, Protocol
 from ...egress import EgressPolicy
 from ...names import TERMINAL_RUN_STATES
 from ...spec import LoggingSpec
+from .mlflow_sink import MlflowSink
+from .tensorboard_sink import TensorboardSink
+from .wandb_sink import WandbSink
 
 log = logging.getLogger(__name__)
 
@@ -53,22 +56,16 @@ class Sink(Protocol):
 
 
 def sinks_for(spec: LoggingSpec, out_dir: Path, config: dict, egress: EgressPolicy) -> list[Sink]:
-    """The sinks a `logging:` section asks for; each module (and its library) imported only
-    when asked for. `config` is the run's spec as a dict, for the sinks that record it;
-    `egress` the policy a tracking server's address is checked against."""
+    """The sinks a `logging:` section asks for (each imports its library when it opens).
+    `config` is the run's spec as a dict, for the sinks that record it; `egress` the policy
+    a tracking server's address is checked against."""
     sinks: list[Sink] = []
     run_name = out_dir.name
     if spec.tensorboard is not None:
-        from .tensorboard_sink import TensorboardSink
-
         sinks.append(TensorboardSink(out_dir / spec.tensorboard.dir))
     if spec.mlflow is not None:
-        from .mlflow_sink import MlflowSink
-
         sinks.append(MlflowSink(spec.mlflow, spec.mlflow.run_name or run_name, config, egress))
     if spec.wandb is not None:
-        from .wandb_sink import WandbSink
-
         sinks.append(WandbSink(spec.wandb, spec.wandb.run_name or run_name, out_dir, config))
     return sinks
 

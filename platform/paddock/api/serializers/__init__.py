@@ -5,6 +5,7 @@ these only translate. The views read them as `serializers.X` through this packag
 
 from __future__ import annotations
 
+from .alarms import AlarmArmSerializer, ComparedAlarms, ComparedAlarmsQuerySerializer, RunAlarms
 from .clusters import ClusterSerializer
 from .common import MAX_ID, Description, ErrorSerializer, Id, Name, UserBriefSerializer
 from .experiments import (
@@ -29,6 +30,7 @@ from .experiments import (
 )
 from .metrics import (
     MAX_COMPARED_RUNS,
+    ComparedRunsQuerySerializer,
     MetricsExportQuerySerializer,
     MetricsQuerySerializer,
     MultiMetricsQuerySerializer,
@@ -37,6 +39,7 @@ from .metrics import (
     SeriesSerializer,
 )
 from .pools import PoolMemberSerializer, PoolSerializer, RunPoolSerializer
+from .preflight import ExperimentPreflight
 from .runs import (
     RUN_COLUMNS,
     CheckpointSerializer,

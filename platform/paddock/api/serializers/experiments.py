@@ -12,6 +12,7 @@ from paddock.experiments.models import (
     Dataset,
     Experiment,
 )
+from paddock.experiments.preflight import MODES as PREFLIGHT_MODES
 from workers import names
 
 from .common import Description, Id, Name, UserBriefSerializer, datetime_text
@@ -43,7 +44,7 @@ class ExperimentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Experiment
         fields = ["id", "team", "team_slug", "name", "description", "tags", "config",
-                  "cloned_from", "created_by", "created_at", "run_count",
+                  "cloned_from", "preflight", "created_by", "created_at", "run_count",
                   "active_run_count"]  # fmt: skip
 
     def get_tags(self, experiment) -> list[str]:
@@ -52,8 +53,8 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
 # What `experiment_rows` reads: `.values(*EXPERIMENT_COLUMNS)` of selectors.experiment_list.
 EXPERIMENT_COLUMNS = ("id", "team_id", "team__slug", "name", "description", "config_id",
-                      "cloned_from_id", "created_by_id", "created_by__username", "created_at",
-                      "run_count", "active_run_count")  # fmt: skip
+                      "cloned_from_id", "preflight", "created_by_id", "created_by__username",
+                      "created_at", "run_count", "active_run_count")  # fmt: skip
 
 
 def experiment_rows(rows: list[dict], tags: dict[int, list[str]]) -> list[dict]:
@@ -65,6 +66,7 @@ def experiment_rows(rows: list[dict], tags: dict[int, list[str]]) -> list[dict]:
             "id": r["id"], "team": r["team_id"], "team_slug": r["team__slug"],
             "name": r["name"], "description": r["description"], "tags": tags.get(r["id"], []),
             "config": r["config_id"], "cloned_from": r["cloned_from_id"],
+            "preflight": r["preflight"],
             "created_by": None if r["created_by_id"] is None
             else {"id": r["created_by_id"], "username": r["created_by__username"]},
             "created_at": datetime_text(r["created_at"], zone),
@@ -90,6 +92,11 @@ class LaunchSerializer(serializers.Serializer):
     seeds = serializers.IntegerField(min_value=1, max_value=MAX_SEEDS, default=1)
     cluster = Id(required=False, allow_null=True)
     validate_only = serializers.BooleanField(default=False)
+    preflight = serializers.ChoiceField(
+        choices=PREFLIGHT_MODES, default="off",
+        help_text="first: a pre-flight check of the spec on each backend, which the runs wait "
+        "for; only: the check alone (docs/preflight.md)",
+    )  # fmt: skip
 
 
 class CloneSerializer(serializers.Serializer):
@@ -105,6 +112,7 @@ class CloneSerializer(serializers.Serializer):
     seeds = serializers.IntegerField(min_value=1, max_value=MAX_SEEDS, required=False)
     cluster = Id(required=False, allow_null=True)
     validate_only = serializers.BooleanField(default=False)
+    preflight = serializers.ChoiceField(choices=PREFLIGHT_MODES, default="off")
 
 
 class PlannedRunSerializer(serializers.Serializer):

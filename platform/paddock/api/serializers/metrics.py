@@ -58,13 +58,14 @@ class MetricsExportQuerySerializer(serializers.Serializer):
         return keys
 
 
-class MultiMetricsQuerySerializer(MetricsQuerySerializer):
+class ComparedRunsQuerySerializer(serializers.Serializer):
+    """The runs of a comparison: named one by one, or every run of an experiment."""
+
     runs = serializers.CharField(
         required=False,
         help_text=f"comma-separated run ids (at most {MAX_COMPARED_RUNS}); or `experiment`",
     )
     experiment = Id(required=False, help_text="every run of this experiment, oldest first")
-    keys = serializers.CharField(help_text="comma-separated metric keys")
 
     def validate(self, attrs: dict) -> dict:
         attrs = super().validate(attrs)
@@ -80,6 +81,10 @@ class MultiMetricsQuerySerializer(MetricsQuerySerializer):
         if not ids or len(ids) > MAX_COMPARED_RUNS or not all(1 <= i <= MAX_ID for i in ids):
             raise serializers.ValidationError(f"1 to {MAX_COMPARED_RUNS} run ids")
         return ids
+
+
+class MultiMetricsQuerySerializer(ComparedRunsQuerySerializer, MetricsQuerySerializer):
+    keys = serializers.CharField(help_text="comma-separated metric keys")
 
 
 class SeriesSerializer(serializers.Serializer):

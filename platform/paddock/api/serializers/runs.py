@@ -41,7 +41,7 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = ["id", "experiment", "experiment_name", "team", "config", "backend", "seed",
-                  "gpus", "state", "desired_state", "queued_reason", "error", "cluster",
+                  "purpose", "gpus", "state", "desired_state", "queued_reason", "error", "cluster",
                   "cluster_name", "dispatch_count", "ray_submission_id", "attempts",
                   "max_attempts", "step", "total_steps", "cursor", "latest", "created_by",
                   "created_at", "updated_at", "started_at", "finished_at"]  # fmt: skip
@@ -53,7 +53,7 @@ class RunSerializer(serializers.ModelSerializer):
 
 # What `run_rows` reads of a run: `.values(*RUN_COLUMNS)` of a queryset of runs.
 RUN_COLUMNS = ("id", "experiment_id", "experiment__name", "team_id", "config_id", "backend",
-               "seed", "gpus", "state", "desired_state", "queued_reason", "error",
+               "seed", "purpose", "gpus", "state", "desired_state", "queued_reason", "error",
                "cluster_id", "cluster__name", "dispatch_count", "ray_submission_id",
                "attempts", "max_attempts", "step", "total_steps", "last_dispatch",
                "last_seq", "created_by_id", "created_by__username", "created_at",
@@ -70,7 +70,8 @@ def run_rows(rows: list[dict], latest: dict[int, dict[str, float]]) -> list[dict
             "id": r["id"], "experiment": r["experiment_id"],
             "experiment_name": r["experiment__name"], "team": r["team_id"],
             "config": r["config_id"], "backend": r["backend"], "seed": r["seed"],
-            "gpus": float(r["gpus"]), "state": r["state"], "desired_state": r["desired_state"],
+            "purpose": r["purpose"], "gpus": float(r["gpus"]), "state": r["state"],
+            "desired_state": r["desired_state"],
             "queued_reason": r["queued_reason"], "error": r["error"],
             "cluster": r["cluster_id"],
             "cluster_name": r["cluster__name"] if r["cluster_id"] is not None else None,
