@@ -187,27 +187,27 @@ def test_the_control_plane_apps_import_in_one_direction():
 
 
 # The data plane's layers, bottom to top. A unit is a package of workers/ or a module of its
-# own (`pool.job`, the pool's entry point, is a unit of its own above `job`); a module imports
-# only from its own unit and from the layers below its unit's. Units side by side in a layer
-# never import each other: the trainer and the engines meet only in `adapters`, below both.
+# own; a module imports only from its own unit and from the layers below its unit's.
+# Units side by side in a layer never import each other: the trainer and the engines meet
+# only in `adapters`, below both.
 WORKERS = REPO / "workers"
 LAYERS = (
     # the seam's ground: standard library and pydantic only
     ("names", "spec_limits", "egress", "path_guard", "shares", "job_replies"),
     # the run spec, the ingest and websocket messages, a run's grants, JSON over HTTP
     ("spec", "events", "live_messages", "grants", "http_json", "alarms"),
-    ("pool_key", "report"),  # the pool key (beside the spec), the job's reporter
+    ("pool_key", "report", "bootstrap"),  # the pool key (beside the spec); a job's reporter
+    # and its side of the bootstrap exchange
     ("grpo",),  # the maths: pure tensor functions, registered by name
     ("data", "rewards", "adapters"),  # tasks, rewards, what trainer and engines share
     ("policy", "rollout"),  # the trainer and the engines, side by side
     ("gpu_share", "envs"),  # one GPU for trainer and torch engine; episodes over the engines
     ("models",),  # the built-in tiny models (their warm-up uses tasks and an environment)
     ("loop",),  # the one training loop, for a run alone and a pool's members
-    ("pool", "distributed"),  # many runs over one base model; the Ray and torchrun executors
+    ("pool", "distributed"),  # many runs over one base model (its job too); Ray, torchrun
     ("train",),  # `train()`: a spec run in this process or on Ray
     ("preflight",),  # the pre-flight check: short runs of a spec through train()
     ("job",),  # `python -m workers.job`: a run's job under the platform or by hand
-    ("pool.job",),  # `python -m workers.pool.job`: a pool's job (a member bootstraps as a run)
 )
 # Every import of a workers module inside a function, with why it is not at the top. None
 # may exist to get around a cycle or a layer: those are what the tests above forbid.
@@ -216,10 +216,6 @@ LAYERS = (
 WORKERS_LAZY_IMPORTS = {
     ("train.py", "workers.distributed.run"): "heavy: Ray, only for resources.executor: ray "
     "(a torchrun host has none)",
-    ("job.py", "workers.train"): "the job's bootstrap (which pool/job.py and the platform's "
-    "tests import) without the training stack",
-    ("job.py", "workers.preflight"): "the job's bootstrap without the training stack (a "
-    "pre-flight run's job checks the spec through it)",
 }
 
 

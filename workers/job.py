@@ -20,96 +20,18 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
-import requests
-from pydantic import BaseModel, ValidationError
-
-from .egress import EgressPolicy
-from .grants import Grants
-from .job_replies import RunBootstrap
+from .bootstrap import Assignment, bootstrap
 from .loop.control import StaticControl
-from .path_guard import PathGuard
+from .preflight import preflight
 from .report import Reporter, ReporterConfig
+from .train import train
 
 log = logging.getLogger("workers.job")
 
 
-@dataclass(frozen=True)
-class Assignment:
-    """What the platform hands a job at bootstrap."""
-
-    run_id: int
-    dispatch: int
-    token: str
-    spec: dict[str, Any]
-    out_dir: Path
-    resume_from: str | None
-    grants: Grants  # the run's secrets from the bootstrap, the egress policy dispatch set
-    purpose: str = "train"  # or "preflight": check the spec (workers/preflight.py)
-
-
-Reply = TypeVar("Reply", bound=BaseModel)
-
-
-def post_bootstrap(url: str, what: str, dispatch: int, secret: str, answer: type[Reply]) -> Reply:
-    """`POST {url}/api/v1/{what}/bootstrap` (`what`: `runs/<id>`, `pools/<id>`) with the
-    one-time token; its answer read with `answer` (workers/job_replies.py), or SystemExit
-    naming the refusal, or the fields of an answer this job cannot read."""
-    reply = requests.post(
-        f"{url.rstrip('/')}/api/v1/{what}/bootstrap",
-        json={"dispatch": dispatch},
-        headers={"Authorization": f"Bearer {secret}"},
-        timeout=30,
-    )
-    kind, ident = what.split("/")
-    if reply.status_code != 200:
-        raise SystemExit(
-            f"workers.job: the platform at {url} refused the bootstrap of {kind[:-1]} {ident} "
-            f"dispatch {dispatch}: HTTP {reply.status_code} {reply.text[:300]}"
-        )
-    try:
-        return answer.model_validate_json(reply.content)
-    except ValidationError as exc:  # a platform of another release: say which fields
-        raise SystemExit(
-            f"workers.job: the bootstrap answer of {kind[:-1]} {ident} dispatch {dispatch} "
-            f"from {url} is not the {answer.__name__} this job reads: {exc}"
-        ) from None
-
-
-def bootstrap(url: str, run_id: int, dispatch: int, secret: str) -> Assignment:
-    body = post_bootstrap(url, f"runs/{run_id}", dispatch, secret, RunBootstrap)
-    return Assignment(
-        run_id=run_id,
-        dispatch=dispatch,
-        token=body.token,
-        spec=body.spec,
-        out_dir=Path(_local_path(body.artifacts_uri)),
-        resume_from=_local_path(body.resume_from) if body.resume_from else None,
-        grants=Grants(
-            secrets=body.secrets,
-            egress=EgressPolicy.from_env(),
-            paths=PathGuard(tuple(body.read_roots)) if body.read_roots is not None else None,
-        ),
-        purpose=body.purpose,
-    )
-
-
-def _local_path(uri: str) -> str:
-    # The embedded artifact store is a directory (file://). An object store (s3://) needs a
-    # sync step that is not written yet: say so rather than write to a wrong place.
-    if uri.startswith("file://"):
-        return uri[len("file://") :]
-    if "://" in uri:
-        raise SystemExit(f"workers.job: artifact store {uri!r} is not supported by this job yet")
-    return uri
-
-
 def run_with_platform(url: str, run_id: int, dispatch: int, secret: str) -> int:
-    from .train import train
-
     assignment = bootstrap(url, run_id, dispatch, secret)
     control = StaticControl("running")
     reporter = Reporter(
@@ -157,8 +79,6 @@ def run_with_platform(url: str, run_id: int, dispatch: int, secret: str) -> int:
 def _preflight(assignment: Assignment, reporter: Reporter) -> int:
     """A pre-flight run: the check of the spec on this cluster's engine, its verdict
     reported, then `succeeded` (the verdict, not the status, says whether it passed)."""
-    from .preflight import preflight
-
     reporter.status("running", detail="pre-flight check")
     verdict = preflight(
         assignment.spec,
@@ -172,8 +92,6 @@ def _preflight(assignment: Assignment, reporter: Reporter) -> int:
 
 
 def run_standalone(spec_path: str, out: str | None) -> int:
-    from .train import train
-
     spec = json.loads(Path(spec_path).read_text()) if spec_path.endswith(".json") else spec_path
     outcome = train(spec, out_dir=out, progress=True)
     print(json.dumps({"state": outcome.state, "step": outcome.step}))

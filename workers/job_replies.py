@@ -1,7 +1,7 @@
 """What the platform's job doors answer a job (docs/ingest-protocol.md, docs/pools.md): a
 run's bootstrap, a pool's bootstrap and a pool's members, as typed models that both halves
 use. The platform builds each answer with its model (clusters/bootstrap_tokens.py,
-clusters/pools.py); the job reads it back with the same model (workers/job.py,
+clusters/pools.py); the job reads it back with the same model (workers/bootstrap.py,
 workers/pool/job.py), so a field renamed on one side fails on the other by name.
 
 Light like events.py (the control plane imports it): pydantic only. Fields a newer platform

@@ -81,6 +81,8 @@ def test_every_rest_body_refuses_hostile_json(world, member, launched, case):
         ("post", f"/api/v1/experiments/{experiment}/clone",
          f'{{"edits": {{"train.steps": {value}}}, "validate_only": true}}'),
         ("post", f"/api/v1/experiments/{experiment}/clone", f'{{"edits": {{"a": {value}}}}}'),
+        ("post", "/api/v1/configs/diff", f'{{"a_spec": {{}}, "b_spec": {value}}}'),
+        ("post", "/api/v1/configs/diff", f'{{"a_spec": {{"train": {{"lr": {value}}}}}, "b": 1}}'),
         ("patch", f"/api/v1/experiments/{experiment}", f'{{"name": "n", "tags": {value}}}'),
         ("patch", f"/api/v1/experiments/{experiment}", f'{{"description": {value}}}'),
         ("post", "/api/v1/teams", f'{{"name": {value}}}'),
@@ -116,8 +118,9 @@ def test_a_lone_surrogate_in_a_login_username_is_a_400_naming_it(world):
 @pytest.mark.django_db
 def test_an_oversized_body_is_a_413_or_400_never_read_whole(world, member):
     big = '{"team": 1, "name": "x", "spec": {"a": "' + "x" * (9 * 2**20) + '"}}'
-    reply = _raw(member, "post", "/api/v1/experiments", big)
-    assert reply.status_code == 413 and reply.json()["code"] == "body_too_large", reply.content
+    for url in ("/api/v1/experiments", "/api/v1/configs/diff"):
+        reply = _raw(member, "post", url, big)
+        assert reply.status_code == 413 and reply.json()["code"] == "body_too_large", url
     login = Client().post("/api/v1/session/login", big, content_type="application/json")
     assert login.status_code in (400, 413)
 

@@ -20,8 +20,8 @@ from paddock.teams.secret_box import SecretUnreadable, secret_open
 from paddock.teams.team_secrets import team_secret_set
 from tests.platform.conftest import TINY_SPEC, launch
 from tests.workers.helpers import EXAMPLES, ExampleServer
+from workers.bootstrap import bootstrap
 from workers.egress import EgressPolicy
-from workers.job import bootstrap
 from workers.rewards import ScoreItem, make_scorer
 from workers.spec import parse_spec
 
@@ -163,7 +163,7 @@ def test_a_reward_service_behind_a_team_secret_works_end_to_end(
     paddock_server, world, settings, monkeypatch
 ):
     """The reference reward service on loopback (allowed by the operator), requiring the
-    team's token: the job's own bootstrap (workers.job) over HTTP gives it the secret, its
+    team's token: the job's own bootstrap (workers.bootstrap) over HTTP gives it the secret, its
     environment the policy dispatch set, and its scorer gets rewards back."""
     srv = ExampleServer(EXAMPLES / "reward_service" / "server.py", "--token", VALUE)
     try:

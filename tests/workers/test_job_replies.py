@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from workers.job import bootstrap
+from workers.bootstrap import bootstrap
 from workers.job_replies import ListedMember, PoolBootstrap, PoolMembers, RunBootstrap
 from workers.pool.job import bootstrap_pool
 

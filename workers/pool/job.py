@@ -4,7 +4,7 @@ Started by the control plane through the Ray Jobs API with PADDOCK_POOL_ID,
 PADDOCK_POOL_DISPATCH, PADDOCK_PUBLIC_URL and a one-time PADDOCK_BOOTSTRAP_TOKEN, it
 exchanges the token for the pool's token, capacity and key, then polls the pool's members
 every ~2 s. A member listed with a bootstrap token is new: it is bootstrapped like a run's
-own job (workers/job.py: its run token, spec, output directory and checkpoint) and joins
+own job (workers/bootstrap.py: its run token, spec, output directory and checkpoint) and joins
 the pool with a Reporter of its own, which carries its events up and its desired state
 (pause, resume, abort) down. A member no longer listed leaves (checkpointed, its slot freed,
 its reporter closed without a final status: the platform has decided its state). The job
@@ -34,7 +34,7 @@ from typing import Any
 
 import requests
 
-from ..job import bootstrap, post_bootstrap
+from ..bootstrap import bootstrap, post_bootstrap
 from ..job_replies import ListedMember, PoolBootstrap, PoolMembers
 from ..loop.control import FileControl, StaticControl
 from ..report import Reporter, ReporterConfig

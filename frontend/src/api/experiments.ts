@@ -3,7 +3,8 @@ import { queryOptions, useQueries, useQuery } from "@tanstack/react-query";
 import { listOf, request, type ListBody } from "./client";
 import { allAnswers, queryClient } from "./queryClient";
 import { queryKeys } from "./queryKeys";
-import type { CloneRequest, ConfigDiff, ConfigVersion, Experiment, LaunchRequest, LaunchResponse } from "./types";
+import type { CloneRequest, ConfigDiff, ConfigVersion, Experiment, LaunchRequest, LaunchResponse, SpecDiff,
+  SpecDiffRequest } from "./types";
 
 export function useExperiments(teamId: number | null) {
   return useQuery({
@@ -75,5 +76,18 @@ export function useConfigDiffs(base: number | null, others: readonly number[]) {
       staleTime: Infinity,
     })),
     combine: allAnswers,
+  });
+}
+
+/** POST /configs/diff of a spec not stored yet (the launcher's edit of a clone) against a
+ * stored version or another spec, by the server's one rule. A body's answer never changes;
+ * while a new body is asked, the last answer stays (placeholder). null: nothing asked. */
+export function useSpecDiff(body: SpecDiffRequest | null) {
+  return useQuery({
+    queryKey: queryKeys.configs.specDiff(body),
+    queryFn: ({ signal }) => request<SpecDiff>("/api/v1/configs/diff", { method: "POST", body, signal }),
+    enabled: !!body,
+    placeholderData: (previous) => previous,
+    staleTime: Infinity,
   });
 }

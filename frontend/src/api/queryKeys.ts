@@ -39,6 +39,8 @@ export const queryKeys = {
   configs: {
     detail: (id: number) => ["configs", "detail", id] as const,
     diff: (a: number, b: number) => ["configs", "diff", a, b] as const,
+    /** POST /configs/diff (a read: nothing stored), keyed by its body */
+    specDiff: (body: unknown) => ["configs", "spec-diff", body] as const,
   },
   metrics: {
     run: (runId: number, read: MetricsRead) => ["metrics", "run", runId, read] as const,

@@ -99,7 +99,8 @@ export interface paths {
         };
         get: operations["configs_diff_retrieve"];
         put?: never;
-        post?: never;
+        /** @description The diff of two sides, each a stored config version or a spec (an edit not launched yet): a read, nothing stored. A spec is validated as a launch's is (400 spec_invalid naming `a_spec.<path>` or `b_spec.<path>`). */
+        post: operations["configs_diff_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1556,6 +1557,34 @@ export interface components {
          * @enum {string}
          */
         SourceEnum: "verl" | "nemo-rl";
+        SpecDiffAnswer: {
+            /** @description null: a_spec was diffed */
+            a: number | null;
+            /** @description null: b_spec was diffed */
+            b: number | null;
+            changes: components["schemas"]["Change"][];
+        };
+        /**
+         * @description Each side is a stored config version (`a`, `b`: its id) or a spec sent here
+         *     (`a_spec`, `b_spec`), validated as a launch's spec is and normalized as it would be
+         *     stored (every default filled in): an edit before launch diffs as the version it makes.
+         */
+        SpecDiffRequest: {
+            /**
+             * Format: int64
+             * @description a config version's id (or a_spec)
+             */
+            a?: number;
+            /** @description a RunSpec (or a) */
+            a_spec?: unknown;
+            /**
+             * Format: int64
+             * @description a config version's id (or b_spec)
+             */
+            b?: number;
+            /** @description a RunSpec (or b) */
+            b_spec?: unknown;
+        };
         SpecImport: {
             source: components["schemas"]["SourceEnum"];
             /** @description only the keys the import set */
@@ -2159,6 +2188,61 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Diff"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    configs_diff_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SpecDiffRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SpecDiffAnswer"];
                 };
             };
             400: {

@@ -111,6 +111,12 @@ export type ConfigVersion = Omit<Sent<Schemas["ConfigVersion"]>, "spec"> & { spe
  * key has null there and `only_in` names the other). */
 export type ConfigDiff = Schemas["Diff"];
 export type ConfigChange = Schemas["Change"];
+/** POST /configs/diff: each side a stored version (`a`, `b`) or a spec not stored yet
+ * (`a_spec`, `b_spec`, validated and normalized as a launch's); a spec's side's id is null */
+export type SpecDiffRequest = Omit<Schemas["SpecDiffRequest"], "a_spec" | "b_spec"> & {
+  a_spec?: Record<string, unknown>; b_spec?: Record<string, unknown>;
+};
+export type SpecDiff = Schemas["SpecDiffAnswer"];
 
 /** POST /experiments */
 export type LaunchRequest = Schemas["LaunchRequest"];

@@ -9,7 +9,7 @@ import { useMutation } from "@tanstack/react-query";
 import { useEffect, useMemo, useReducer, useState } from "react";
 import { Link, useNavigate, useSearchParams } from "react-router";
 import { useClusters } from "../api/clusters";
-import { launch, useConfig, useExperiment, useLaunchCheck, type LaunchBody } from "../api/experiments";
+import { launch, useConfig, useExperiment, useLaunchCheck, useSpecDiff, type LaunchBody } from "../api/experiments";
 import { useRun } from "../api/runs";
 import { useRunSpecSchema } from "../api/spec";
 import { createSweep, useSweepCheck } from "../api/sweeps";
@@ -21,7 +21,6 @@ import { ErrorBox, Loading } from "../ui/States";
 import { ImportPanel, ImportReport } from "./ImportPanel";
 import { importedSpec, launchBody, launcherReducer, startFrom, type CloneSource, type LauncherState, type Spec } from "./launcherState";
 import { defaultsOf, type JsonSchema } from "./schema";
-import { specChanges } from "./specEdits";
 import { SpecForm, type GroupControl } from "./SpecForm";
 import { EnvironmentPicker } from "./EnvironmentPicker";
 import { envSchema, offeredEnvironments, withEnvironment } from "./environments";
@@ -92,7 +91,11 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
   const cluster = healthy.find((c) => c.id === clusterId) ?? null;
   const advertised = cluster ? cluster.backends : [...new Set(healthy.flatMap((c) => c.backends))];
 
-  const body = useMemo(() => launchBody(state, team.id, clusterId, clone), [state, team.id, clusterId, clone]);
+  // a clone's edits are the server's diff of the form's spec against the source version
+  const settledSpec = useSettled(spec, 300);
+  const cloneDiff = useSpecDiff(clone ? { a: clone.config, b_spec: settledSpec } : null);
+  const changes = clone && settledSpec === spec && !cloneDiff.isPlaceholderData ? cloneDiff.data?.changes ?? null : null;
+  const body = useMemo(() => launchBody(state, team.id, clusterId, clone, changes), [state, team.id, clusterId, clone, changes]);
   // a sweep instead: its members differ in the section's keys, on the spec's one backend
   const [sweepDraft, setSweepDraft] = useState<SweepDraft | null>(null);
   const sweep = useMemo(() => sweepDraft && sweepRequest(sweepDraft, {
@@ -104,8 +107,10 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
   const sweepCheck = useSweepCheck(useSettled(sweep?.body && !yamlError ? sweep.body : null, 500));
   const launchReport = launchCheck.data && "valid" in launchCheck.data ? launchCheck.data : null;
   const sweepReport = sweepCheck.data && "valid" in sweepCheck.data ? sweepCheck.data : null;
-  const report = sweepDraft ? sweepReport : launchReport;
-  const checkError = sweepDraft ? sweepCheck.error : launchCheck.error;
+  // a spec the diff refuses (naming b_spec.<path>) has no edits to check: its refusal is the check's
+  const diffError = sweepDraft ? null : cloneDiff.error;
+  const report = sweepDraft ? sweepReport : diffError ? null : launchReport;
+  const checkError = sweepDraft ? sweepCheck.error : diffError ?? launchCheck.error;
   const launching = useMutation({
     mutationFn: (what: LaunchBody) => launch(what),
     onSuccess: (answer) => {
@@ -126,7 +131,7 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
     if (checkError?.field && !out.has(checkError.field)) all.push({ field: checkError.field, message: checkError.message });
     // the first problem of a field (a sweep's errors name each failing member of a key)
     for (const e of all) {
-      const field = e.field.replace(/^spec\./, "");
+      const field = e.field.replace(/^(b_)?spec\./, "");
       if (!out.has(field)) out.set(field, e.message);
     }
     for (const [field, message] of Object.entries(sweep?.errors ?? {})) out.set(field, message);
@@ -134,7 +139,7 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
   }, [report, checkError, sweep]);
   const otherErrors = [...serverErrors].filter(([f]) => !f || ["backends", "cluster", "seeds", "name", "edits", "resources", "team"].includes(f) || f === "");
 
-  const diff = clone ? specChanges(clone.spec, spec) : [];
+  const diff = cloneDiff.data?.changes ?? [];
   const runCount = backends.length * seeds;
   const valid = report?.valid === true && !yamlError && backends.length > 0 && (!sweepDraft || !!sweep?.body);
   const setSpec = (next: Spec) => dispatch({ type: "spec", spec: next });
@@ -267,7 +272,7 @@ function LauncherForm({ team, schema, clusters, clone, cloneRunId, start }: {
               {sweeping.isPending ? "Launching…" : `Launch a sweep of ${sweepReport?.members.length ?? "…"} members`}
             </button>
           ) : (
-            <button className="btn primary wide" disabled={!valid || launching.isPending} onClick={() => launching.mutate(body)}
+            <button className="btn primary wide" disabled={!valid || !body || launching.isPending} onClick={() => body && launching.mutate(body)}
               data-testid="launch">
               {launching.isPending ? "Launching…" : `Launch ${runCount} run${runCount === 1 ? "" : "s"}`}
             </button>

@@ -84,15 +84,20 @@ describe("launchBody", () => {
       team: 3, spec: s.spec, name: "untitled", description: "", seeds: 2, backends: ["torch"], tags: ["a", "b"],
       cluster: 9, validate_only: false, preflight: "off" } });
     // the pre-flight box asks for the check first
-    expect(launchBody(run(s, { type: "preflight", value: true }), 3, 9, null).body).toMatchObject({ preflight: "first" });
+    expect(launchBody(run(s, { type: "preflight", value: true }), 3, 9, null)?.body).toMatchObject({ preflight: "first" });
   });
 
-  it("sends a clone as its source config with the edits made to it", () => {
+  it("sends a clone as its source config with the edits of the server's diff, once it is in", () => {
     const source = { rollout: { backend: "torch" }, train: { steps: 40, lr: 1e-4 } };
     const s = run(startFrom(source, { name: "old (clone)" }),
-      { type: "spec", spec: { rollout: { backend: "torch" }, train: { steps: 60, lr: 1e-4 } } });
-    expect(launchBody(s, 3, null, { experiment: 5, config: 8, spec: source })).toMatchObject({
-      kind: "clone", experiment: 5, body: { config: 8, edits: { "train.steps": 60 }, name: "old (clone)" } });
+      { type: "spec", spec: { rollout: { backend: "torch" }, train: { steps: 60 } } });
+    const clone = { experiment: 5, config: 8, spec: source };
+    expect(launchBody(s, 3, null, clone, null)).toBeNull();  // the diff is being asked
+    // POST /configs/diff's answer: a key deleted in the YAML is no edit (the source's stays)
+    const changes = [{ path: "train.lr", a: 1e-4, b: null, only_in: "a" as const },
+      { path: "train.steps", a: 40, b: 60 }, { path: "note", a: null, b: "x", only_in: "b" as const }];
+    expect(launchBody(s, 3, null, clone, changes)).toMatchObject({
+      kind: "clone", experiment: 5, body: { config: 8, edits: { "train.steps": 60, note: "x" }, name: "old (clone)" } });
   });
 });
 

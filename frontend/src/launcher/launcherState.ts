@@ -2,10 +2,9 @@
 // launcherState.test.ts). What the server says about it (the validate_only report, the
 // launch) are queries and mutations of the page, not state here.
 import { parse, stringify } from "yaml";
-import type { Backend, SpecImport } from "../api/types";
+import type { Backend, ConfigChange, SpecImport } from "../api/types";
 import type { LaunchBody } from "../api/experiments";
 import { defaultsOf, getPath, type JsonSchema } from "./schema";
-import { editsOf, specChanges } from "./specEdits";
 
 export type Spec = Record<string, unknown>;
 
@@ -135,17 +134,24 @@ export function launcherReducer(state: LauncherState, action: LauncherAction): L
 /** The clone's source: the experiment, and the config version whose spec is edited. */
 export interface CloneSource { experiment: number; config: number; spec: Spec }
 
+/** A clone's edits as the clone endpoint takes them (dotted path → new value), from the
+ * server's diff of the edited spec against the source (POST /configs/diff). A key deleted
+ * in the YAML cannot be an edit: the source's value stays. */
+export function editsOf(changes: readonly ConfigChange[]): Record<string, unknown> {
+  return Object.fromEntries(changes.filter((c) => c.only_in !== "a").map((c) => [c.path, c.b]));
+}
+
 /** What to send: a launch of the spec for `team`, or a clone of `clone` with the edits
- * the form made to it. */
+ * the form made to it (`changes`: the server's diff of the form's spec against the
+ * clone's; null while it is asked, and then there is nothing to send yet). */
 export function launchBody(state: LauncherState, team: number, cluster: number | null,
-  clone: CloneSource | null): LaunchBody {
+  clone: CloneSource | null, changes: readonly ConfigChange[] | null = null): LaunchBody | null {
   const common = {
     name: state.name.trim() || "untitled", description: state.description, seeds: state.seeds,
     backends: state.backends, tags: state.tags.split(",").map((t) => t.trim()).filter(Boolean), cluster,
     validate_only: false, preflight: state.preflight ? "first" as const : "off" as const,
   };
-  return clone
-    ? { kind: "clone", experiment: clone.experiment,
-      body: { ...common, config: clone.config, edits: editsOf(specChanges(clone.spec, state.spec)) } }
-    : { kind: "launch", body: { ...common, team, spec: state.spec } };
+  if (!clone) return { kind: "launch", body: { ...common, team, spec: state.spec } };
+  return changes && { kind: "clone", experiment: clone.experiment,
+    body: { ...common, config: clone.config, edits: editsOf(changes) } };
 }

@@ -186,7 +186,7 @@ function Secrets({ teamId, canAdmin }: { teamId: number; canAdmin: boolean }) {
                   {canAdmin && <td className="nowrap">
                     <button className="btn small ghost" disabled={busy} onClick={() => replace(x.name)}>Replace</button>{" "}
                     <button className="btn small danger" disabled={busy}
-                      onClick={() => window.confirm(`Delete the secret “${x.name}”? A run whose spec names it fails at its start until it is set again.`) &&
+                      onClick={() => window.confirm(`Delete the secret “${x.name}”? A run whose spec names it cannot start until it is set again.`) &&
                         deleting.mutate(x.name)}>Delete</button>
                   </td>}
                 </tr>

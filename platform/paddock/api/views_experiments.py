@@ -16,7 +16,6 @@ from paddock.api.pagination import NewestFirst
 from paddock.api.views_teams import ERRORS
 from paddock.experiments import selectors
 from paddock.experiments.artifacts import dataset_upload
-from paddock.experiments.configs import spec_diff
 from paddock.experiments.launch import (
     LaunchResult,
     experiment_clone,
@@ -160,13 +159,24 @@ class ConfigVersionViewSet(ActorViewSet):
         config = selectors.config_get(actor=self.actor, config_id=parse_id(pk, "config version"))
         return Response(s.ConfigVersionSerializer(config).data)
 
-    @extend_schema(parameters=[s.DiffQuerySerializer], responses={200: s.DiffSerializer, **ERRORS})
-    @action(detail=False, methods=["get"])
+    @extend_schema(
+        methods=["GET"], parameters=[s.DiffQuerySerializer],
+        responses={200: s.DiffSerializer, **ERRORS},
+    )  # fmt: skip
+    @extend_schema(
+        methods=["POST"], request=s.SpecDiffSerializer,
+        responses={200: s.SpecDiffAnswerSerializer, **ERRORS},
+        description="The diff of two sides, each a stored config version or a spec (an edit "
+        "not launched yet): a read, nothing stored. A spec is validated as a launch's is "
+        "(400 spec_invalid naming `a_spec.<path>` or `b_spec.<path>`).",
+    )  # fmt: skip
+    @action(detail=False, methods=["get", "post"])
     def diff(self, request):
-        ids = query(s.DiffQuerySerializer, request)
-        a = selectors.config_get(actor=self.actor, config_id=ids["a"])
-        b = selectors.config_get(actor=self.actor, config_id=ids["b"])
-        return Response({"a": a.pk, "b": b.pk, "changes": spec_diff(a=a.spec, b=b.spec)})
+        if request.method == "GET":
+            sides = query(s.DiffQuerySerializer, request)
+        else:
+            sides = body(s.SpecDiffSerializer, request)
+        return Response(selectors.config_diff(actor=self.actor, **sides))
 
 
 class DatasetViewSet(ActorViewSet):

@@ -10,12 +10,14 @@ SQL anew on every call, about 2 ms of CPU a run list page (bench/load/server_cos
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.db.models import Count, Max, Prefetch, Q, QuerySet, Sum
 
 from paddock.core.errors import not_found
 from paddock.core.fixed_sql import QueryTemplate, TemplatePage
 from paddock.experiments import hooks
+from paddock.experiments.configs import spec_diff, spec_parse
 from paddock.experiments.models import (
     Checkpoint,
     ConfigVersion,
@@ -227,6 +229,30 @@ def config_get(*, actor: Actor, config_id: int) -> ConfigVersion:
     if config is None:
         raise not_found("config version")
     return config
+
+
+def config_diff(
+    *, actor: Actor, a: int | None = None, b: int | None = None, a_spec: Any = None,
+    b_spec: Any = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The diff (spec_diff) of two sides, each a config version of the actor's teams (`a`,
+    `b`: its id) or a spec not stored (`a_spec`, `b_spec`: validated as a launch's, then
+    normalized as it would be stored); `{"a", "b", "changes"}`, a spec's side's id None.
+    The specs are parsed first: an invalid one is refused (naming `b_spec.<path>`) before
+    any read."""
+    given = {"a": a_spec, "b": b_spec}
+    specs = {
+        side: spec_parse(spec=spec, field=f"{side}_spec").to_dict()
+        for side, spec in given.items()
+        if spec is not None
+    }
+    ids: dict[str, int | None] = {"a": a, "b": b}
+    for side in ("a", "b"):
+        if side in specs:
+            ids[side] = None
+        else:
+            specs[side] = config_get(actor=actor, config_id=ids[side]).spec
+    return {**ids, "changes": spec_diff(a=specs["a"], b=specs["b"])}
 
 
 def checkpoint_list(*, actor: Actor, run: Run) -> QuerySet[Checkpoint]:

@@ -80,6 +80,7 @@ ENDPOINTS = [
     ("post", "/experiments", {"team": "{team}", "name": "n", "spec": {}}, M, 201, 403),
     ("get", "/configs/{config}", None, V, 200, 403),
     ("get", "/configs/diff?a={config}&b={config2}", None, V, 200, 403),
+    ("post", "/configs/diff", {"a": "{config}", "b_spec": {}}, V, 200, 403),
     ("get", "/runs/{run}", None, V, 200, 403),
     ("get", "/runs/{run}/events", None, V, 200, 403),
     ("get", "/runs/{run}/events?before=9999", None, V, 200, 403),
@@ -101,7 +102,8 @@ def _call(client, objects: Objects, method, path, payload):
     fields = vars(objects)
     url = "/api/v1" + path.format(**fields)
     if isinstance(payload, dict):
-        payload = {k: int(v.format(**fields)) if v == "{team}" else v for k, v in payload.items()}
+        payload = {k: int(v.format(**fields)) if v in ("{team}", "{config}") else v
+                   for k, v in payload.items()}  # fmt: skip
     reply = getattr(client, method)(url, payload, format="json")
     if reply.status_code != 200 or method != "get" or "download" not in path:
         return reply

@@ -213,10 +213,13 @@ def test_secrets_set_list_delete(cli, world, monkeypatch):
     assert code == 0 and cli.json("secrets", "list", "--team", "team-a") == []
 
 
-def test_clusters_register_list_health(cli, world, monkeypatch):
+def test_clusters_register_list_health(cli, world, monkeypatch, settings):
     from tests.conftest import free_port
 
     address = f"http://127.0.0.1:{free_port()}"
+    # a team admin registers a cluster only inside a network the operator allowed
+    # (tests/security/test_clusters.py holds the refusal outside it)
+    settings.PADDOCK_CLUSTER_NETWORKS = ["127.0.0.0/8"]
     code, out, err = cli("clusters", "register", "a-gpus", address, "--backends", "torch",
                          "--capacity", '{"gpus": 2}', "-o", "json")  # fmt: skip
     assert code == 0, err

@@ -23,6 +23,8 @@ from .experiments import (
     ExperimentUpdateSerializer,
     LaunchSerializer,
     PlannedRunSerializer,
+    SpecDiffAnswerSerializer,
+    SpecDiffSerializer,
     SpecImportSerializer,
     TagsField,
     ValidationReportSerializer,

@@ -145,10 +145,34 @@ class ChangeSerializer(serializers.Serializer):
     only_in = serializers.ChoiceField(choices=["a", "b"], required=False)
 
 
+class SpecDiffSerializer(serializers.Serializer):
+    """Each side is a stored config version (`a`, `b`: its id) or a spec sent here
+    (`a_spec`, `b_spec`), validated as a launch's spec is and normalized as it would be
+    stored (every default filled in): an edit before launch diffs as the version it makes."""
+
+    a = Id(required=False, help_text="a config version's id (or a_spec)")
+    a_spec = serializers.JSONField(required=False, help_text="a RunSpec (or a)")
+    b = Id(required=False, help_text="a config version's id (or b_spec)")
+    b_spec = serializers.JSONField(required=False, help_text="a RunSpec (or b)")
+
+    def validate(self, data):
+        for side in ("a", "b"):
+            if (side in data) == (f"{side}_spec" in data):
+                raise serializers.ValidationError(
+                    {side: f"give {side} (a config version's id) or {side}_spec (a spec): one"}
+                )
+        return data
+
+
 class DiffSerializer(serializers.Serializer):
     a = serializers.IntegerField()
     b = serializers.IntegerField()
     changes = ChangeSerializer(many=True)
+
+
+class SpecDiffAnswerSerializer(DiffSerializer):
+    a = serializers.IntegerField(allow_null=True, help_text="null: a_spec was diffed")
+    b = serializers.IntegerField(allow_null=True, help_text="null: b_spec was diffed")
 
 
 class ExperimentFilterSerializer(serializers.Serializer):
