@@ -7,7 +7,7 @@ the wall-clock of one solo run, of four solo runs in sequence, and of the four r
 pool (workers/pool/driver.py, the torch pool engine) once for each of `--pools`:
 - `batched_process` (PoolDriver(engine_process=True)): the batched trainer (each trainer turn steps
   every run whose batch is waiting in one forward and backward) and the pool engine in a
-  forked child process (workers/pool/engine_process.py);
+  forked child process (workers/rollout/engine_process.py);
 - `batched`: the same with the engine in the pool's own process (before engine processes);
 - `per_run`, `per_run_process`: one run's step a trainer turn (the trainer before batching);
 and each run's eval-accuracy gain (end minus start) solo and pooled, with the pooled runs'

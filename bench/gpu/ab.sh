@@ -13,7 +13,8 @@
 #   rollout    decode at batch 256 (rollout.py: static+compile and static, 128 prompt +
 #              256 new tokens, median of 3 generates; then the adapter sync)
 #   train      the 0.6B train step, 16x1024 (train.py: eager and train.compile, 5 steps)
-#   pool       8 adapters in one torch engine against 1 (pool.py, the gathered kernel)
+#   pool       8 adapters in one torch engine against 1 (pool.py; a tree from before the
+#              segmented kernel's removal also runs it, rows of their own)
 #   pool_runs  8 runs in one pool (pool_runs.py, 3 steps each; one run alone beside it)
 #   longtail   512 heavy-tailed rows through 128 static slots (longtail.py)
 #
@@ -77,8 +78,8 @@ part train train.py 125 \
   "--seqs 16 --micro-batches 16 --compile --no-cast-row --no-baseline --reps 5" \
   "--seqs 2 --micro-batches 2 --seq-len 64 --prompt-len 16 --compile --no-cast-row --reps 1 --warmup 0"
 part pool pool.py 60 \
-  "--adapters 8 --kernels gathered" \
-  "--adapters 2 --kernels gathered --batch 8 --group 4 --prompt-len 8 --new-tokens 8"
+  "--adapters 8" \
+  "--adapters 2 --batch 8 --group 4 --prompt-len 8 --new-tokens 8"
 part pool_runs pool_runs.py 60 \
   "--runs 8 --steps 3 --deadline-s 1" \
   "--runs 2 --steps 2 --groups 2 --group 2 --new-tokens 8 --deadline-s 1"

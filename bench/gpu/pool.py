@@ -1,16 +1,17 @@
 """Generation of a pool on one GPU: 8 adapters in one torch engine against one adapter.
 
-    python3 bench/gpu/pool.py                 # 8 adapters, both LoRA kernels, vs 1 adapter
-    python3 bench/gpu/pool.py --kernels segmented --adapters 4
+    python3 bench/gpu/pool.py                 # 8 adapters vs 1 adapter
+    python3 bench/gpu/pool.py --adapters 4
 
 Tokens a second at --batch rows (--batch / --group prompts of --prompt-len tokens, --group
 samples each, --new-tokens each; LoRA r=16 unmerged on every linear), side by side in one
 run: the single-adapter engine (TorchBackend, static decode with CUDA graphs) serving one
 adapter, and the pool engine (TorchPool, the same engine with a slot per run) serving
 --adapters adapters of the same shape,
-the prompts dealt round-robin to the runs, with each LoRA kernel of --kernels (segmented:
-rows sorted by slot, grouped GEMMs; gathered: every slot's x·A masked to the row's). Then
-the same pool with slots of rank 64 holding the rank-16 adapters (what padding costs), and
+the prompts dealt round-robin to the runs (the gathered LoRA kernel: every slot's x·A
+masked to the row's; rows keep the kernel's name, as older trees named theirs, so that
+bench/gpu/ab.sh compares them). Then the same pool with slots of rank 64 holding the
+rank-16 adapters (what padding costs), and
 the decoder alone: one decode step at --batch rows (graph replay), single adapter vs slot
 table. Neither side is compiled (rollout.compile off): the comparison is of the LoRA paths.
 Writes pool.json under --out.
@@ -112,11 +113,10 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
                 for key, v in adapter.items()
             }
         )
-    variants = [(kern, lora.r) for kern in args.kernels.split(",")] + [("segmented", 64)]
-    for kernel, rank in variants:
-        name = f"{k} adapters, pool {kernel}, slots r{rank}, batch {args.batch}"
+    for rank in (lora.r, 64):
+        name = f"{k} adapters, pool gathered, slots r{rank}, batch {args.batch}"
         try:
-            pool = TorchPool(spec, model_dir, capacity=k, max_lora_rank=rank, lora_kernel=kernel)
+            pool = TorchPool(spec, model_dir, capacity=k, max_lora_rank=rank)
             for i, tensors in enumerate(adapters):
                 asyncio.run(pool.load_adapter(f"run{i}", AdapterUpdate(1, tensors=tensors), lora))
 
@@ -128,7 +128,7 @@ def part_pool(model_dir: Path, args, out: Path) -> dict:
             row["vs_single"] = row["tok_s"] / base["tok_s"]
             with pool.engine.between_turns():  # no decode turn runs: the decoder alone
                 slots = torch.arange(args.batch, device=pool.device) % k
-                steps.append((f"{k} adapters {kernel} r{rank}", step_time(
+                steps.append((f"{k} adapters gathered r{rank}", step_time(
                     pool.engine.decoder, args.batch, p_len, vocab, adapters=slots
                 )))  # fmt: skip
             asyncio.run(pool.close())
@@ -163,7 +163,6 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--adapters", type=int, default=8)
-    ap.add_argument("--kernels", default="segmented,gathered")
     run(part_pool, ap.parse_args())
 
 

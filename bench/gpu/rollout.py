@@ -241,9 +241,9 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
             reqs = gen_requests(groups, n, p_len + new // 2, 16, vocab, seed=5)
             arun(backend.generate(reqs))  # graphs of these extents captured first
             if decode == "vllm":
-                arun(backend.engine.start_profile())
+                arun(backend.llm.start_profile())
                 arun(backend.generate(reqs))
-                arun(backend.engine.stop_profile())
+                arun(backend.llm.stop_profile())
                 traces = sorted(
                     (out / "vllm_trace").rglob("*.json*"), key=lambda f: f.stat().st_size
                 )

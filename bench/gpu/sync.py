@@ -24,7 +24,7 @@ def part_sync(model_dir: Path, args, out: Path) -> dict:
     from workers.adapters.update import AdapterUpdate
     from workers.loop.executor import LocalExecutor
     from workers.policy import LoraPolicy
-    from workers.rollout.process_backend import ProcessBackend
+    from workers.rollout.engine_process import EngineProcess
     from workers.rollout.torch_engine import TorchBackend
     from workers.spec import parse_spec
 
@@ -37,7 +37,7 @@ def part_sync(model_dir: Path, args, out: Path) -> dict:
     engines = [
         ("engine on the trainer's GPU", lambda: TorchBackend(spec, model_dir, trainer_dev)),
         (f"engine on {other}", lambda: TorchBackend(spec, model_dir, other)),
-        (f"engine process on {other}", lambda: ProcessBackend(spec, model_dir, other)),
+        (f"engine process on {other}", lambda: EngineProcess(spec, model_dir, other)),
     ]
     for name, make in engines:
         backend = make()

@@ -126,13 +126,26 @@ def test_driver_killed_with_attempts_left_resumes_from_the_last_checkpoint(stack
         last = Checkpoint.objects.filter(run=run).order_by("-step").first()
         return last is not None and run.step > last.step
 
-    wait_for(past_a_checkpoint, 240, "a checkpoint and a step after it", 0.1)
-    killed_at = _kill(_driver(run.pk, 1))
-    time.sleep(1)  # a request in flight at the kill lands
-    resumed = Checkpoint.objects.filter(run=run).order_by("-step").first()
-    stored = MetricPoint.objects.filter(run=run, key="reward/mean").values_list("step", flat=True)
-    redone = [s for s in stored if s > resumed.step]
-    assert redone, (resumed.step, sorted(stored))  # dispatch 1 got past its checkpoint
+    driver = _driver(run.pk, 1)
+    # Killed while frozen past a checkpoint: the driver is stopped (SIGSTOP: its reporter is
+    # one of its threads), a request in flight then lands, and only if what is stored shows
+    # steps past the last checkpoint is it killed; else it steps on to the next chance. A
+    # kill timed on the run's step alone raced the next checkpoint (a fast run reached it
+    # between the look and the kill, and left no step to re-run).
+    while True:
+        wait_for(past_a_checkpoint, 240, "a checkpoint and a step after it", 0.1)
+        driver.send_signal(signal.SIGSTOP)
+        time.sleep(1)  # a request in flight at the stop lands
+        resumed = Checkpoint.objects.filter(run=run).order_by("-step").first()
+        stored = MetricPoint.objects.filter(run=run, key="reward/mean").values_list(
+            "step", flat=True
+        )
+        redone = [s for s in stored if s > resumed.step]
+        if redone:  # dispatch 1 got past its checkpoint
+            break
+        driver.send_signal(signal.SIGCONT)
+        wait_for(lambda at=run.step: run.refresh_from_db() or run.step > at, 60, "a step on", 0.1)
+    killed_at = _kill(driver)
     _reach(stack, run, {"succeeded", "failed"}, timeout=300)
     assert run.state == "succeeded", run.error
     assert run.dispatch_count == 2 and run.attempts == 2

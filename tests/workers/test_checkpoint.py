@@ -58,6 +58,23 @@ def digest_optimizer(state: dict) -> str:
     return h.hexdigest()
 
 
+# Fields a buffer's groups and samples gained after 0ce9546, at the value an old checkpoint's
+# samples load with: they are not part of the old format's digest.
+NEW_FIELDS_AT_DEFAULT = (
+    ", loss_mask=None",  # Sample: an episode's mask (workers/envs)
+    ", episodes=()",  # ScoredGroup: its episodes' turns (workers/envs)
+)
+
+
+def old_format_repr(state: dict) -> str:
+    """The buffer's repr as 0ce9546 wrote its digest: without the fields added since, which
+    must hold their defaults (an old sample is all model tokens)."""
+    text = repr(state)
+    for added in NEW_FIELDS_AT_DEFAULT:
+        text = text.replace(added, "")
+    return text
+
+
 @pytest.mark.parametrize("written_by", ["solo", "pooled"])
 @pytest.mark.parametrize("kind", ["solo", "pool3"])
 def test_a_checkpoint_of_the_old_format_loads(tiny_dir, make_spec, kind, written_by):
@@ -76,7 +93,9 @@ def test_a_checkpoint_of_the_old_format_loads(tiny_dir, make_spec, kind, written
     assert digest_optimizer(t.policy.optimizer_state(t.adapter)) == want["optimizer"]
     assert hashlib.sha256(t.adapter.rng.cpu.numpy().tobytes()).hexdigest() == want["torch_rng"]
     assert (t.adapter.version, state.step) == (want["version"], want["step"])
-    assert hashlib.sha256(repr(buffer.state_dict()).encode()).hexdigest() == want["buffer"]
+    assert (
+        hashlib.sha256(old_format_repr(buffer.state_dict()).encode()).hexdigest() == want["buffer"]
+    )
     assert {str(k): len(v) for k, v in buffer.state_dict()["steps"].items()} == want[
         "buffer_groups"
     ]

@@ -16,7 +16,7 @@ from workers.adapters.lora import read_adapter_dir
 from workers.adapters.update import AdapterUpdate
 from workers.policy import LoraPolicy
 from workers.rollout import GroupRequest, SamplingParams
-from workers.rollout.process_backend import EngineProcessError, ProcessBackend
+from workers.rollout.engine_process import EngineProcess, EngineProcessError
 from workers.spec import parse_spec
 from workers.train import train
 
@@ -42,7 +42,7 @@ def test_an_engine_process_trains_exactly_like_the_in_process_engine(make_spec, 
 
 def test_a_dead_engine_process_fails_the_calls_that_wait_on_it(make_spec):
     spec = parse_spec(make_spec())
-    backend = ProcessBackend(spec, spec.model.path)
+    backend = EngineProcess(spec, spec.model.path)
     assert backend.pid != os.getpid()
     adapter = LoraPolicy(spec, spec.model.path).adapter_tensors()
 

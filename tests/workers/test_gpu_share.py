@@ -23,7 +23,6 @@ from workers.gpu_share import (
     SM_GRANULE,
     GpuShare,
     GreenContexts,
-    _warm_decoder,
     make_green_contexts,
     plan_share,
     share_for,
@@ -34,6 +33,7 @@ from workers.policy import LoraPolicy, TrainSample
 from workers.policy.batch import collate
 from workers.rollout.static_decode import StaticDecoder
 from workers.rollout.torch_engine import TorchBackend, draw
+from workers.rollout.torch_engine.engine import warm_decoder
 from workers.spec import RunSpec, parse_spec, spec_errors
 from workers.train import train
 
@@ -302,7 +302,7 @@ def test_the_decoders_warm_up_leaves_it_empty_and_decoding_the_same(tiny_dir):
     for warm in (False, True):
         decoder = StaticDecoder(model, max_batch=16)
         if warm:
-            _warm_decoder(decoder, draw, 0.7)
+            warm_decoder(decoder, draw, 0.7)
             assert decoder.rows == 0
         first = decoder.prefill(ids, attn)
         logits.append((first, decoder.step(first.argmax(-1))))
@@ -362,7 +362,7 @@ def test_after_the_decoders_warm_up_decoding_compiles_nothing(tiny_dir):
                             torch.device("cpu"))  # fmt: skip
     decoder = StaticDecoder(model, max_batch=32, compile="aot_eager")
     sampler = torch.compile(draw, backend="aot_eager")
-    _warm_decoder(decoder, sampler, 0.7)
+    warm_decoder(decoder, sampler, 0.7)
     warmed = graphs()
     with torch.no_grad():  # as the backend samples
         for rows in (3, 12, 20, 2):

@@ -16,9 +16,11 @@ from workers.rollout import (
     SamplingParams,
     make_backend,
 )
+from workers.rollout.registry import make_pool_engine
 from workers.spec import parse_spec
 
 from .helpers import Parked
+from .rollout import trtllm_standin
 
 
 @pytest.fixture
@@ -165,6 +167,23 @@ def test_missing_engine_names_its_package(make_spec, monkeypatch):
     spec = parse_spec(make_spec("rollout.backend=trtllm"))
     with pytest.raises(RuntimeError, match="needs the 'tensorrt_llm' package"):
         make_backend(spec, spec.model.path)
+
+
+def test_a_run_alone_and_a_pool_take_the_specs_max_loras(make_spec):
+    """`rollout.max_loras` has one default, the spec's: a run alone's engine allocates that
+    many adapter slots, a pool's engine as many unless the pool says. (TensorRT-LLM's
+    engine, on its stand-in, starts on first use: nothing loads here.)"""
+    trtllm_standin.install()
+    try:
+        for over, want in (((), 2), (("rollout.max_loras=5",), 5)):
+            spec = parse_spec(make_spec("rollout.backend=trtllm", *over))
+            assert spec.rollout.max_loras == want
+            solo = make_backend(spec, spec.model.path)
+            pool = make_pool_engine(spec, spec.model.path)
+            assert solo.engine.max_loras == pool.capacity == pool.engine.max_loras == want
+            assert make_pool_engine(spec, spec.model.path, capacity=3).engine.max_loras == 3
+    finally:
+        trtllm_standin.uninstall()
 
 
 class RowCounter:

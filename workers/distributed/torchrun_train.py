@@ -8,7 +8,7 @@ its own GPU. Rank 0 runs the driver, the same `run_training` as `paddock train`,
 `CollectiveExecutor`: each executor call (train_step, adapter_update, save, load) is first
 broadcast with its arguments, and the other ranks, waiting in `follow`, make the same call,
 so the collectives inside meet. The engines are `resources.rollout_replicas` child
-processes (`ProcessBackend`) on the GPUs after the trainer's, or on the trainer's own where
+processes (`EngineProcess`) on the GPUs after the trainer's, or on the trainer's own where
 none is left over (`engine_devices`), behind one `ReplicaSet` (on a host without GPUs, on
 the CPU: how the tests run it).
 """
@@ -29,7 +29,7 @@ from ..loop.setup import model_dir_for, run_training
 from ..policy import LoraPolicy, TrainSample
 from ..policy.fsdp import ShardedLoraPolicy
 from ..rollout.base import RolloutBackend
-from ..rollout.process_backend import ProcessBackend
+from ..rollout.engine_process import EngineProcess
 from ..rollout.replicas import ReplicaSet
 from ..spec import RunSpec, load_spec
 from .process_group import init_from_env
@@ -98,7 +98,7 @@ def engine_devices(spec: RunSpec, world: int, gpus: int) -> list[torch.device]:
 
 def make_engines(spec: RunSpec, model_dir: Path, world: int) -> RolloutBackend:
     devices = engine_devices(spec, world, torch.cuda.device_count())
-    engines = [ProcessBackend(spec, model_dir, device) for device in devices]
+    engines = [EngineProcess(spec, model_dir, device) for device in devices]
     return engines[0] if len(engines) == 1 else ReplicaSet(engines)
 
 

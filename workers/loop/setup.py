@@ -19,8 +19,8 @@ from ..path_guard import PathGuard
 from ..policy import LoraPolicy
 from ..rewards import make_scorer
 from ..rollout import RolloutBackend, SamplingParams, make_backend
+from ..rollout.engine_process import EngineProcess
 from ..rollout.eos import eos_token_ids
-from ..rollout.process_backend import ProcessBackend
 from ..spec import RunSpec
 from .buffer import TrajectoryBuffer
 from .checkpoint import latest_checkpoint, load_checkpoint
@@ -177,7 +177,7 @@ async def _run_training(
         LoraPolicy(spec, model_dir, trainer_device), trainer_stream
     )
     if backend is None and spec.resources.engine_process:
-        backend = ProcessBackend(spec, model_dir, engine_device)
+        backend = EngineProcess(spec, model_dir, engine_device)
     backend = backend or make_backend(spec, model_dir, device=engine_device)
     if share is not None:
         backend.use_stream(share.engine)

@@ -40,10 +40,10 @@ from ..names import TERMINAL_RUN_STATES
 from ..policy import LoraPolicy
 from ..policy.adapter import Adapter
 from ..pool_key import misfit, pool_key
+from ..rollout.engine_process import EngineProcess
 from ..rollout.pool_engine import PoolAdmissionError, PoolEngine
 from ..rollout.registry import make_pool_engine
 from ..spec import RunSpec, parse_spec
-from .engine_process import ProcessPoolEngine
 from .gate import FairGate, TrainTurns
 from .members import LaneBackend, PooledExecutor
 
@@ -82,7 +82,7 @@ class PoolDriver:
         """`batched_trainer`: each trainer turn steps every member whose batch is waiting in
         one forward and backward (LoraPolicy.train_steps); False: one member's step a
         turn (bench/pool_cpu.py measures both). `engine_process`: the pool engine in a child
-        process (workers/pool/engine_process.py), so that decoding and training each have
+        process (workers/rollout/engine_process.py), so that decoding and training each have
         an interpreter of their own (13 % off a CPU pool's wall-clock, docs/pools.md); None
         (the default): in this process. `capacity` (default: the first member's
         `rollout.max_loras`) and `max_lora_rank` (default: the engine's) fix the engine's
@@ -114,13 +114,13 @@ class PoolDriver:
         # gets one of its own (add_adapter), made and dropped as it joins and leaves
         host = spec.model_copy(update={"lora": spec.lora.model_copy(update={"r": 1})})
         trainer = LoraPolicy(host, model_dir, trainer_device)
-        args = (spec, model_dir, self.capacity, self.max_lora_rank, engine_device)
+        slots = (self.capacity, self.max_lora_rank)
         if self.engine_process is None:  # opt-in: see fork_is_safe for what a fork risks
             self.engine_process = False
         if self.engine_process:
-            self.engine = ProcessPoolEngine(*args)
+            self.engine = EngineProcess(spec, model_dir, engine_device, pool=slots)
         else:
-            self.engine = make_pool_engine(*args)
+            self.engine = make_pool_engine(spec, model_dir, *slots, device=engine_device)
         self.trainer = trainer  # both started, or neither: a failed start is tried again
         # one generation turn at a time where the engine decodes one adapter at a time;
         # engines that batch every adapter's rows take every member's calls together

@@ -42,7 +42,7 @@ FINITE = ("loss/total", "grad_norm")
 class PooledExecutor(LocalExecutor):
     """One run's adapter on the pool's policy, as the loop's `TrainerExecutor`."""
 
-    # a CPU copy: the pool's engine may be in another process (engine_process.py)
+    # a CPU copy: the pool's engine may be in another process (rollout/engine_process.py)
     publish_on_device = False
 
     def __init__(

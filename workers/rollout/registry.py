@@ -30,11 +30,11 @@ BACKENDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "vllm": {
         "solo": ("workers.rollout.vllm_backend", "VllmBackend"),
-        "pool": ("workers.rollout.vllm_pool", "VllmPoolEngine"),
+        "pool": ("workers.rollout.vllm_backend", "VllmPool"),
     },
     "trtllm": {
         "solo": ("workers.rollout.trtllm_backend", "TrtllmBackend"),
-        "pool": ("workers.rollout.trtllm_pool", "TrtllmPoolEngine"),
+        "pool": ("workers.rollout.trtllm_backend", "TrtllmPool"),
     },
 }
 names_check("rollout backends of workers/rollout/registry.py", BACKENDS, NAMES)

@@ -27,11 +27,11 @@ of K adapters instead of the model's own: per fused linear, A stacked [K, R, in]
 folded into B), and each batch row carries its slot (`prefill(..., adapters=...)`). Rows of
 different adapters share one step and one CUDA graph; `set_adapter(slot, tensors, scale)`
 is a copy into the slot (graphs read the table, so nothing is recaptured). The LoRA delta is
-gathered (the default: every slot's A stacked under the base weight, so one matmul gives the
-base output and x·A of every slot; masked to the row's own slot; one matmul with every
-slot's B: K times the rank's work, in two large GEMMs) or segmented (rows sorted by slot,
-one grouped GEMM for A and one for B: each row pays its own rank only, but the sort and the
-grouped GEMMs cost more than they save at 8 slots of rank 16).
+gathered: every slot's A stacked under the base weight, so one matmul gives the base output
+and x·A of every slot; masked to the row's own slot; one matmul with every slot's B: K times
+the rank's work, in two large GEMMs (at 8 slots of rank 16 on an H200, 92 % of one
+adapter's speed; a segmented kernel, rows sorted by slot and grouped GEMMs, made 64 % and
+was removed: docs/pools.md).
 
 Supported: the Llama-style decoders (llama, mistral, qwen2, qwen3: RMSNorm, RoPE, GQA, SwiGLU,
 optional q/k/v bias and per-head q/k norms). `supports(model)` says whether a model (or its
@@ -95,9 +95,9 @@ class FusedLinear:
     [tokens, in] matrix, returns their outputs side by side ([tokens, Σ out_i]); `split`
     gives one view per linear."""
 
-    def __init__(self, modules: list[nn.Module], table: tuple[int, int, str] | None = None):
-        """`table`: (slots, rank, kernel) for per-row adapters (a `RowLora` over every linear
-        of the group, the model's own adapter ignored); None folds the model's adapter in."""
+    def __init__(self, modules: list[nn.Module], table: tuple[int, int] | None = None):
+        """`table`: (slots, rank) for per-row adapters (a `RowLora` over every linear of the
+        group, the model's own adapter ignored); None folds the model's adapter in."""
         # PEFT's LoRA wrappers hold the base linear (whatever their adapters are named)
         bases = [getattr(m, "base_layer", m) for m in modules]
         # in the order of `modules`
@@ -106,11 +106,9 @@ class FusedLinear:
         outs = [b.out_features for b in bases]
         ranks = [m.lora_A[ADAPTER_NAME].out_features for m in self.lora]
         self.width = sum(outs)
-        # the gathered kernel's A table: every slot's A rows after the base outputs, so
-        # that one matmul gives the base and every slot's x·Aᵀ (as the folded adapter)
-        extra = 0
-        if table is not None and table[2] == "gathered":
-            extra = table[0] * table[1] * len(bases)
+        # the slot table's A: every slot's A rows after the base outputs, so that one
+        # matmul gives the base and every slot's x·Aᵀ (as the folded adapter)
+        extra = table[0] * table[1] * len(bases) if table is not None else 0
         if len(bases) == 1 and not self.lora and not extra:
             self.weight, self.bias = ref, bases[0].bias  # nothing to stack: use it as it is
         else:
@@ -145,7 +143,7 @@ class FusedLinear:
         self.b = ref.new_zeros((self.width, self.rank)) if self.rank else None
         self.rows = None
         if table is not None:
-            a = self.weight[self.width :].view(table[0], -1, ref.shape[1]) if extra else None
+            a = self.weight[self.width :].view(table[0], -1, ref.shape[1])
             self.rows = RowLora(self.slices, ref, *table, a=a)
         self.refresh()
 
@@ -158,7 +156,7 @@ class FusedLinear:
 
     def params(self, route: tuple | None = None) -> tuple:
         """What `_fused` takes after the input: (weight, bias, B, width); with per-row
-        adapters B is (kernel, A table, B table, the step's `route`)."""
+        adapters B is (the B table, the step's `route`)."""
         if self.rows is not None:
             return self.weight, self.bias, self.rows.lora(route), self.width
         return self.weight, self.bias, self.b, self.width
@@ -172,20 +170,15 @@ class FusedLinear:
 
 def _fused(x, weight, bias, b, width: int, residual: Tensor | None = None) -> Tensor:
     """A FusedLinear's outputs ([tokens, in] → [tokens, width]) (+ residual): two matmuls
-    whatever the count of linears and adapters (per-row adapters: see `_row_delta`)."""
+    whatever the count of linears and adapters."""
     y = F.linear(x, weight, bias)
-    if isinstance(b, tuple):
-        kernel, a, bt, route = b
-        if kernel == "gathered":  # y holds every slot's x·Aᵀ after the base outputs
-            slots, r_all = bt.shape[0], bt.shape[1]
-            base, xa = y[:, :width], y[:, width:].view(-1, slots, r_all)
-            xa = (xa * route[:, :, None]).view(-1, slots * r_all)
-            bt = bt.reshape(slots * r_all, width)
-            return (
-                torch.addmm(base, xa, bt) if residual is None else (residual + base).addmm_(xa, bt)
-            )
-        y = y + _row_delta(x, *b)
-        return y if residual is None else residual + y
+    if isinstance(b, tuple):  # per-row adapters: y holds every slot's x·Aᵀ after the base
+        bt, route = b  # route: the one-hot [tokens, slots] of each token's slot
+        slots, r_all = bt.shape[0], bt.shape[1]
+        base, xa = y[:, :width], y[:, width:].view(-1, slots, r_all)
+        xa = (xa * route[:, :, None]).view(-1, slots * r_all)
+        bt = bt.reshape(slots * r_all, width)
+        return torch.addmm(base, xa, bt) if residual is None else (residual + base).addmm_(xa, bt)
     if b is None:
         return y if residual is None else residual + y
     base, xa = y[:, :width], y[:, width:]
@@ -196,36 +189,21 @@ def _fused(x, weight, bias, b, width: int, residual: Tensor | None = None) -> Te
     return residual + base + xa @ b.t()
 
 
-LORA_KERNELS = ("segmented", "gathered")
-
-
 class RowLora:
     """The slot table of one FusedLinear: `a` [slots, R, in], `b` [slots, width, R] with
     R = rank × the group's linears (linear j's A rows and B columns are block j; B is zero
     outside each linear's own outputs). A slot's rows and columns past its adapter's rank
-    stay zero, so padding changes no output. The gathered kernel keeps B as [slots, R,
-    width] (one flat matmul); `b` is then a view of it."""
+    stay zero, so padding changes no output. B is kept as [slots, R, width] (one flat
+    matmul); `b` is a view of it."""
 
-    def __init__(
-        self,
-        slices: list[slice],
-        ref: Tensor,
-        slots: int,
-        rank: int,
-        kernel: str,
-        a: Tensor | None = None,
-    ):
-        """`a`: where the A table lives (the gathered kernel's rows of the fused weight)."""
-        self.kernel, self.slots, self.rank = kernel, slots, rank
+    def __init__(self, slices: list[slice], ref: Tensor, slots: int, rank: int, a: Tensor):
+        """`a`: where the A table lives (rows of the fused weight)."""
+        self.slots, self.rank = slots, rank
         self.slices = slices
-        width, n_in, r_all = slices[-1].stop, ref.shape[1], rank * len(slices)
-        self.a = ref.new_zeros((slots, r_all, n_in)) if a is None else a
-        if kernel == "gathered":
-            self.bt = ref.new_zeros((slots, r_all, width))
-            self.b = self.bt.transpose(1, 2)
-        else:
-            self.b = ref.new_zeros((slots, width, r_all))
-            self.bt = self.b.transpose(1, 2)  # [slots, R, width], column-major per slot
+        width, r_all = slices[-1].stop, rank * len(slices)
+        self.a = a
+        self.bt = ref.new_zeros((slots, r_all, width))
+        self.b = self.bt.transpose(1, 2)
 
     @torch.no_grad()
     def set(self, slot: int, j: int, a: Tensor | None, b: Tensor | None, scale: float) -> None:
@@ -242,48 +220,8 @@ class RowLora:
         self.b[slot, self.slices[j], block][:, :r].copy_(b * scale)
 
     def lora(self, route) -> tuple:
-        # gathered: x·A comes out of the fused weight's matmul, no A needed here
-        return (self.kernel, None if self.kernel == "gathered" else self.a, self.bt, route)
-
-
-def _row_delta(x: Tensor, kernel: str, a: Tensor, bt: Tensor, route) -> Tensor:
-    """The segmented kernel: each row's LoRA output under its own slot's adapter ([tokens,
-    in] → [tokens, width]), rows sorted by slot (route = (order, back, ends)), A and B each
-    one grouped GEMM over the slots' runs of rows. (The gathered kernel is in `_fused`: x·A
-    of every slot from the fused weight, masked to the row's own slot (route: the one-hot
-    [tokens, slots]), then one matmul with every slot's B.)"""
-    order, back, ends = route
-    xs = x.index_select(0, order)
-    xa = torch._grouped_mm(xs, a.transpose(1, 2), offs=ends)
-    return torch._grouped_mm(xa, bt, offs=ends).index_select(0, back)
-
-
-def _route(kernel: str, slot: Tensor, slots: int, dtype: torch.dtype):
-    """What `_row_delta` needs to send each token to its slot `slot` ([tokens] long), with
-    no host sync (graph-safe): the sort, its inverse and each slot's end offset, or the
-    one-hot mask."""
-    hot = slot[:, None] == torch.arange(slots, device=slot.device)
-    if kernel == "gathered":
-        return hot.to(dtype)
-    order = torch.argsort(slot, stable=True)
-    back = torch.argsort(order)
-    ends = hot.sum(0).cumsum(0).to(torch.int32)
-    return order, back, ends
-
-
-def grouped_mm_works(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether torch's grouped GEMM (the segmented kernel) runs on this device and dtype."""
-    if not hasattr(torch, "_grouped_mm"):
-        return False
-    try:
-        x = torch.randn(16, 16, device=device).to(dtype)
-        w = torch.randn(2, 16, 8, device=device).to(dtype).transpose(1, 2).contiguous()
-        offs = torch.tensor([5, 16], dtype=torch.int32, device=device)
-        got = torch._grouped_mm(x, w.transpose(1, 2), offs=offs)
-        want = torch.cat([x[:5] @ w[0].t(), x[5:] @ w[1].t()])
-        return bool(torch.allclose(got.float(), want.float(), atol=1e-2, rtol=1e-2))
-    except (RuntimeError, NotImplementedError):
-        return False
+        # x·A comes out of the fused weight's matmul: no A needed here
+        return (self.bt, route)
 
 
 # each fused linear's modules, by their names in a layer (PEFT's file keys name them so)
@@ -401,12 +339,10 @@ class StaticDecoder:
         compile: str | None = None,
         adapters: int = 0,
         max_rank: int = 0,
-        lora_kernel: str | None = None,
     ):
         """`adapters` > 0: per-row adapters in a slot table of that many slots, of rank up
-        to `max_rank` (rounded up to a multiple of 8, for the grouped GEMM's alignment), by
-        `lora_kernel` (segmented where torch's grouped GEMM runs, else gathered); the
-        model's own adapter, if any, is then not used. 0: the model's adapter, folded in."""
+        to `max_rank` (rounded up to a multiple of 8: aligned GEMM shapes); the model's own
+        adapter, if any, is then not used. 0: the model's adapter, folded in."""
         why = supports(model)
         if why is not None:
             raise ValueError(f"static decode does not support this model: {why}")
@@ -422,21 +358,11 @@ class StaticDecoder:
         self.n_kv = config.num_key_value_heads
         self.adapters = adapters
         self.max_rank = -(-max_rank // 8) * 8 if adapters else 0
-        self.lora_kernel = None
         table = None
         if adapters:
             if max_rank < 1:
                 raise ValueError("per-row adapters need max_rank >= 1")
-            ref = lm.model.embed_tokens.weight
-            # gathered by default: with 8 slots of rank 16 on an H200 a decode step at 256
-            # rows takes 92 % of the single adapter's speed, segmented 64 % (docs/pools.md)
-            lora_kernel = lora_kernel or "gathered"
-            if lora_kernel == "segmented" and not grouped_mm_works(ref.device, ref.dtype):
-                raise ValueError(f"torch's grouped GEMM does not run on {ref.device}/{ref.dtype}")
-            if lora_kernel not in LORA_KERNELS:
-                raise ValueError(f"lora_kernel must be one of {LORA_KERNELS}, not {lora_kernel!r}")
-            self.lora_kernel = lora_kernel
-            table = (adapters, self.max_rank, lora_kernel)
+            table = (adapters, self.max_rank)
         self.layers = [_Layer(layer, self.n_heads, self.n_kv, table) for layer in lm.model.layers]
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
         self.shape = (self.n_heads, self.n_kv, self.head_dim)
@@ -575,7 +501,7 @@ class StaticDecoder:
         """The per-row adapters' routing of tokens whose slots are `slot`; None without."""
         if not self.adapters:
             return None
-        return _route(self.lora_kernel, slot, self.adapters, self.dtype)
+        return (slot[:, None] == torch.arange(self.adapters, device=slot.device)).to(self.dtype)
 
     def _prompt_adapters(self, adapters, u: int) -> Tensor:
         if adapters is None:

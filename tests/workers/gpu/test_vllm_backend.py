@@ -145,8 +145,8 @@ def test_contract(case, kwargs, loop, engine, trainer, monkeypatch):
 def test_keep_is_native_where_the_engine_labels_versions(engine):
     """vLLM 0.32 stamps each token with the engine's weight version, so a keep pause
     freezes requests in the engine; 0.26 cannot, and the backend cuts and continues them."""
-    labels = hasattr(engine.engine, "update_weight_version")
-    assert engine._emulates_keep is not labels
+    labels = hasattr(engine.llm, "update_weight_version")
+    assert engine.native_keep is labels
 
 
 def test_memory_split_is_checked_at_launch(loop, engine, model_dir):

@@ -24,8 +24,8 @@ import torch
 from workers.events import StatusEvent
 from workers.loop.control import StaticControl
 from workers.pool.driver import PoolDriver
+from workers.rollout.engine_process import EngineProcessError
 from workers.rollout.pool_engine import PoolAdmissionError
-from workers.rollout.process_backend import EngineProcessError
 from workers.spec import parse_spec
 from workers.train import train
 

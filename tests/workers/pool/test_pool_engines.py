@@ -179,7 +179,7 @@ async def test_rows_of_two_adapters_in_one_batch_match_each_adapter_alone(
     await update_run(pool, "a", maker.relabel(updates[SEED_A], 1))
     await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
     if backend == "trtllm":
-        pool.llm.max_concurrent_loras = 0
+        pool.engine.llm.max_concurrent_loras = 0
     reqs = mixed(maker, ["a", "b"], "mix")
     results = await pool.generate(reqs)
     assert [r.request_id for r in results] == [q.group.request_id for q in reqs]
@@ -190,7 +190,7 @@ async def test_rows_of_two_adapters_in_one_batch_match_each_adapter_alone(
         assert versions(mine) == {1}
     assert pool.served_versions() == {"a": 1, "b": 1}
     if backend == "trtllm":
-        assert pool.llm.max_concurrent_loras == 2  # both adapters' rows in flight at once
+        assert pool.engine.llm.max_concurrent_loras == 2  # both adapters' rows in flight at once
 
 
 async def test_an_update_of_one_adapter_leaves_the_other_at_its_version(
@@ -221,7 +221,7 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
 
     def streamed() -> int:  # tokens the engine has produced for run a so far
         if backend == "trtllm":
-            return pool.llm.tokens_out.get(lane._lora.lora_int_id, 0)
+            return pool.engine.llm.tokens_out.get(lane._lora.lora_int_id, 0)
         return lane.tokens_streamed
 
     reqs = [
@@ -263,7 +263,7 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
     b_samples = [s.logprobs for r in b for s in r.samples if s.token_ids]
     assert mean_exp_diff(b_samples, maker.logprobs(SEED_B, b, LONG.temperature)) <= 1.01
     if backend == "trtllm":  # the engine's own pause would have cut b's rows too
-        assert not pool.llm._paused and pool.llm.submitted_while_paused == 0
+        assert not pool.engine.llm._paused and pool.engine.llm.submitted_while_paused == 0
 
 
 async def test_admission_is_refused_beyond_max_loras_and_unload_frees_the_slot(
@@ -284,7 +284,7 @@ async def test_admission_is_refused_beyond_max_loras_and_unload_frees_the_slot(
     slot_b = pool._slots["b"]
     await pool.unload_adapter("b")
     if backend == "vllm":
-        assert slot_b not in await pool.engine.list_loras()
+        assert slot_b not in await pool.engine.llm.list_loras()
     assert pool.served_versions() == {"a": 1}
     with pytest.raises(KeyError, match="no adapter loaded for run 'b'"):
         await pool.generate([PoolRequest("b", groups(maker, "gone")[0])])

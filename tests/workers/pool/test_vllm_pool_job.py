@@ -20,7 +20,7 @@ import pytest
 from workers.adapters.update import check_probe
 from workers.events import MetricEvent, StatusEvent
 from workers.pool.driver import PoolDriver
-from workers.rollout import vllm_pool
+from workers.rollout import vllm_backend
 from workers.spec import parse_spec
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def test_two_runs_on_one_vllm_pool_engine_keep_their_own_handshakes(
         probed[run].append(version)
         return err
 
-    monkeypatch.setattr(vllm_pool, "check_probe", probe)
+    monkeypatch.setattr(vllm_backend, "check_probe", probe)
 
     async def main() -> dict:
         driver = PoolDriver(capacity=2, keep_events=True)

@@ -25,7 +25,7 @@ LORA = {
     "alpha": 16,
     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
 }
-# "process": the torch backend in a child process behind ProcessBackend (engine_process);
+# "process": the torch backend in a child process behind EngineProcess (engine_process);
 # "static": the torch backend on its static KV cache (the default on a GPU), here on the CPU
 BACKENDS = ["torch", "static", "process", "vllm", "trtllm"]
 
@@ -121,9 +121,9 @@ async def static_engine(tiny_dir: Path):
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def process_engine(tiny_dir: Path):
-    from workers.rollout.process_backend import ProcessBackend
+    from workers.rollout.engine_process import EngineProcess
 
-    backend = ProcessBackend(engine_spec(tiny_dir, "torch"), tiny_dir)
+    backend = EngineProcess(engine_spec(tiny_dir, "torch"), tiny_dir)
     yield backend
     await backend.close()
 

@@ -24,7 +24,7 @@ from workers.adapters.update import AdapterUpdate
 from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy, TrainSample, collate
 from workers.rollout.base import GroupRequest, GroupResult, SamplingParams
-from workers.rollout.process_backend import ProcessBackend
+from workers.rollout.engine_process import EngineProcess
 from workers.rollout.torch_engine import TorchBackend
 
 from ..helpers import Parked
@@ -153,12 +153,12 @@ async def generating(engine, reqs, monkeypatch) -> tuple[asyncio.Task, Callable[
         task = asyncio.create_task(engine.generate(reqs))
         await held.reached()
         return task, held.release
-    if isinstance(engine, ProcessBackend):
+    if isinstance(engine, EngineProcess):
         made = lambda: engine._channel.call("tokens")  # noqa: E731
     elif engine.name == "vllm":
         made = lambda: _now(engine.tokens_streamed)  # noqa: E731
     else:  # the stand-in decodes on this event loop
-        made = lambda: _now(sum(engine._llm.tokens_out.values()))  # noqa: E731
+        made = lambda: _now(sum(engine.engine.llm.tokens_out.values()))  # noqa: E731
     start = await made()
     task = asyncio.create_task(engine.generate(reqs))
     await until(made, start + 1)
@@ -249,7 +249,7 @@ async def test_version_handshake(engine, trainer):
     with pytest.raises(RuntimeError, match="unusable"):
         await engine.generate(requests(trainer, SamplingParams(max_new_tokens=4), tag="x"))
     await serve(engine, trainer, 3)  # a version that passes the handshake heals it
-    if not isinstance(engine, ProcessBackend):  # (the proxy keeps no record of them)
+    if not isinstance(engine, EngineProcess):  # (the proxy keeps no record of them)
         assert engine.handshakes[-1]["version"] == 3
 
 

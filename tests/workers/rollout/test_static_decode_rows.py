@@ -1,7 +1,7 @@
 """Per-row adapters in the static decoder (issue 21): rows of three adapters of different
 ranks (2, 4 and 8, zero-padded to the table's 8) in one batch each get the logits of their
 own adapter's PEFT forward, at prefill, every decode step and after compaction; a swap into
-one slot changes that slot's rows only. fp32 on the CPU, both LoRA kernels."""
+one slot changes that slot's rows only. fp32 on the CPU."""
 
 from __future__ import annotations
 
@@ -68,12 +68,9 @@ def model():
     return multi_adapter_model()
 
 
-@pytest.mark.parametrize("kernel", ["segmented", "gathered"])
-def test_rows_of_three_adapters_get_their_own_adapters_logits(model, kernel):
-    decoder = StaticDecoder(
-        model, max_batch=8, graphs=False, adapters=3, max_rank=8, lora_kernel=kernel
-    )
-    assert decoder.lora_kernel == kernel and decoder.max_rank == 8
+def test_rows_of_three_adapters_get_their_own_adapters_logits(model):
+    decoder = StaticDecoder(model, max_batch=8, graphs=False, adapters=3, max_rank=8)
+    assert decoder.max_rank == 8
     for name, slot in SLOT.items():
         load(decoder, model, name, slot)
     ids, attn = prompts()
@@ -103,11 +100,8 @@ def test_rows_of_three_adapters_get_their_own_adapters_logits(model, kernel):
     torch.testing.assert_close(logits, per_row(model, ["b", "c"], seq, mask), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", ["segmented", "gathered"])
-def test_a_swap_into_one_slot_changes_only_that_slots_rows(model, kernel):
-    decoder = StaticDecoder(
-        model, max_batch=8, graphs=False, adapters=3, max_rank=8, lora_kernel=kernel
-    )
+def test_a_swap_into_one_slot_changes_only_that_slots_rows(model):
+    decoder = StaticDecoder(model, max_batch=8, graphs=False, adapters=3, max_rank=8)
     for name, slot in SLOT.items():
         load(decoder, model, name, slot)
     ids, attn = prompts()

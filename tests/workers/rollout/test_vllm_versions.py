@@ -55,14 +55,14 @@ async def test_keep_without_engine_weight_versions(vllm_engine, trainer, monkeyp
     frozen in the engine, and every token's logprob is the trainer's under the version it
     is labelled with."""
     frozen = []  # requests of ours in the engine at each keep pause of the engine
-    real_pause = vllm_engine.engine.pause_generation
+    real_pause = vllm_engine.llm.pause_generation
 
     async def pause_generation(**kw):
         if kw["mode"] == "keep":
             frozen.append(len(vllm_engine._live))
         await real_pause(**kw)
 
-    monkeypatch.setattr(vllm_engine, "_emulates_keep", True)
-    monkeypatch.setattr(vllm_engine.engine, "pause_generation", pause_generation)
+    monkeypatch.setattr(vllm_engine, "native_keep", False)
+    monkeypatch.setattr(vllm_engine.llm, "pause_generation", pause_generation)
     await keep(vllm_engine, trainer, monkeypatch)
     assert not any(frozen), frozen  # cut and continued instead

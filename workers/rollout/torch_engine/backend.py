@@ -155,10 +155,8 @@ class TorchPool(LanePool):
         capacity: int | None = None,
         max_lora_rank: int | None = None,
         device: torch.device | None = None,
-        lora_kernel: str | None = None,
     ):
         self.device = device or engine_device(spec)
-        self.lora_kernel = lora_kernel
         config = AutoConfig.from_pretrained(str(model_dir))
         self.batches_adapters = decodes_static(spec.rollout, self.device, config)
         # the slot table is sized by one rank: the founding run's unless told (a later run
@@ -168,9 +166,8 @@ class TorchPool(LanePool):
 
     def _start(self) -> None:
         self.engine = TorchEngine(
-            self.spec, self.model_dir, self.device, adapters=self.capacity,
-            max_lora_rank=self.max_lora_rank, lora_kernel=self.lora_kernel,
-        )  # fmt: skip
+            self.spec, self.model_dir, self.device, self.capacity, self.max_lora_rank
+        )
 
     async def _new_lane(self, run_id: str, lora: LoraSpec, slot: int) -> TorchLane:
         adapter = await asyncio.to_thread(self.engine.join, slot - 1, lora)

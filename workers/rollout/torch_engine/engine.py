@@ -65,10 +65,9 @@ class TorchEngine:
         device: torch.device | None = None,
         adapters: int = 0,
         max_lora_rank: int = 0,
-        lora_kernel: str | None = None,
     ):
         """`adapters` > 0: a pool's slots, of rank up to `max_lora_rank` in the static
-        decoder's table (`lora_kernel`: its LoRA kernel); 0: the spec's own adapter."""
+        decoder's table; 0: the spec's own adapter."""
         rollout = spec.rollout
         if not isinstance(rollout, TorchRolloutSpec):
             raise ValueError(f"torch backend: the spec's rollout.backend is {rollout.backend!r}")
@@ -80,8 +79,9 @@ class TorchEngine:
         self.pad_id = self.tokenizer.pad_token_id
         self.model = lora_io.load_spec_model(model_dir, spec, self.device)
         self.model.eval()
-        self.source = make_source(self.model, rollout, self.device, self.pad_id, adapters,
-                                  max_lora_rank, lora_kernel)  # fmt: skip
+        self.source = make_source(
+            self.model, rollout, self.device, self.pad_id, adapters, max_lora_rank
+        )
         static = isinstance(self.source, StaticSource)
         self.decoder = self.source.decoder if static else None
         self.probe_atol = probe_tolerance(lora_io.base_dtype(spec.model, self.device))
@@ -114,6 +114,18 @@ class TorchEngine:
         """Decode and load adapters on `stream` instead of the engine's own (one that shares
         the GPU with the trainer on a plan: workers/gpu_share.py). Before generating."""
         self._stream = stream
+
+    def warm_compiled(self, temperature: float) -> bool:
+        """Compile the static decoder's step halves and the sampler now (`rollout.compile`
+        on a GPU), in the caller's thread and on its stream: an async run warms trainer and
+        engine one after the other before they run in two threads (torch.compile is not
+        thread-safe: workers/loop/gpu_share.py). True where anything was compiled."""
+        decoder = self.decoder
+        if decoder is None or not decoder.compiled or decoder.device.type != "cuda":
+            return False
+        with self._lock:
+            warm_decoder(decoder, self.draw, temperature)
+        return True
 
     def text(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -300,3 +312,23 @@ class TorchEngine:
                 self._hand_back(self.rows.done)
                 self.rows.done = []
                 self._busy = self.rows.busy()
+
+
+@torch.no_grad()
+def warm_decoder(decoder, draw, temperature: float) -> None:
+    """Decode steps at two batch buckets (the decoder's compiled halves are captured in its
+    CUDA graphs: static at the first, dynamic from the second) and the compiled sampler,
+    with noise and greedy; then the decoder is left empty."""
+    dev = decoder.device
+    fixed = torch.Generator(dev).manual_seed(0)  # the run's own random streams untouched
+    for rows in sorted({min(8, decoder.max_batch), min(9, decoder.max_batch)}):
+        ids = torch.arange(3, 7, device=dev).repeat(rows, 1)  # [rows, 4]
+        decoder.prefill(ids, torch.ones_like(ids))
+        logits = decoder.step(ids[:, -1])
+    # the sampler takes any row count (a prefill's new rows, the live ones): 1 is its own
+    # graph, then two more sizes make the rows dynamic
+    for rows in (1, 2, 3):
+        noise = torch.rand(rows, logits.shape[1], device=dev, generator=fixed)
+        draw(logits[:rows], temperature, noise, torch.arange(rows, device=dev))
+        draw(logits[:rows], temperature)
+    decoder.reset()

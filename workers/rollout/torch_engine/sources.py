@@ -275,7 +275,6 @@ def make_source(
     pad_id: int,
     adapters: int = 0,
     max_rank: int = 0,
-    lora_kernel: str | None = None,
 ) -> StepSource:
     """The step source rollout.decode asks for: the static decoder (StaticDecoder says why
     if it cannot take the model), with a slot table of `adapters` slots of rank up to
@@ -285,7 +284,6 @@ def make_source(
     # a CPU run keeps the eager step (no C++ toolchain is assumed)
     compile = "inductor" if rollout.compile and device.type == "cuda" else None
     decoder = StaticDecoder(
-        model, rollout.max_batch_size, compile=compile, adapters=adapters, max_rank=max_rank,
-        lora_kernel=lora_kernel,
-    )  # fmt: skip
+        model, rollout.max_batch_size, compile=compile, adapters=adapters, max_rank=max_rank
+    )
     return StaticSource(model, decoder, pad_id, rollout.continuous)
