@@ -258,6 +258,7 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "paddock.experiments.models.RunState",
         # one name for the backends' union, whether a serializer or a model of workers/ has it
         "BackendEnum": "paddock.experiments.models.Backend",
+        "PreflightModeEnum": "paddock.experiments.preflight.MODES",
         "SweepStateEnum": "paddock.sweeps.models.SweepState",
         "SweepMethodEnum": "paddock.sweeps.models.SweepMethod",
         "SweepMemberStateEnum": "paddock.sweeps.models.MemberState",

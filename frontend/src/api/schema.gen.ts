@@ -798,22 +798,13 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
-        /** @enum {string} */
-        Backend3beEnum: "torch" | "vllm" | "trtllm";
         /**
-         * @description * `torch` - Torch
-         *     * `vllm` - Vllm
-         *     * `trtllm` - Trtllm
+         * @description * `torch` - torch
+         *     * `vllm` - vllm
+         *     * `trtllm` - trtllm
          * @enum {string}
          */
         BackendEnum: "torch" | "vllm" | "trtllm";
-        /**
-         * @description * `torch` - torch
-         *     * `trtllm` - trtllm
-         *     * `vllm` - vllm
-         * @enum {string}
-         */
-        BackendsEnum: "torch" | "trtllm" | "vllm";
         /** @enum {unknown} */
         BlankEnum: "";
         Change: {
@@ -851,14 +842,14 @@ export interface components {
             name: string;
             description?: string;
             tags?: string[];
-            backends?: components["schemas"]["BackendsEnum"][];
+            backends?: components["schemas"]["BackendEnum"][];
             seeds?: number;
             /** Format: int64 */
             cluster?: number | null;
             /** @default false */
             validate_only: boolean;
             /** @default off */
-            preflight: components["schemas"]["PreflightCb0Enum"];
+            preflight: components["schemas"]["PreflightModeEnum"];
         };
         Cluster: {
             readonly id: number;
@@ -958,9 +949,9 @@ export interface components {
             file: string;
         };
         /**
-         * @description * `running` - Running
-         *     * `paused` - Paused
-         *     * `aborted` - Aborted
+         * @description * `running` - running
+         *     * `paused` - paused
+         *     * `aborted` - aborted
          * @enum {string}
          */
         DesiredStateEnum: "running" | "paused" | "aborted";
@@ -1041,7 +1032,7 @@ export interface components {
             /** @description a RunSpec (GET /api/v1/spec/schema) */
             spec: unknown;
             /** @description default: the spec's rollout.backend */
-            backends?: components["schemas"]["BackendsEnum"][];
+            backends?: components["schemas"]["BackendEnum"][];
             /** @default 1 */
             seeds: number;
             /** Format: int64 */
@@ -1056,7 +1047,7 @@ export interface components {
              *     * `only` - only
              * @default off
              */
-            preflight: components["schemas"]["PreflightCb0Enum"];
+            preflight: components["schemas"]["PreflightModeEnum"];
         };
         Me: {
             id: number;
@@ -1252,13 +1243,6 @@ export interface components {
             };
         };
         /**
-         * @description * `off` - off
-         *     * `first` - first
-         *     * `only` - only
-         * @enum {string}
-         */
-        PreflightCb0Enum: "off" | "first" | "only";
-        /**
          * PreflightCheck
          * @description One check of the pre-flight verdict (workers/preflight.py): what it judged, its
          *     figure, and why it failed or was skipped.
@@ -1303,7 +1287,7 @@ export interface components {
             /** Time */
             time: number;
             /** Backend */
-            backend: components["schemas"]["Backend3beEnum"];
+            backend: components["schemas"]["BackendEnum"];
             /**
              * Steps
              * @description steps of each phase it ran
@@ -1312,6 +1296,13 @@ export interface components {
             /** Checks */
             checks: components["schemas"]["PreflightCheck"][];
         };
+        /**
+         * @description * `off` - off
+         *     * `first` - first
+         *     * `only` - only
+         * @enum {string}
+         */
+        PreflightModeEnum: "off" | "first" | "only";
         /** PreflightRun */
         PreflightRun: {
             /** Run Id */
@@ -1319,11 +1310,9 @@ export interface components {
             /** Backend */
             backend: string;
             /** State */
-            state: components["schemas"]["PreflightRunStateEnum"];
+            state: components["schemas"]["StateEnum"];
             verdict: components["schemas"]["PreflightEvent"] | null;
         };
-        /** @enum {string} */
-        PreflightRunStateEnum: "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming" | "succeeded" | "aborting" | "aborted" | "failed";
         /**
          * @description * `train` - Train
          *     * `preflight` - Preflight
@@ -1593,20 +1582,7 @@ export interface components {
             files: string[];
             unmapped: components["schemas"]["UnmappedKey"][];
         };
-        /**
-         * @description * `queued` - Queued
-         *     * `dispatching` - Dispatching
-         *     * `starting` - Starting
-         *     * `running` - Running
-         *     * `pausing` - Pausing
-         *     * `paused` - Paused
-         *     * `resuming` - Resuming
-         *     * `succeeded` - Succeeded
-         *     * `aborting` - Aborting
-         *     * `aborted` - Aborted
-         *     * `failed` - Failed
-         * @enum {string}
-         */
+        /** @enum {string} */
         StateEnum: "queued" | "dispatching" | "starting" | "running" | "pausing" | "paused" | "resuming" | "succeeded" | "aborting" | "aborted" | "failed";
         /** @enum {string} */
         StatusEnum: "pass" | "fail" | "skipped";
@@ -2907,10 +2883,10 @@ export interface operations {
             query?: {
                 /**
                  * @description * `torch` - torch
-                 *     * `trtllm` - trtllm
                  *     * `vllm` - vllm
+                 *     * `trtllm` - trtllm
                  */
-                backend?: "torch" | "trtllm" | "vllm";
+                backend?: "torch" | "vllm" | "trtllm";
                 creator?: string;
                 /** @description The pagination cursor value. */
                 cursor?: string;

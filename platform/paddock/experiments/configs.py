@@ -12,6 +12,7 @@ from typing import Any
 
 from paddock.core.errors import DomainError, ErrorCode
 from paddock.experiments.models import ConfigVersion
+from workers import names
 from workers.spec import RunSpec, apply_overrides, parse_spec, spec_errors, spec_json_schema
 
 _ABSENT = object()
@@ -55,7 +56,9 @@ def _rollout_keys() -> dict[str, frozenset[str]]:
 
 
 def rollout_backends() -> list[str]:
-    return sorted(_rollout_keys())
+    """The spec's rollout backends in workers/names.py's order (the API schema's one union)."""
+    keys = _rollout_keys()
+    return [b for b in names.BACKENDS if b in keys]
 
 
 def spec_for_run(*, spec: dict, backend: str, seed: int) -> RunSpec:

@@ -15,8 +15,10 @@ from workers.spec import RunSpec, stored_spec
 
 def _choices(name: str, values: tuple[str, ...]) -> type[models.TextChoices]:
     """Choices named after their values (`RunState.RUNNING == "running"`), from the names
-    workers/names.py defines once for both halves and the browser."""
-    return models.TextChoices(name, [(value.upper(), value) for value in values])
+    workers/names.py defines once for both halves and the browser. Each label is its value,
+    as in the JSON Schema of workers/'s pydantic models, so that the API schema names one
+    union once wherever a serializer or a model of workers/ has it."""
+    return models.TextChoices(name, [(value.upper(), (value, value)) for value in values])
 
 
 RunState = _choices("RunState", names.RUN_STATES)

@@ -96,7 +96,8 @@ async def test_vllm_backend_decodes_after_the_data_modules_ids(
     engine = tiny_vllm
     given: list[list[int]] = []
     reported: list[list[int]] = []
-    generate = engine.engine.generate
+    llm = engine.llm  # vLLM's AsyncLLM, which the lane hands each group's ids
+    generate = llm.generate
 
     async def record(prompt, params, request_id, **kw):
         given.append(list(prompt["prompt_token_ids"]))
@@ -106,7 +107,7 @@ async def test_vllm_backend_decodes_after_the_data_modules_ids(
 
     try:
         await _serve(engine, adapter)  # its version handshake is a request of its own
-        monkeypatch.setattr(engine.engine, "generate", record)  # undone after the test
+        monkeypatch.setattr(llm, "generate", record)  # undone after the test
         results = await _generate(engine, expected)
     finally:
         await engine.abort()  # the engine is shared: nothing of this test's left running
