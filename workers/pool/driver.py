@@ -138,7 +138,8 @@ class PoolDriver:
 
     def check(self, run_id: str, spec: RunSpec) -> None:
         """Raise PoolAdmissionError unless the run may join now, with the reason."""
-        if run_id in self.members:
+        held = self.members.get(run_id)
+        if held is not None and (held.task is None or not held.task.done()):
             raise PoolAdmissionError(f"run {run_id} is already in the pool")
         if self.key is not None:
             why = misfit(spec, self.key, self.cluster)

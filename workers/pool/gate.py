@@ -3,9 +3,11 @@ handed out by weighted fair share (workers/policy/fair_share.py).
 
 A run asks for a turn when it has work waiting (`turn(run)`); whenever a slot is free, the
 waiting run with the smallest virtual time gets it, and the seconds it holds the turn are
-charged to it. A run that is not asking is never waited for. `exclusive(run)` takes the
-resource without the fair pick, for short work that must not overlap a turn (an adapter
-export, a checkpoint), still charged to the run.
+charged to it. A run that is not asking is never waited for. A run may ask again before its
+earlier turns end (an episode's turns overlap, an evaluation asks while the producer's turn
+runs): it stays ready while any of its asks waits, and each ask gets a turn of its own.
+`exclusive(run)` takes the resource without the fair pick, for short work that must not
+overlap a turn (an adapter export, a checkpoint), still charged to the run.
 
 `TrainTurns` over a gate: one turn steps every run whose work is waiting, together (the
 pool's batched train step). A run's work goes in the next turn that starts after it is
@@ -32,6 +34,7 @@ class FairGate:
         self.slots, self.clock = slots, clock
         self.share = FairShare()
         self.busy = 0
+        self.asks: Counter[str] = Counter()  # each run's turns asked for and not yet given
         self._cond = asyncio.Condition()
 
     def join(self, run: str, weight: float = 1.0) -> None:
@@ -50,17 +53,25 @@ class FairGate:
         asked = self.clock()
         async with self._cond:
             self.share.ready(run, asked)
+            self.asks[run] += 1
             try:
                 await self._cond.wait_for(
                     lambda: self.busy < self.slots and pick(self.share.clocks) == run
                 )
             except BaseException:  # cancelled while waiting: withdraw the request
-                if run in self.share.clocks:
+                self.asks[run] -= 1
+                if run in self.share.clocks and not self.asks[run]:
                     self.share.not_ready(run)
                 self._cond.notify_all()
                 raise
-            self.share.next(self.clock())
+            self.asks[run] -= 1
+            now = self.clock()
+            self.share.next(now)
+            if self.asks[run]:  # another ask of this run still waits: it stays ready
+                self.share.ready(run, now)
             self.busy += 1
+            # the pick has moved on: a waiter it names may take another free slot now
+            self._cond.notify_all()
         async with self._held(run):
             yield self.clock() - asked
 

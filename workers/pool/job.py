@@ -3,13 +3,14 @@
 Started by the control plane through the Ray Jobs API with PADDOCK_POOL_ID,
 PADDOCK_POOL_DISPATCH, PADDOCK_PUBLIC_URL and a one-time PADDOCK_BOOTSTRAP_TOKEN, it
 exchanges the token for the pool's token, capacity and key, then polls the pool's members
-every ~2 s. A member listed with a bootstrap token is new: it is bootstrapped like a run's
-own job (workers/bootstrap.py: its run token, spec, output directory and checkpoint) and joins
-the pool with a Reporter of its own, which carries its events up and its desired state
-(pause, resume, abort) down. A member no longer listed leaves (checkpointed, its slot freed,
-its reporter closed without a final status: the platform has decided its state). The job
-exits when the platform says stop and no member is left, or when the members call is
-refused (the pool was dispatched again, or is gone).
+every ~2 s. A member listed with a bootstrap token and a dispatch it has not joined with is
+new (a run that left and was packed into this pool again joins again): it is bootstrapped
+like a run's own job (workers/bootstrap.py: its run token, spec, output directory and
+checkpoint) and joins the pool with a Reporter of its own, which carries its events up and
+its desired state (pause, resume, abort) down. A member no longer listed leaves
+(checkpointed, its slot freed, its reporter closed without a final status: the platform has
+decided its state). The job exits when the platform says stop and no member is left, or when
+the members call is refused (the pool was dispatched again, or is gone).
 
 By hand, for tests and users, with one spec per run and a control file per run:
 
@@ -69,8 +70,11 @@ class PoolJob:
             capacity=pool.capacity, key=pool.key, cluster=pool.key.get("cluster")
         )
         self.reporters: dict[str, Reporter] = {}
+        self.dispatches: dict[str, int] = {}  # the dispatch each member joined with
         self.closed: set[str] = set()
-        self.refused: set[str] = set()
+        # (run, dispatch) pairs whose bootstrap was refused: not asked again while listed so;
+        # the run's next dispatch (queued again and packed here once more) is a new ask
+        self.refused: set[tuple[str, int]] = set()
 
     def _members(self) -> tuple[int, PoolMembers | None]:
         reply = requests.get(
@@ -101,8 +105,11 @@ class PoolJob:
                     continue
                 listed = {str(m.run_id): m for m in body.members}
                 for run_id, m in listed.items():
-                    new = run_id not in self.reporters and run_id not in self.refused
+                    joined = self.dispatches.get(run_id)
+                    new = joined != m.dispatch and (run_id, m.dispatch) not in self.refused
                     if m.bootstrap_token and new:
+                        if joined is not None and run_id in self.reporters:
+                            await self._leave(run_id)  # its earlier dispatch is over
                         await self._join(run_id, m, m.bootstrap_token)
                     elif run_id in self.driver.members:
                         self.driver.set_weight(run_id, m.weight)
@@ -125,14 +132,15 @@ class PoolJob:
             a = await asyncio.to_thread(bootstrap, self.url, m.run_id, dispatch, bootstrap_token)
         except SystemExit as exc:  # refused: the run is another job's now, or its token spent
             log.warning("member %s: %s", run_id, exc)
-            self.refused.add(run_id)  # not asked again while it stays listed
+            self.refused.add((run_id, dispatch))
             return
         control = StaticControl("running")
         reporter = Reporter(
             ReporterConfig(self.url, int(run_id), a.token, dispatch, a.out_dir / "spool"),
             on_desired_state=lambda state: control.set(state),  # type: ignore[arg-type]
         )
-        self.reporters[run_id] = reporter
+        self.reporters[run_id], self.dispatches[run_id] = reporter, dispatch
+        self.closed.discard(run_id)  # closed with its earlier dispatch, if it had one here
         reporter.status(
             "starting", f"dispatch {dispatch} in pool {self.pool.pool_id} on {os.uname().nodename}"
         )
@@ -161,6 +169,7 @@ class PoolJob:
             await self.driver.leave(run_id)
         await self._close_reporter(run_id)
         self.reporters.pop(run_id, None)
+        self.dispatches.pop(run_id, None)
 
     async def _close_reporter(self, run_id: str) -> None:
         reporter = self.reporters.get(run_id)

@@ -190,3 +190,53 @@ def test_a_batched_turn_withdrawn_before_it_starts_steps_nothing():
 
     asyncio.run(scenario())
     assert calls == [["a"]]
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_runs_overlapping_asks_each_get_a_turn(slots):
+    """A run that asks again while its earlier ask still waits (an episode's overlapping
+    turns, an evaluation beside the producer) gets a turn for each ask; with free slots
+    they are held at once. Before, its second ask waited forever: the first ask's pick
+    marked the run not ready, so the pick never named it again."""
+    import asyncio
+
+    from workers.pool.gate import FairGate
+
+    async def scenario():
+        gate = FairGate(slots=slots)
+        for run in "ab":
+            gate.join(run)
+        busy, free = asyncio.Event(), asyncio.Event()
+        held, release = asyncio.Event(), asyncio.Event()
+        entered: list[str] = []
+
+        async def block():  # every slot taken, so that a's two asks both wait
+            async with gate.exclusive("b"):
+                if gate.busy == slots:
+                    busy.set()
+                await free.wait()
+
+        async def ask(run: str, tag: str):
+            async with gate.turn(run):
+                entered.append(tag)
+                if len(entered) == slots:
+                    held.set()
+                await release.wait()
+
+        blockers = [asyncio.create_task(block()) for _ in range(slots)]
+        await asyncio.wait_for(busy.wait(), 10)
+        tasks = [asyncio.create_task(ask("a", "a1")), asyncio.create_task(ask("a", "a2"))]
+        while gate.asks["a"] < 2:  # both of a's asks wait
+            await asyncio.sleep(0)
+        free.set()
+        await asyncio.wait_for(held.wait(), 10)  # a hang fails here
+        if slots == 2:  # both of a's asks hold a slot at once
+            assert sorted(entered) == ["a1", "a2"] and gate.busy == 2
+        tasks.append(asyncio.create_task(ask("b", "b1")))
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, *blockers), 10)
+        assert sorted(entered) == ["a1", "a2", "b1"]
+        assert gate.busy == 0 and not +gate.asks
+        assert all(c.ready_since is None for c in gate.share.clocks.values())
+
+    asyncio.run(scenario())

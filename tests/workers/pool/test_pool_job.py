@@ -4,8 +4,10 @@ by-hand form with spec files.
 
 Under the platform: each member bootstraps with its one-time token and reports through its
 own run token; run 11 trains to its end, run 12 is aborted through its own desired state,
-run 13 leaves when the platform stops listing it (no final status), run 14 does not fit the
-pool and fails alone naming the setting; the job exits once told to stop.
+run 13 leaves when the platform stops listing it (no final status) and, listed again with
+its next dispatch (queued again and packed into the same live pool), joins again from its
+checkpoint and trains to its end, run 14 does not fit the pool and fails alone naming the
+setting; the job exits once told to stop.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ class Platform:
     def __init__(self, specs: dict[int, dict], root: Path, key: dict):
         self.specs, self.root, self.key = specs, root, key
         self.lock = threading.Lock()
-        self.bootstrapped: set[int] = set()
+        self.bootstrapped: set[tuple[int, int]] = set()  # (run, dispatch)
+        self.dispatch = dict.fromkeys(specs, 1)
+        self.resume_from: dict[int, str] = {}
         self.events: dict[int, list[dict]] = {r: [] for r in specs}
         self.desired = dict.fromkeys(specs, "running")
         self.listed = set(specs)
@@ -60,18 +64,23 @@ class Platform:
                 if auth != "Bearer pool-token":
                     return 401, None
                 members = [
-                    ListedMember(run_id=r, dispatch=1, weight=1.0,
-                               bootstrap_token=None if r in self.bootstrapped else f"boot-{r}")
-                    for r in sorted(self.listed)
+                    ListedMember(run_id=r, dispatch=d, weight=1.0,
+                                 bootstrap_token=None if (r, d) in self.bootstrapped
+                                 else f"boot-{r}-{d}")
+                    for r in sorted(self.listed) for d in [self.dispatch[r]]
                 ]  # fmt: skip
                 return 200, PoolMembers(members=members, stop=not self.listed)
             if kind == "runs" and verb == "bootstrap":
-                if auth != f"Bearer boot-{ident}" or ident in self.bootstrapped:
+                d = self.dispatch[ident]
+                if auth != f"Bearer boot-{ident}-{d}" or (ident, d) in self.bootstrapped:
                     return 401, None
-                self.bootstrapped.add(ident)
+                if body.get("dispatch") != d:
+                    return 409, None
+                self.bootstrapped.add((ident, d))
                 out = self.root / f"run-{ident}"
                 return 200, RunBootstrap(token=f"run-token-{ident}", spec=self.specs[ident],
-                                         artifacts_uri=f"file://{out}")  # fmt: skip
+                                         artifacts_uri=f"file://{out}",
+                                         resume_from=self.resume_from.get(ident))  # fmt: skip
             if kind == "runs" and verb == "ingest":
                 if auth != f"Bearer run-token-{ident}":
                     self.bad_auth.append(f"{ident}: {auth}")
@@ -88,8 +97,16 @@ class Platform:
             self.listed.discard(run)  # ended: no longer a member
         if run == 12 and self.steps(run) and max(self.steps(run)) >= 1:
             self.desired[12] = "aborted"
-        if run == 13 and self.steps(run) and max(self.steps(run)) >= 1:
-            self.listed.discard(13)  # e.g. the run was moved: it leaves this pool
+        if run == 13 and self.dispatch[13] == 1 and self.steps(run):
+            # paused (held at a step boundary until it leaves) and no longer listed: e.g.
+            # the run was moved, it leaves this pool ...
+            self.desired[13] = "paused"
+            self.listed.discard(13)
+            saved = [e for e in self.events[13] if e["type"] == "checkpoint"]
+            if saved:  # ... checkpointed as it left: its next dispatch is packed here again
+                self.dispatch[13], self.resume_from[13] = 2, saved[-1]["uri"]
+                self.desired[13] = "running"
+                self.listed.add(13)
 
 
 def serve(platform: Platform) -> ThreadingHTTPServer:
@@ -125,7 +142,7 @@ def test_the_pool_job_under_the_platform(make_spec, tmp_path, monkeypatch):
     specs = {
         11: make_spec("train.steps=3", "seed=1"),
         12: make_spec("train.steps=30", "seed=2"),
-        13: make_spec("train.steps=30", "seed=3", "lora.r=4"),
+        13: make_spec("train.steps=4", "seed=3", "lora.r=4"),
         14: make_spec("train.steps=3", "model.dtype=bfloat16"),
     }
     key = {**pool_key(parse_spec(specs[11])), "cluster": "local"}
@@ -143,8 +160,14 @@ def test_the_pool_job_under_the_platform(make_spec, tmp_path, monkeypatch):
     assert platform.states(11) == ["starting", "running", "succeeded"]
     assert platform.steps(11)[-1] == 3
     assert platform.states(12) == ["starting", "running", "aborted"]
-    assert platform.states(13) == ["starting", "running"]  # left: no final status
-    assert (tmp_path / "run-13" / "dispatch-1" / "checkpoints").is_dir()
+    # left with no final status, then joined again from its checkpoint and trained to its
+    # end: each step reported once
+    states = platform.states(13)
+    assert states.count("starting") == 2 and states[-1] == "succeeded"
+    assert not {"succeeded", "aborted", "failed"} & set(states[: states.index("starting", 1)])
+    assert "dispatch-1" in platform.resume_from[13]
+    assert platform.steps(13) == [0, 1, 2, 3, 4]
+    assert (tmp_path / "run-13" / "dispatch-2").is_dir()
     assert platform.states(14)[0] == "starting" and platform.states(14)[-1] == "failed"
     failed = [e for e in platform.events[14] if e.get("state") == "failed"][0]
     assert "model.dtype is 'bfloat16', the pool's is 'auto'" in failed["detail"]
