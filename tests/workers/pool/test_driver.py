@@ -6,7 +6,8 @@ the tiny task in one process over one base model, each driven by the single-run 
   both with the pool engine in this process and in a child process (`engine_process`);
 - a NaN in one run's adapter fails that run alone, with its error in its own events;
 - a run joins while the pool runs, another leaves (checkpointed, slot freed, no final
-  status) and joins again from its checkpoint.
+  status) and joins again from its checkpoint under its own id;
+- async members of different lengths evaluating as they go each reach their end.
 Learning in a pool (reward rising for every member) is tests/workers/pool/test_driver_learn.py.
 """
 
@@ -171,8 +172,8 @@ def test_join_and_leave_while_the_pool_runs(make_spec, tmp_path):
         await a.task
         slots_after_leave = set(pool.engine.served_versions())
         ckpt = a.outcome.checkpoint
-        # a joins again from its checkpoint, under another id (a new dispatch)
-        again = pool.admit("a2", first, tmp_path / "a2", resume_from=str(ckpt))
+        # a joins again from its checkpoint under its own id (its next dispatch)
+        again = pool.admit("a", first, tmp_path / "a2", resume_from=str(ckpt))
         await pool.wait()
         await pool.close()
         return a, joined["b"], again, slots_after_leave, ckpt
@@ -186,6 +187,34 @@ def test_join_and_leave_while_the_pool_runs(make_spec, tmp_path):
     assert again.outcome.step == 6
     assert [r["step"] for r in rows(tmp_path / "a2") if "loss/total" in r] == [4, 5, 6]
     assert parse_spec(first).lora.r == 8  # b's rank 4 beside a's rank 8 in one pool
+
+
+def test_members_that_evaluate_and_end_apart_each_reach_their_end(make_spec, tmp_path):
+    """Async members of different lengths evaluating every other step: an evaluation asks
+    for a generation turn while the member's producer holds or waits for one, and members
+    end while others go on. Each reaches its own last step with its evaluations (a member's
+    second ask used to wait forever, freezing the pool at its evaluations)."""
+    ends = {"a": 2, "b": 4, "c": 8}
+    specs = {
+        r: make_spec(f"train.steps={n}", "train.eval_every=2", "async.enabled=true",
+                     "async.max_staleness=1", "algorithm.num_generations=8",
+                     "train.prompts_per_step=16", "train.micro_batch_size=128",
+                     "data.eval_size=180", f"seed={i}")
+        for i, (r, n) in enumerate(ends.items(), 1)
+    }  # fmt: skip
+
+    async def pooled():
+        pool = PoolDriver(capacity=3, keep_events=True)
+        members = {r: pool.admit(r, spec, tmp_path / r) for r, spec in specs.items()}
+        await asyncio.wait_for(pool.wait(), 300)  # a frozen member fails here
+        await pool.close()
+        return members
+
+    members = run_pool(pooled())
+    for r, n in ends.items():
+        assert statuses(members[r]) == ["running", "succeeded"] and members[r].outcome.step == n
+        evals = [row["step"] for row in rows(tmp_path / r) if "eval/accuracy" in row]
+        assert evals == list(range(0, n + 1, 2))
 
 
 def test_a_dead_engine_process_fails_each_member_with_its_cause(make_spec, tmp_path):
