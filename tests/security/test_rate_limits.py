@@ -62,11 +62,12 @@ def test_failed_api_tokens_are_limited_but_a_valid_one_never(world, ip):
     owner = world.users_a[Role.OWNER]
     raw = api_token_create(actor=world.actor(owner), team=world.team_a, name="t")[1]
     client = Client(REMOTE_ADDR=ip)
-    statuses = [
-        client.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer pdk_guess{i}").status_code
-        for i in range(8)
+    replies = [
+        client.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer pdk_guess{i}") for i in range(8)
     ]
-    assert statuses == [401] * 5 + [429] * 3
+    assert [r.status_code for r in replies] == [401] * 5 + [429] * 3
+    # the code of every door's limit on failed authentications (the job doors' too)
+    assert {r.json()["code"] for r in replies[5:]} == {"rate_limited"}
     for _ in range(20):
         assert client.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
 

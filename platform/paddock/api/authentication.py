@@ -20,8 +20,9 @@ from paddock.teams.services import api_token_authenticate
 def request_token(request) -> ApiToken | None:
     """The live API token of a request's `Authorization: Bearer` header (http/policy.py
     reads it), or None when it sends none. Raises as the API answers: a malformed header or
-    a refused token 401 (429 `throttled` once the address has failed too often: the failure
-    is counted), a token over its requests a minute 429 `rate_limited` (http/limits.py).
+    a refused token 401 (429 `rate_limited` once the address has failed too often: the
+    failure is counted, as at the job doors), a token over its requests a minute 429
+    `rate_limited` too (http/limits.py).
     Once per request: the fast reads (fast_reads.py) and DRF's authenticator both ask,
     and a request the fast path leaves to DRF is not authenticated nor counted twice."""
     request = getattr(request, "_request", request)  # DRF's Request wraps Django's
@@ -45,7 +46,7 @@ def _authenticate(request) -> ApiToken | Exception | bool:
     except DomainError as exc:
         wait = auth_failure_record(ip=request_client_address(request))
         if wait:
-            return Throttled(wait, "too many failed authentications")
+            return Throttled(wait, "too many failed authentications", code=ErrorCode.RATE_LIMITED)
         return AuthenticationFailed(exc.message, code=exc.code)
     wait = token_request_record(token_id=token.pk)
     if wait:

@@ -1,7 +1,8 @@
 """The one exception handler: every error of the API is `{"code", "message", "field"}`
 (plus `errors`, every problem, when there are several), its code one of `ErrorCode`'s:
 a `DomainError` as it is, DRF's own exceptions (authentication, permission, method, media
-type, throttling) under their DRF code, validation errors flattened to dotted fields."""
+type) under their DRF code, throttling as `rate_limited`, validation errors flattened to
+dotted fields."""
 
 from __future__ import annotations
 
@@ -58,9 +59,14 @@ def exception_handler(exc, context):
     return response
 
 
+# DRF's own codes the catalogue names otherwise: throttling is the one 429, `rate_limited`
+RENAMED = {exceptions.Throttled.default_code: ErrorCode.RATE_LIMITED.value}
+
+
 def _code(exc: exceptions.APIException) -> ErrorCode:
     """DRF's code for its exception (`not_authenticated`, `method_not_allowed`, …) or the one
     a view gave it; a code outside the catalogue is a bug, answered as `error`."""
     codes = exc.get_codes()
+    codes = RENAMED.get(codes, codes) if isinstance(codes, str) else codes
     known = isinstance(codes, str) and codes in ErrorCode._value2member_map_
     return ErrorCode(codes) if known else ErrorCode.ERROR

@@ -104,9 +104,8 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type", 415, "the body's Content-Type is not one the endpoint reads"
     )  # fmt: skip
-    THROTTLED = "throttled", 429, "too many failed authentications with an API token"
     RATE_LIMITED = (
-        "rate_limited", 429, "too many failed logins or job authentications, or requests of a token"
+        "rate_limited", 429, "too many failed logins or authentications, or requests of a token"
     )  # fmt: skip
     ERROR = "error", 500, "an API error without a more precise code"
     SERVER_ERROR = "server_error", 500, "a bug or an outage on the platform"
