@@ -1177,6 +1177,14 @@ class RunSpec(_Section):
                     )
         return self
 
+    def response_tokens_max(self) -> int:
+        """The most tokens after the prompt a sample holds: a turn's `max_new_tokens`, or an
+        episode's budget (`env.max_episode_tokens`, default `max_turns` turns). The L_max of
+        `seq_mean_token_sum_norm` and the episodes' limit read it here."""
+        if self.env is None:
+            return self.rollout.max_new_tokens
+        return self.env.max_episode_tokens or self.env.max_turns * self.rollout.max_new_tokens
+
     def outbound_urls(self) -> list[tuple[str, str]]:
         """(field, URL) of every address the run's job will call for the user: each is
         reached under the egress policy (workers/egress.py), and a launch checks them."""

@@ -172,3 +172,15 @@ def test_every_key_is_in_the_config_reference():
         paths += _leaf_paths(member, "rollout.")
     missing = sorted({p for p in paths if f"`{p}`" not in doc})
     assert not missing, f"document these keys in docs/config-reference.md: {missing}"
+
+
+def test_a_samples_response_bound_is_a_turn_or_an_episodes_budget():
+    """What seq_mean_token_sum_norm divides by (L_max) and what bounds an episode: one
+    turn's max_new_tokens without an environment; with one, its episode budget, by default
+    max_turns turns."""
+    spec = load_spec(EXAMPLES / "calculator-tools.yaml")
+    turn, turns = spec.rollout.max_new_tokens, spec.env.max_turns
+    assert RunSpec.model_validate({"rollout": {"max_new_tokens": 7}}).response_tokens_max() == 7
+    for budget, bound in ((None, turns * turn), (123, 123)):
+        env = spec.env.model_copy(update={"max_episode_tokens": budget})
+        assert spec.model_copy(update={"env": env}).response_tokens_max() == bound

@@ -93,10 +93,8 @@ async def episode_setup(
             "template; the tokenizer has none (a base model)"
         )
     env = await make_environment(spec.env, grants)
-    e, r = spec.env, spec.rollout
-    limits = EpisodeLimits(
-        e.max_turns, e.max_episode_tokens or e.max_turns * r.max_new_tokens, e.step_timeout_s
-    )
+    e = spec.env
+    limits = EpisodeLimits(e.max_turns, spec.response_tokens_max(), e.step_timeout_s)
     fmt = e.tool_format if e.tool_format != "auto" else format_for_template(tokenizer.chat_template)
     return env, ChatRenderer(tokenizer, eos, env.tools, template_kwargs), limits, fmt
 

@@ -336,7 +336,7 @@ class LoraPolicy:
             local,
             n_micro,
             share,
-            AggNorm.of(batch.mask, max_len=spec.rollout.max_new_tokens),
+            AggNorm.of(batch.mask, max_len=spec.response_tokens_max()),
             adapter.version,
             # With one optimizer step per batch, the training forward runs at exactly
             # π_old's parameters, so π_old is that forward, detached, unless dropout makes
