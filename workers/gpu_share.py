@@ -17,8 +17,9 @@ fills every SM, and the other way round. `resources.gpu_share` says how the two 
   bandwidth and L2, and a side that has nothing to do leaves its SMs idle.
 
 `split` is the default: at G ≈ T on one H200 (docs/performance.md, "Async on one GPU")
-it gave 1.23-1.44x sync per step where `streams` gave 1.03-1.17x and the priorities no
-more; 48 of the 132 SMs for the engine (`engine_sm_share` 0.36) was best of 32-64.
+it gave 1.23-1.44x sync per step (1.30x re-measured on a fresh machine) where `streams`
+gave 1.03-1.17x at first and 0.88x, a loss, when re-measured; 48 of the 132 SMs for the
+engine (`engine_sm_share` 0.36) was best of 32-64.
 
 Only async runs share (a sync run runs one side at a time, on the whole GPU), and only
 where trainer and engine are on the same GPU in one process. `plan_share` is the pure part
