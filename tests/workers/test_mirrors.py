@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port
-from tests.serving import serving
+from tests.conftest import REPO
+from tests.serving import serving_on_a_free_port
 from workers.loop.mirrors import MAX_FAILURES, Mirrors
 from workers.train import train
 
@@ -28,13 +28,15 @@ pytestmark = pytest.mark.slow
 def mlflow_server(tmp_path_factory):
     """`mlflow server` on a free port, its sqlite store and artifacts in a tmp directory."""
     home = tmp_path_factory.mktemp("mlflow")
-    url = f"http://127.0.0.1:{free_port()}"
-    argv = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
-            "--port", url.rsplit(":", 1)[1], "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
-            "--default-artifact-root", str(home / "artifacts")]  # fmt: skip
-    with serving(argv, ready_url=f"{url}/health", what="the MLflow tracking server",
-                 cwd=home, log=home / "server.log"):  # fmt: skip
+
+    def argv(port: int) -> list[str]:
+        return [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+                "--port", str(port), "--workers", "1",
+                "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+                "--default-artifact-root", str(home / "artifacts")]  # fmt: skip
+
+    with serving_on_a_free_port(argv, ready_path="/health", what="the MLflow tracking server",
+                                cwd=home, log=home / "server.log") as url:  # fmt: skip
         yield url
 
 
