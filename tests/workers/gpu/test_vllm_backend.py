@@ -98,19 +98,11 @@ def loop():
 
 @pytest.fixture(scope="module")
 def model_dir(loop, tmp_path_factory) -> Path:
-    """Random init, except that the digits' embedding rows (tied: input and output) are
-    scaled ×4: their logits spread wider, so digits are about a quarter of the samples (on
-    a CPU build of it), as from the arithmetic model the contract was written for. At
-    random init alone no sample of the stop-string test held its "1" (18 samples of up to
-    12 tokens, on the H200, 2026-12-04)."""
-    from safetensors.torch import load_file, save_file
-
-    out = build_small_qwen3(tmp_path_factory.mktemp("qwen3-0.6b-chars"), "cuda", **SHAPE)
-    weights = load_file(out / "model.safetensors")
-    digits = slice(3, 13)  # the char tokenizer's "0".."9"
-    weights["model.embed_tokens.weight"][digits] *= 4
-    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
-    return out
+    """Random init. (Scaling the digits' embedding rows up, so that a stop string of a digit
+    was sampled, made the bf16 handshake fail on the H200 for the contract's wild adapters:
+    logits 4× as large, errors too. The stop-string test now picks its stop from what the
+    model samples.)"""
+    return build_small_qwen3(tmp_path_factory.mktemp("qwen3-0.6b-chars"), "cuda", **SHAPE)
 
 
 @pytest.fixture(scope="module")

@@ -202,16 +202,34 @@ async def test_n_samples_eos_and_max_new_tokens(engine, trainer):
 
 
 async def test_stop_strings(engine, trainer):
+    """A stop string ends a sample where it first appears, and changes nothing before it:
+    the same seeded requests without the stop are the reference (the stop string is the
+    character most reference samples hold, so that a random model stops some samples
+    whatever it favours)."""
     await serve(engine, trainer, 1)
-    params = SamplingParams(temperature=2.0, max_new_tokens=12, stop=("1",))
-    results = await engine.generate(requests(trainer, params, n=6, tag="stop"))
+    free = SamplingParams(temperature=2.0, max_new_tokens=12)
+    refs = [
+        s for r in await engine.generate(requests(trainer, free, n=6, tag="ref")) for s in r.samples
+    ]
+    seen = Counter(c for s in refs for c in set(s.text))
+    assert seen, "every reference sample is empty"
+    stop = max(seen, key=lambda c: (seen[c], c))
+    params = SamplingParams(temperature=2.0, max_new_tokens=12, stop=(stop,))
+    got = [
+        s
+        for r in await engine.generate(requests(trainer, params, n=6, tag="stop"))
+        for s in r.samples
+    ]
     stopped = 0
-    for s in (s for r in results for s in r.samples):
-        assert "1" not in s.text[:-1], s  # the first "1" ends the sample
-        if s.text.endswith("1"):
-            assert s.finish_reason == "stop"
-            stopped += 1
-    assert stopped > 0
+    for ref, s in zip(refs, got, strict=True):
+        cut = ref.text.find(stop)
+        if cut < 0:
+            assert (s.text, s.token_ids) == (ref.text, ref.token_ids)
+            continue
+        assert s.text == ref.text[: cut + 1] and s.finish_reason == "stop", (stop, ref, s)
+        assert s.token_ids == ref.token_ids[: len(s.token_ids)]
+        stopped += 1
+    assert stopped == seen[stop] > 0
 
 
 async def test_seeds_reproduce(engine, trainer):
