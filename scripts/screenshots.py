@@ -15,7 +15,9 @@ points on a chart, a badge that says paused, the pool's members reporting throug
 picture never shows a page still loading. It launches two experiments of its own
 ("quickstart tour", and "pool tour" with two seeds in one `auto` pool) and aborts their
 runs at the end. `--only runs,compare` takes those pictures alone and skips the steps that
-only the others need (the token, the launch and its pause).
+only the others need (the token, the launch and its pause). `--compare-name TEXT` compares
+the demo experiment whose name holds TEXT (say `calculator`) instead of the first that is
+ready; the compare step prints the page's verdicts either way.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         default=set(PICTURES),
         help=f"comma-separated pictures to take, of {','.join(PICTURES)} (default: all)",
     )
+    parser.add_argument(
+        "--compare-name", default="", help="compare the demo experiment whose name holds this"
+    )
     args = parser.parse_args(argv)
     if args.only - set(PICTURES):
         parser.error(f"unknown pictures: {sorted(args.only - set(PICTURES))}")
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             WANTED.clear()
             WANTED.update(args.only)
+            COMPARE_NAME[0] = args.compare_name
             tour(page, args.url.rstrip("/"), username, password, args.out)
         finally:
             browser.close()
@@ -124,6 +130,7 @@ def post(page: Page, base: str, path: str, body: dict) -> dict:
 
 
 WANTED: set[str] = set(PICTURES)  # the pictures asked for (--only)
+COMPARE_NAME = [""]  # the demo experiment to compare: one whose name holds this (--compare-name)
 
 
 def pool_launch(page: Page, base: str) -> list[int]:
@@ -163,7 +170,8 @@ def demo_to_compare(page: Page, base: str) -> int:
     deadline = time.monotonic() + START_MS / 1000
     while True:
         demo = [r for r in items(api(page, base, "/runs"))
-                if r["experiment_name"] not in (NAME, POOL_NAME)]  # fmt: skip
+                if r["experiment_name"] not in (NAME, POOL_NAME)
+                and COMPARE_NAME[0] in r["experiment_name"]]  # fmt: skip
         trained: dict[int, set[str]] = {}
         for run in demo:
             if run["step"] >= COMPARE_STEPS:
@@ -256,6 +264,8 @@ def rest_of_tour(page: Page, base: str, out: Path, table: Locator, run_id: int |
             page.goto(f"{base}/experiments/{experiment}/compare")
             expect(page.locator(".compare-page")).to_have_attribute("data-stage", "full")
             expect(page.get_by_test_id("chart-Reward").locator("canvas")).to_be_visible()
+            for verdict in ("verdict", "engine-verdict"):
+                print(f"{verdict}: {page.get_by_test_id(verdict).all_inner_texts()}")
             shot(page, out, "compare")
 
         # 8. a pool: two runs sharing one pool job (docs/pools.md)
