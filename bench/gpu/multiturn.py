@@ -13,6 +13,9 @@ with --answer-tokens tokens (loss mask 0). The model is random, so turns end at 
 budget (an EOS may end a row early: the tokens counted are those made). The two variants
 alternate, --reps times after a warm-up round; each row is the median of the model's
 tokens a second (the environment's not counted), and the ratio is multi over single.
+--trace (torch engine) also prints, for each variant's timed rounds, the `generate` calls a
+round made and their rows, and the engine's prefills: tokens and seconds a round (each
+prefill timed between two device synchronisations, which slows the round a little).
 Writes multiturn.json under --out.
 """
 
@@ -31,6 +34,55 @@ from workers.loop.executor import LocalExecutor
 from workers.policy import LoraPolicy
 from workers.rollout import SamplingParams, make_backend
 from workers.spec import parse_spec
+
+
+class Trace:
+    """Where a round's time goes (--trace): the turn queue's `generate` calls and the step
+    source's prefills, counted per variant from the first timed round on."""
+
+    def __init__(self, source):
+        self.variant: str | None = None  # None while warming up
+        self.calls: dict[str, list[int]] = {}  # variant → rows of each generate call
+        self.prefill: dict[str, list[float]] = {}  # variant → [tokens, seconds]
+        prefill = source.prefill
+
+        def timed(prompts, *a, **kw):
+            sync()
+            t0 = time.perf_counter()
+            logits = prefill(prompts, *a, **kw)
+            sync()
+            if self.variant is not None:
+                made = self.prefill.setdefault(self.variant, [0, 0.0])
+                made[0] += sum(map(len, prompts))
+                made[1] += time.perf_counter() - t0
+            return logits
+
+        source.prefill = timed
+
+    def queue(self, queue) -> None:
+        run = queue._run
+
+        async def counted(batch):
+            if self.variant is not None:
+                self.calls.setdefault(self.variant, []).append(sum(r.n for r, _ in batch))
+            await run(batch)
+
+        queue._run = counted
+
+    def report(self, rounds: int, times: dict[str, list[float]]) -> dict:
+        rows = [("variant", "calls/round", "rows/call", "prefill tok/round", "prefill s/round",
+                 "of the round")]  # fmt: skip
+        out = {}
+        for name, calls in self.calls.items():
+            tokens, seconds = self.prefill.get(name, [0, 0.0])
+            share = seconds / sum(times[name])
+            per_call = statistics.median(calls)
+            cells = (len(calls) / rounds, per_call, tokens / rounds, seconds / rounds, share)
+            formats = (".1f", ".0f", ",.0f", ".3f", ".0%")
+            rows.append((name, *(f"{v:{f}}" for v, f in zip(cells, formats, strict=True))))
+            out[name] = {"calls": calls, "prefill_tokens": tokens, "prefill_s": seconds}
+        table(rows)
+        return out
 
 
 class FixedAnswers:
@@ -93,6 +145,7 @@ def part_multiturn(model_dir, args, out) -> dict:
     )
     loop.run_until_complete(backend.load_adapter(update))
     del policy
+    trace = Trace(backend.engine.source) if args.trace else None
     g = torch.Generator().manual_seed(0)
     examples = [
         Example(torch.randint(3, args.vocab, (args.prompt_len,), generator=g).tolist(), "")
@@ -108,6 +161,8 @@ def part_multiturn(model_dir, args, out) -> dict:
 
     def episodes(env, turns: int, tokens: int, rep: int) -> int:
         runner = EpisodeRunner(backend, renderer, env, EpisodeLimits(turns, None, 600.0))
+        if trace is not None:
+            trace.queue(runner.queue)
         params = SamplingParams(1.0, tokens)
 
         async def go():
@@ -125,6 +180,8 @@ def part_multiturn(model_dir, args, out) -> dict:
     made: dict[str, list[int]] = {k: [] for k in variants}
     for rep in range(args.reps + 1):
         for name, (env, turns, tokens) in variants.items():
+            if trace is not None:
+                trace.variant = name if rep else None
             sync()
             t0 = time.perf_counter()
             n = episodes(env, turns, tokens, rep)
@@ -140,7 +197,10 @@ def part_multiturn(model_dir, args, out) -> dict:
     single, multi = rows.values()
     table([("variant", "model tokens/s"), *((k, f"{v:,.0f}") for k, v in rows.items())])
     print(f"multi-turn / single-turn: {multi / single:.3f} at {args.groups * args.group} rows")
-    return {"tok_s": rows, "ratio": multi / single, "times": times, "tokens": made}
+    result = {"tok_s": rows, "ratio": multi / single, "times": times, "tokens": made}
+    if trace is not None:
+        result["trace"] = trace.report(args.reps, times)
+    return result
 
 
 if __name__ == "__main__":
@@ -153,4 +213,8 @@ if __name__ == "__main__":
     ap.add_argument("--turn-tokens", type=int, default=64)
     ap.add_argument("--answer-tokens", type=int, default=32)
     ap.add_argument("--tool-ms", type=float, default=50.0)
-    run(part_multiturn, ap.parse_args())
+    ap.add_argument("--trace", action="store_true", help="generate calls and prefills a round")
+    args = ap.parse_args()
+    if args.trace and args.backend != "torch":
+        ap.error("--trace reads the torch engine's prefills: --backend torch")
+    run(part_multiturn, args)
