@@ -7,7 +7,8 @@ own run token; run 11 trains to its end, run 12 is aborted through its own desir
 run 13 leaves when the platform stops listing it (no final status) and, listed again with
 its next dispatch (queued again and packed into the same live pool), joins again from its
 checkpoint and trains to its end, run 14 does not fit the pool and fails alone naming the
-setting; the job exits once told to stop.
+setting; the job exits once told to stop. As the platform does, the fake refuses a batch of
+a superseded dispatch (409) and answers the first dispatch's last batch "paused".
 """
 
 from __future__ import annotations
@@ -85,9 +86,15 @@ class Platform:
                 if auth != f"Bearer run-token-{ident}":
                     self.bad_auth.append(f"{ident}: {auth}")
                     return 401, None
+                if body["dispatch"] != self.dispatch[ident]:
+                    return 409, None  # as the platform: a superseded dispatch's batch is refused
                 self.events[ident] += body["events"]
                 self.script(ident)
-                return 200, IngestReply(ack=body["seq"], desired_state=self.desired[ident])
+                # the batch's own dispatch: once a later one is listed it stays paused until
+                # it leaves (the desired state of the run is the new dispatch's)
+                superseded = body["dispatch"] != self.dispatch[ident]
+                desired = "paused" if superseded else self.desired[ident]
+                return 200, IngestReply(ack=body["seq"], desired_state=desired)
             return 404, None
 
     def script(self, run: int) -> None:
@@ -137,8 +144,11 @@ def serve(platform: Platform) -> ThreadingHTTPServer:
 
 
 @pytest.mark.slow
-def test_the_pool_job_under_the_platform(make_spec, tmp_path, monkeypatch):
-    monkeypatch.setattr(pool_job, "POLL_S", 0.2)
+# a slow poll leaves run 13's first dispatch in the pool for seconds after its next is
+# listed: it must stay paused meanwhile (it resumed and trained on with the fake's old replies)
+@pytest.mark.parametrize("poll_s", [0.2, 2.0])
+def test_the_pool_job_under_the_platform(make_spec, tmp_path, monkeypatch, poll_s):
+    monkeypatch.setattr(pool_job, "POLL_S", poll_s)
     specs = {
         11: make_spec("train.steps=3", "seed=1"),
         12: make_spec("train.steps=30", "seed=2"),
