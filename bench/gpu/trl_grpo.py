@@ -5,8 +5,9 @@ GRPO step ≥ 3× TRL's):
     python3 bench/gpu/trl_grpo.py --small --prompts 4 --new-tokens 16 --steps 3   # CPU check
 
 The same model (built at --model-dir), the same work a step on both sides: --prompts
-prompts × --group samples of up to --new-tokens tokens, generated, scored by the same
-arithmetic check, and one optimizer step of LoRA r=16 (alpha 32, every linear layer) on
+prompts × --group samples of up to --new-tokens tokens, generated, scored by an
+arithmetic check (Paddock's `arithmetic` task and its reward; TRL's `correct` below, as
+cheap), and one optimizer step of LoRA r=16 (alpha 32, every linear layer) on
 them, with the same loss settings (no KL term, clip 0.2 / 0.28, the token mean: TRL's
 `loss_type="dapo"`). Paddock runs its sync driver (`train()`: the torch engine, the
 trainer); TRL runs `GRPOTrainer` with PEFT and its own generation (`generate` on the
@@ -38,7 +39,7 @@ def prompts(n: int) -> list[tuple[str, int]]:
 
 
 def correct(completion: str, answer: int) -> float:
-    """The arithmetic check both sides score with: the completion's leading digits."""
+    """TRL's reward: the completion's leading digits against the sum."""
     digits = ""
     for ch in completion.strip():
         if not ch.isdigit():
