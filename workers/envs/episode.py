@@ -212,8 +212,9 @@ class EpisodeRunner:
             if progress.request is None:
                 ids = self.renderer.prompt_ids(progress.prompt)
                 progress.request = GroupRequest(
-                    progress.request_id, ids, n, progress.seed, progress.params
-                )
+                    progress.request_id, ids, n, progress.seed, progress.params,
+                    continued=self._continues(1),
+                )  # fmt: skip
             if progress.episodes is None:
                 first = await self._turn(progress.request)
                 if first is None or first.aborted:
@@ -409,7 +410,13 @@ class EpisodeRunner:
             turn_seed(group.seed, state.sample, k),
             group.params,
             partial=partial,
+            continued=self._continues(k + 1),
         )
+
+    def _continues(self, turns: int) -> bool:
+        """Whether an episode may go on after `turns` model turns (the engine may then keep
+        the turn's cache for the next: its prompt starts with this turn's sequence)."""
+        return self.env is not None and turns < self.limits.max_turns
 
     @staticmethod
     def _answer(state: EpisodeState) -> str:

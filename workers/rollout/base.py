@@ -77,6 +77,9 @@ class GroupRequest:
     # Resubmission after an abort: the partial samples to continue (their tokens, logprobs
     # and versions are kept as they are).
     partial: list[Sample] | None = None
+    # The samples' sequences come back as the start of a later request's prompt (an
+    # episode's next turn): an engine may keep their cache for it.
+    continued: bool = False
 
 
 @dataclass
@@ -103,6 +106,7 @@ class GroupResult:
             request.seed,
             request.params,
             partial=self.samples,
+            continued=request.continued,
         )
 
 

@@ -446,17 +446,28 @@ class StaticDecoder:
                     a, b = found.get((i, name, "A")), found.get((i, name, "B"))
                     rows.set(slot, j, _on(a, rows.a), _on(b, rows.a), scale)
 
-    def reserve(self, length: int) -> None:
+    def reserve(self, length: int, keep: bool = False) -> bool:
         """Make the cache hold `length` positions a row (grown in steps of _EXTENT_STEP; a
-        new cache means new graphs, so it only ever grows)."""
+        new cache means new graphs, so it only ever grows). `keep`: the rows keep their
+        sequences (copied into the new cache, which must then fit beside the old one:
+        False, the cache as it was, if it does not); else the rows' caches are let go."""
         if length <= self.length:
-            return
+            return True
         length = -(-length // _EXTENT_STEP) * _EXTENT_STEP
         shape = (len(self.layers), self.max_batch, self.n_kv, length, self.head_dim)
-        old = getattr(self, "k", None)  # freed before the new one: its bytes count as free
-        held = 0 if old is None else 2 * old.numel() * old.element_size()
-        # refuses a cache that would not fit beside the trainer's headroom (kv_budget.py)
-        kv_budget.check(self.device, kv_budget.CacheShape(*shape, self.dtype.itemsize), held)
+        old = getattr(self, "k", None)
+        keep = keep and old is not None and self.rows > 0
+        # the old cache is freed before the new one is allocated, unless it is copied over
+        held = 0 if old is None or keep else 2 * old.numel() * old.element_size()
+        cache = kv_budget.CacheShape(*shape, self.dtype.itemsize)
+        if keep:
+            try:
+                kv_budget.check(self.device, cache, held)
+            except kv_budget.KVCacheTooLarge:
+                return False
+        else:  # refuses a cache that would not fit beside the trainer's headroom
+            kv_budget.check(self.device, cache, held)
+        old_k, old_v, old_length = (self.k, self.v, self.length) if keep else (None, None, 0)
         self.length = length
         self.k = self.v = None  # free the old cache before allocating the new one
         self._graphs.clear()
@@ -466,12 +477,17 @@ class StaticDecoder:
         self._pool = None
         self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if old_k is not None:
+            self.k[..., :old_length, :] = old_k
+            self.v[..., :old_length, :] = old_v
+            del old_k, old_v
         self.arange = torch.arange(self.length, device=self.device)
         probe = torch.empty(0, dtype=self.dtype, device=self.device)
         cos, sin = self.rotary(probe, self.arange.unsqueeze(0))  # the model's own tables
         sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
         sign[: self.head_dim // 2] = -1
         self.cos, self.sin = cos[0], sin[0] * sign  # [length, head_dim]; see _rope
+        return True
 
     def reset(self) -> None:
         """Empty the batch (the cache keeps its size and graphs)."""
@@ -493,6 +509,16 @@ class StaticDecoder:
             buf[index] = 0
         for s in slots:
             self.ends[s] = 0
+        self.retired.update(slots)
+
+    def park(self, slots: list[int]) -> None:
+        """Rows that have finished and keep their caches for a continuation (`extend`): they
+        stop advancing where they are. Each step still writes a throwaway key and value at
+        the index after a parked row's sequence, which its continuation overwrites; its
+        positions go on counting towards the attention extent."""
+        if not slots:
+            return
+        self.advance[torch.tensor(slots, device=self.device)] = 0
         self.retired.update(slots)
 
     # ---------------------------------------------------------------- prefill
@@ -596,6 +622,52 @@ class StaticDecoder:
         self.rows = max(self.rows, max(slots, default=-1) + 1)
         logits = self.head(_norm(x.view(u, width, -1)[:, -1], self.norm))
         return logits[fan]
+
+    @torch.no_grad()
+    def extend(self, slots: list[int], starts: list[int], suffixes: list[list[int]]) -> Tensor:
+        """Parked rows go on (a multi-turn episode's next turn): the row at batch position
+        slots[i] holds its sequence up to cache index starts[i] (exclusive); suffixes[i]
+        (at least one token) is written from there, attending to the row's own cache, and
+        the row decodes on under its adapter, padding and positions as they were. Returns
+        each row's last logits ([R, vocab])."""
+        r, lens = len(slots), [len(s) for s in suffixes]
+        width = max(lens)
+        need = max(s + width for s in starts)
+        if need > self.length:
+            raise RuntimeError(f"a continuation to {need} exceeds the cache ({self.length})")
+        into = torch.tensor(slots, device=self.device)
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in suffixes], device=self.device)
+        at = torch.tensor(starts, device=self.device)[:, None] + self.arange[:width]  # [R, W]
+        pad = self.pad[into]
+        pos = at - pad[:, None]
+        cos, sin = self.cos[pos].flatten(0, 1)[:, None], self.sin[pos].flatten(0, 1)[:, None]
+        # each query sees its row's sequence up to itself; the right padding past a
+        # suffix writes keys beyond it that no query of the row reads (decode overwrites)
+        span = self.arange[:need]
+        mask = (span >= pad[:, None, None]) & (span <= at[:, :, None])  # [R, W, need]
+        mask = mask.unsqueeze(1)
+        x = self.embed(ids).flatten(0, 1)  # [R·W, H]
+        route = self._route(self.adapter_of[into].repeat_interleave(width))
+        for i, layer in enumerate(self.layers):
+            q, k, v = _attn_in(x, cos, sin, *layer.attn_in(route), self.shape)
+            q, k, v = (t.unflatten(0, (r, width)) for t in (q, k, v))  # [R, W, heads, D]
+            self.k[i][into[:, None], :, at] = k
+            self.v[i][into[:, None], :, at] = v
+            a = F.scaled_dot_product_attention(
+                q.transpose(1, 2), self.k[i][into, :, :need], self.v[i][into, :, :need],
+                attn_mask=mask, scale=self.scale, enable_gqa=self.n_heads != self.n_kv,
+            )  # fmt: skip
+            a = a.transpose(1, 2).flatten(2).flatten(0, 1)
+            x = _attn_out_mlp(a, x, *layer.attn_out_mlp(route))
+        ends = [s + n for s, n in zip(starts, lens, strict=True)]
+        self.t[into] = torch.tensor(ends, device=self.device)
+        self.advance[into] = 1
+        for p, e in zip(slots, ends, strict=True):
+            self.ends[p] = e
+        self.retired.difference_update(slots)
+        last = torch.tensor(lens, device=self.device) - 1
+        x = x.view(r, width, -1)[torch.arange(r, device=self.device), last]
+        return self.head(_norm(x, self.norm))
 
     # ---------------------------------------------------------------- decode
 

@@ -240,3 +240,43 @@ def test_a_retired_row_stops_walking_the_cache_until_its_slot_is_taken():
     first = decoder.prefill(torch.tensor([[7, 8]]), torch.ones(1, 2, dtype=torch.long), slots=[0])
     torch.testing.assert_close(first, reference_rows(model, [[7, 8]]), atol=1e-5, rtol=1e-5)
     assert decoder.ends[:3] == [2, 14, 14] and not decoder.retired
+
+
+@pytest.mark.parametrize("attention", ["bmm", "sdpa", "triton"])  # triton: its reference here
+def test_a_parked_row_goes_on_from_its_cache_with_its_whole_sequences_logits(attention):
+    """A finished row parked with its cache (an episode waiting for its tool) stays put
+    while the others decode on; `extend` then appends its new tokens (suffixes of different
+    lengths, rows of different left padding) and every row's logits are those of its whole
+    sequence, there and at the steps after, also across a cache grown with its rows kept."""
+    model = lora_model("qwen3")
+    decoder = StaticDecoder(model, max_batch=4, graphs=False, attention=attention)
+    ids, attn = prompts()
+    decoder.reserve(ids.shape[1] + 8)
+    logits = decoder.prefill(ids, attn)
+    seqs = [ids[r][attn[r].bool()].tolist() for r in range(3)]
+    for _ in range(3):
+        tokens = logits.argmax(-1)
+        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
+        logits = decoder.step(tokens)
+    last = logits.argmax(-1).tolist()  # rows 0 and 2 end their turn with these tokens
+    held = [decoder.ends[p] for p in (0, 2)]
+    decoder.park([0, 2])
+    for _ in range(2):  # row 1 decodes on; the parked rows stay where they are
+        tokens = logits.argmax(-1)
+        seqs[1] = seqs[1] + [tokens[1].item()]
+        logits = decoder.step(tokens)
+        torch.testing.assert_close(logits[1:2], reference_rows(model, seqs[1:2]))
+    assert [decoder.ends[p] for p in (0, 2)] == held
+    # the parked rows' sequences (the last token not yet in their caches) and answers
+    answers = {0: [last[0], 11, 12, 13, 14], 2: [last[2], 21]}
+    assert decoder.reserve(decoder.length + 70, keep=True)  # grown, the rows' caches kept
+    first = decoder.extend([0, 2], held, [answers[0], answers[2]])
+    seqs[0], seqs[2] = seqs[0] + answers[0], seqs[2] + answers[2]
+    torch.testing.assert_close(first, reference_rows(model, [seqs[0], seqs[2]]))
+    tokens = logits.argmax(-1)
+    tokens[0], tokens[2] = first.argmax(-1)
+    for _ in range(3):
+        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
+        logits = decoder.step(tokens)
+        torch.testing.assert_close(logits, reference_rows(model, seqs), atol=1e-5, rtol=1e-5)
+        tokens = logits.argmax(-1)

@@ -97,7 +97,7 @@ class TorchEngine:
         # run on one GPU) its kernels can then run beside the trainer's instead of queueing
         # behind them on the default stream.
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self.rows = Rows(self.device)
+        self.rows = Rows(self.device, self.source.keeps)
         self._lock = threading.Lock()  # the step lock: one decode turn or one control call
         self._state = threading.Condition()  # guards what follows; the decode thread waits on it
         self._inbox: list[Group] = []
@@ -279,7 +279,7 @@ class TorchEngine:
         except BaseException as exc:  # every waiting request learns of it; the next starts anew
             with self._lock, self._state:
                 done, failed = self.rows.done, self.rows.groups() + self._inbox
-                self.rows, self._inbox = Rows(self.device), []
+                self.rows, self._inbox = Rows(self.device, self.source.keeps), []
                 self._thread, self._busy = None, False
             self._hand_back(done)
             self._hand_back(failed, exc)

@@ -13,6 +13,11 @@ queues new groups and takes the rows of a paused run out of the batch):
 3. free positions leave the batch once the live rows are at most `compact_below` of it and
    no group is about to take them (their cache goes too), else they stop advancing.
 
+A finished row of a `continued` request (an episode's turn) may keep its cache in its
+position where the source `keeps` (rows.py: kept caches): the episode's next turn, whose
+prompt starts with that row's sequence, takes the position back and is prefilled with its
+new tokens only; kept positions move with compaction like live rows.
+
 With `overlap` (on a GPU), once no group waits for a position the next step is launched as
 soon as this one's tokens are sampled, before the host reads and records them: the step
 reads the tokens from device memory, so the GPU computes it while the host copies the
@@ -102,12 +107,14 @@ def decode(
                 state.record(*host(), positions, stops)
                 if state.trim():  # every row has finished
                     tokens = ahead = None
-            chosen = state.choose(source.slots, source.one_adapter, source.fits, source.refill)
+            chosen = state.choose(source.slots, source.one_adapter, source.fits, source.refill,
+                                  source.grow, source.cached)  # fmt: skip
             if chosen:
                 tokens = _admit(state, source, chosen, tokens, draw, stops)
-            if state.trim():  # nothing decodes on: the batch's cache goes
+            if state.trim():  # nothing decodes on: the batch's cache goes, unless kept
                 tokens = ahead = None
-                source.start(0)
+                if not state.live:
+                    source.start(0)
                 continue
             refilling = source.refill and bool(state.admissible())
             keep = state.compaction(compact_below, refilling)
@@ -117,8 +124,7 @@ def decode(
                 tokens = tokens[index]
                 if ahead is not None:  # the kept rows' logits of the step run ahead
                     ahead = ahead[index]
-            else:
-                source.retire(state.free())
+            source.retire(state.free(), state.kept)
 
 
 def _admit(state: Rows, source: StepSource, groups: list[Group], tokens, draw, stops: Stops):
@@ -127,14 +133,16 @@ def _admit(state: Rows, source: StepSource, groups: list[Group], tokens, draw, s
     position decodes next."""
     if not state.live:
         source.start(state.extent(state.admissible()))
-    positions, rows = state.admit(groups)
+    positions, rows, reuse = state.admit(groups, source.slots, source.cached)
     prompts = [g.sequence(j) for g, j in rows]
-    logits = source.prefill(prompts, positions, [g.adapter.slot for g, _ in rows])
+    slots = [g.adapter.slot for g, _ in rows]
+    logits = source.prefill(prompts, positions, slots, reuse if any(reuse) else None)
     first, logprobs = _sample(logits, state, positions, draw)
     state.record(first, logprobs, positions, stops)
-    if tokens is None:  # a new batch: these are all its rows
-        return first
-    grown = torch.zeros(len(state.live), dtype=tokens.dtype, device=state.device)
-    grown[: tokens.shape[0]] = tokens
+    # every position's next input: the running rows' tokens, the admitted rows' first (a
+    # free or kept position's is never read)
+    grown = torch.zeros(len(state.live), dtype=first.dtype, device=state.device)
+    if tokens is not None:
+        grown[: tokens.shape[0]] = tokens
     grown[torch.tensor(positions, device=state.device)] = first
     return grown

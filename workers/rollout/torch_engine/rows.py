@@ -5,6 +5,14 @@ adapter each group decodes under.
 A group is one request (one prompt × n samples) of one adapter. It is admitted whole: its
 unfinished samples become rows of the batch together, and leave it together when its
 adapter's run is paused (`cut`), to be admitted again later with the tokens they hold.
+
+Kept caches (a source that `keeps`, for requests marked `continued`: an episode's turn,
+whose next turn's prompt starts with this turn's sequence): a finished row leaves its
+position free but its cache kept (`kept`), and a later row whose sequence starts with the
+kept one, under the same adapter at the same version, takes that position and is prefilled
+from where the cache ends. A kept position is taken by a new group only when no other is
+free; it is let go after _KEEP_TURNS decode turns, when its adapter's rows are cut, or when
+a group that needs a new batch finds only kept positions.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ from ..base import FinishReason, GroupRequest, GroupResult, Sample, SamplingPara
 # A request's noise generator is seeded with its seed and this many times the tokens its
 # samples already hold, so a resubmitted partial group draws fresh noise.
 _RESUME_STRIDE = 1_000_003
+# Decode turns a kept cache waits for its continuation: about a second of decoding on a GPU,
+# longer than a tool call should take; a longer wait prefills the episode anew.
+_KEEP_TURNS = 64
 
 
 @dataclass(frozen=True)
@@ -98,17 +109,33 @@ class Group:
 Row = tuple[Group, int]  # (group, sample index)
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A finished row's cache kept in its position: the sequence it was made from (the
+    source holds its first tokens), its adapter and version, and the turn it was kept."""
+
+    adapter: Adapter
+    version: int
+    sequence: tuple[int, ...]
+    turn: int
+
+
 class Rows:
     """The batch and the queue. `live`: the row each batch position holds (None: a free
     position, its row finished or cut; the step source still computes it until the
     position is taken or compacted away). `pending`: groups waiting for positions, in
     order; those of a held adapter stay there until it is released."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self, device: torch.device, keeps: bool = False):
+        """`keeps`: the step source may keep finished rows' caches (see the module
+        docstring)."""
+        self.device, self.keeps = device, keeps
         self.pending: list[Group] = []
         self.live: list[Row | None] = []
         self.done: list[Group] = []  # groups whose samples have all ended, to hand back
+        self.kept: dict[int, Kept] = {}  # free positions whose caches are kept
+        self._index: dict[tuple[int, int], set[int]] = {}  # (length, last token) → kept
+        self.turn = 0  # decode turns so far (each record of a step's tokens)
         self._plan: tuple | None = None  # the noise plan of the positions as they are
         self._moved = 0  # bumped whenever a position changes hands (invalidates the plan)
 
@@ -135,7 +162,13 @@ class Rows:
     # ---------------------------------------------------------------- admission
 
     def choose(
-        self, slots: int, one_adapter: bool, fits: Callable[[int], bool], refill: bool
+        self,
+        slots: int,
+        one_adapter: bool,
+        fits: Callable[[int], bool],
+        refill: bool,
+        grow: Callable[[int], bool] = lambda length: False,
+        cached: Callable[[int], tuple[int, int]] | None = None,
     ) -> list[Group]:
         """The next admissible groups that fit the batch now, in order: whole groups into
         free positions (or, into an empty batch, up to `slots` rows: at least one group).
@@ -143,7 +176,9 @@ class Rows:
         positions are worth a prefill: the next group's rows, and an eighth of the batch
         unless fewer rows wait or no row is left decoding. `one_adapter`: rows of one
         adapter a batch. `fits(length)`: whether rows of `length` positions fit the batch's
-        cache as it is (a group that does not waits for the batch to drain)."""
+        cache as it is; where the batch holds kept caches, `grow(length)` may make them fit
+        (else a group that does not fit waits for the batch to drain). `cached`: the
+        source's (first index, tokens held) of a kept position."""
         waiting = self.admissible()
         if not waiting:
             return []
@@ -157,8 +192,9 @@ class Rows:
             waiting = [g for g in waiting if g.adapter is adapter]
             if not waiting:
                 return []
-        # free positions and those past the last live row
-        room = self.live.count(None) + slots - len(self.live) if running else slots
+        held = running or bool(self.kept)  # positions hold caches to keep
+        # free positions (kept ones included) and those past the last live row
+        room = self.live.count(None) + slots - len(self.live) if held else slots
         if running:
             rows = sum(len(g.todo) for g in waiting)
             if room < max(len(waiting[0].todo), min(slots // 8, rows)):
@@ -168,33 +204,105 @@ class Rows:
         for g in waiting:
             if chosen and taken + len(g.todo) > room:
                 break
-            if running:
-                w = max(width, max(len(g.sequence(j)) for j in g.todo))
+            if held:
+                w = max(width, max(self._width(g, j, cached) for j in g.todo))
                 lf = max(left, max(map(g.left, g.todo)))
-                if not fits(w + lf):
+                if not fits(w + lf) and not (self.kept and grow(w + lf)):
                     break
                 width, left = w, lf
             chosen.append(g)
             taken += len(g.todo)
+        if not chosen and not running and self.kept:
+            # only kept caches stand in the way of a group that needs a new batch
+            self.forget()
+            return self.choose(slots, one_adapter, fits, refill, grow, cached)
         return chosen
 
-    def admit(self, groups: list[Group]) -> tuple[list[int], list[Row]]:
-        """Give `groups` batch positions: free ones first, then past the last live row.
-        Returns (positions, rows), aligned."""
-        free = self.free()
-        positions, rows = [], []
+    def _width(self, g: Group, j: int, cached) -> int:
+        """Cache positions row (g, j) takes before its first new token: its sequence, after
+        the kept row's padding where it continues one."""
+        p = self._continues(g, j)
+        return len(g.sequence(j)) + (0 if p is None else cached(p)[0])
+
+    def admit(
+        self, groups: list[Group], slots: int = 0, cached=None
+    ) -> tuple[list[int], list[Row], list[int]]:
+        """Give `groups` batch positions: a row that continues a kept cache takes its
+        position; the others free ones first, then past the last live row (up to `slots`),
+        then the longest-kept caches' positions. Returns (positions, rows, reuse), aligned:
+        reuse, the tokens of a row's sequence its position's cache holds (0: none)."""
+        rows = [(g, j) for g in groups for j in g.todo]
+        reuse = [0] * len(rows)
+        taken: dict[int, int] = {}  # row → kept position it continues
+        for i, (g, j) in enumerate(rows):
+            p = self._continues(g, j)
+            if p is not None:
+                held = min(cached(p)[1], len(g.sequence(j)) - 1)
+                self._drop(p)
+                if held > 0:
+                    taken[i], reuse[i] = p, held
+        free = [p for p in self.free() if p not in self.kept and p not in taken.values()]
+        oldest = sorted(self.kept, key=lambda p: self.kept[p].turn)
+        positions = []
+        for i, row in enumerate(rows):
+            if i in taken:
+                p = taken[i]
+            elif free:
+                p = free.pop(0)
+            elif len(self.live) < max(slots, 1) or not oldest:
+                p = len(self.live)
+                self.live.append(None)
+            else:
+                p = oldest.pop(0)
+                self._drop(p)
+            self.live[p] = row
+            positions.append(p)
         for g in groups:
             self.pending.remove(g)
-            for j in g.todo:
-                p = free[len(rows)] if len(rows) < len(free) else len(self.live)
-                if p == len(self.live):
-                    self.live.append(None)
-                self.live[p] = (g, j)
-                positions.append(p)
-                rows.append((g, j))
             g.live = len(g.todo)
         self._moved += 1
-        return positions, rows
+        return positions, rows, reuse
+
+    # ---------------------------------------------------------------- kept caches
+
+    def _keep(self, p: int, g: Group, j: int) -> None:
+        seq = tuple(g.sequence(j))
+        self.kept[p] = Kept(g.adapter, g.adapter.version, seq, self.turn)
+        self._index.setdefault((len(seq), seq[-1]), set()).add(p)
+
+    def _drop(self, p: int) -> None:
+        k = self.kept.pop(p)
+        key = (len(k.sequence), k.sequence[-1])
+        self._index[key].discard(p)
+        if not self._index[key]:
+            del self._index[key]
+
+    def _continues(self, g: Group, j: int) -> int | None:
+        """The kept position whose sequence row (g, j)'s starts with (same adapter and
+        version), if any."""
+        if not self.kept:
+            return None
+        seq = g.sequence(j)
+        for n, last in self._index:
+            if n > len(seq) or seq[n - 1] != last:
+                continue
+            head = tuple(seq[:n])
+            for p in self._index[(n, last)]:
+                k = self.kept[p]
+                if k.sequence == head and k.adapter is g.adapter and k.version == g.adapter.version:
+                    return p
+        return None
+
+    def forget(self, adapter: Adapter | None = None) -> None:
+        """Let go of the kept caches (`adapter`'s only, if given); an empty batch then
+        forgets its positions."""
+        for p in [p for p, k in self.kept.items() if adapter is None or k.adapter is adapter]:
+            self._drop(p)
+        self.trim()
+
+    def _expire(self) -> None:
+        for p in [p for p, k in self.kept.items() if self.turn - k.turn > _KEEP_TURNS]:
+            self._drop(p)
 
     # ---------------------------------------------------------------- decoding
 
@@ -203,6 +311,7 @@ class Rows:
         the rows at `positions`, each labelled with its adapter's version, and free the
         positions of rows that end; a group whose samples have all ended goes to `done`."""
         step_tokens, step_lps = tokens.tolist(), logprobs.tolist()  # one copy each
+        self.turn += 1
         for p, tok, lp in zip(positions, step_tokens, step_lps, strict=True):
             row = self.live[p]
             if row is None:
@@ -219,17 +328,20 @@ class Rows:
                 # its rows anyway) until positions move: no rebuild a finished row
                 s.finish_reason = reason
                 self.live[p] = None
+                if self.keeps and g.req.continued:
+                    self._keep(p, g, j)
                 g.live -= 1
                 if not g.live:
                     self.done.append(g)
 
     def trim(self) -> bool:
-        """An empty batch forgets its positions (the source starts anew at the next
-        admission); True if it was empty."""
+        """True if no row decodes. An empty batch forgets its positions (the source starts
+        anew at the next admission) unless it keeps caches."""
         if self.any_live():
             return False
-        self.live = []
-        self._moved += 1
+        if not self.kept and self.live:
+            self.live = []
+            self._moved += 1
         return True
 
     def compaction(self, below: float, refilling: bool) -> list[int] | None:
@@ -238,9 +350,15 @@ class Rows:
         `refilling`), the batch cut to them; else None."""
         if refilling:
             return None
-        keep = [p for p, r in enumerate(self.live) if r is not None]
+        self._expire()
+        keep = [p for p, r in enumerate(self.live) if r is not None or p in self.kept]
         if keep and len(keep) <= below * len(self.live):
             self.live = [self.live[p] for p in keep]
+            kept = [(i, self.kept[p]) for i, p in enumerate(keep) if p in self.kept]
+            self.kept, self._index = {}, {}
+            for i, k in kept:  # the kept caches move with their positions
+                self.kept[i] = k
+                self._index.setdefault((len(k.sequence), k.sequence[-1]), set()).add(i)
             self._moved += 1
             return keep
         return None
@@ -253,6 +371,8 @@ class Rows:
         decode); else their unfinished samples end ("abort") and they leave the queue too.
         Returns the groups that ended."""
         out: dict[int, Group] = {}
+        for p in [p for p, k in self.kept.items() if k.adapter is adapter]:
+            self._drop(p)
         for p, row in enumerate(self.live):
             if row is not None and row[0].adapter is adapter:
                 self.live[p] = None

@@ -4,7 +4,10 @@ holds the engine's adapters.
 A source holds the batch's KV cache, one row a batch position. The loop tells it to begin an
 empty batch (`start`), which rows to prefill into which positions (`prefill`, each row with
 its adapter slot), to advance every row by one token (`step`), to drop free positions
-(`compact`) or to stop advancing those that keep their place (`retire`). The engine loads
+(`compact`) or to stop advancing those that keep their place (`retire`). A source that
+`keeps` lets a finished row keep its cache (`retire(..., kept)`) and prefills a row that
+continues it (an episode's next turn: its prompt starts with the kept sequence) from where
+the cache ends, not anew. The engine loads
 adapters into it (`load`; `join` and `leave` for a pool's runs) and scores the version
 handshake's probe under one of them (`score`).
 
@@ -37,6 +40,7 @@ class StepSource(Protocol):
     slots: int  # rows a batch holds (a group wider than that is refused or decoded alone)
     refill: bool  # freed positions take new groups while the other rows decode on
     one_adapter: bool  # a batch's rows share one adapter (else rows of any adapters mix)
+    keeps: bool  # finished rows may keep their caches for a continuation
 
     def start(self, length: int) -> None:
         """A new, empty batch whose rows need up to `length` positions (0: none yet, the
@@ -45,12 +49,23 @@ class StepSource(Protocol):
     def fits(self, length: int) -> bool:
         """Whether rows of `length` positions fit the running batch's cache."""
 
+    def grow(self, length: int) -> bool:
+        """Make the running batch's cache hold rows of `length` positions, its rows' caches
+        kept; False where memory does not allow it."""
+
+    def cached(self, position: int) -> tuple[int, int]:
+        """(cache index of its first token, tokens it holds) of the kept row at `position`."""
+
     def check(self, rows: int) -> None:
         """Raise ValueError if a group of `rows` rows could never be admitted."""
 
-    def prefill(self, prompts: list[list[int]], positions: list[int], adapters: list) -> Tensor:
+    def prefill(
+        self, prompts: list[list[int]], positions: list[int], adapters: list, reuse=None
+    ) -> Tensor:
         """Rows with these token sequences take these batch positions (free ones, or one
-        past the last); their last logits. `adapters`: each row's adapter slot."""
+        past the last); their last logits. `adapters`: each row's adapter slot. `reuse`:
+        for each row, how many of its first tokens its position's kept cache holds (0 or
+        None: prefilled whole)."""
 
     def step(self, tokens: Tensor) -> Tensor:
         """Append one token to each row; the next logits ([rows, vocab])."""
@@ -58,8 +73,9 @@ class StepSource(Protocol):
     def compact(self, keep: Tensor) -> None:
         """Keep only the rows at batch positions `keep` (ascending), moved to the front."""
 
-    def retire(self, positions: list[int]) -> None:
-        """The rows at these positions have left (finished or cut) but keep their places."""
+    def retire(self, positions: list[int], kept=()) -> None:
+        """The rows at these positions have left (finished or cut) but keep their places;
+        those in `kept` keep their caches too."""
 
     def load(self, slot: int | None, tensors: dict[str, Tensor], lora: LoraSpec) -> None:
         """Copy an adapter (PEFT file keys) into `slot`, never while a row of it decodes."""
@@ -100,6 +116,7 @@ class CachedForward:
 
     refill = False
     one_adapter = True
+    keeps = False
 
     def __init__(self, model: nn.Module, pad_id: int, device: torch.device, slots: int):
         self.model, self.pad_id, self.device, self.slots = model, pad_id, device, slots
@@ -116,6 +133,12 @@ class CachedForward:
 
     def fits(self, length: int) -> bool:
         return True
+
+    def grow(self, length: int) -> bool:
+        return True
+
+    def cached(self, position: int) -> tuple[int, int]:
+        raise RuntimeError("the PEFT forward keeps no row's cache")
 
     def check(self, rows: int) -> None:
         pass  # a group wider than the batch is decoded alone
@@ -139,7 +162,9 @@ class CachedForward:
         self.past = out.past_key_values
         return out.logits[:, -1, :]
 
-    def prefill(self, prompts: list[list[int]], positions: list[int], adapters: list) -> Tensor:
+    def prefill(
+        self, prompts: list[list[int]], positions: list[int], adapters: list, reuse=None
+    ) -> Tensor:
         if self.past is not None or positions != list(range(len(prompts))):
             raise RuntimeError("the PEFT forward admits every row of a batch at once")
         if len(set(adapters)) != 1:
@@ -161,7 +186,7 @@ class CachedForward:
         self.past.reorder_cache(keep)
         self.attn, self.pos = self.attn[keep], self.pos[keep]
 
-    def retire(self, positions: list[int]) -> None:
+    def retire(self, positions: list[int], kept=()) -> None:
         pass  # finished rows decode on (their tokens unused) until a compaction drops them
 
     def load(self, slot: int | None, tensors: dict[str, Tensor], lora: LoraSpec) -> None:
@@ -198,14 +223,19 @@ class StaticSource:
     """The static decoder (static_decode.py): rows take positions of its fixed batch, and
     with `refill` the positions of finished rows take new groups while the others decode
     on (continuous batching). A run alone's adapter is folded into the decoder's weights;
-    a pool's adapters are its slot table, one slot a run, rows of every slot in one step."""
+    a pool's adapters are its slot table, one slot a run, rows of every slot in one step.
+    With `refill`, a finished row may keep its cache, parked in its position (`keeps`), and
+    a row continuing it is prefilled with the tokens after it only (`StaticDecoder.extend`):
+    an episode's turn costs its new tokens, not the whole episode again."""
 
     one_adapter = False
 
     def __init__(self, model: nn.Module, decoder: StaticDecoder, pad_id: int, refill: bool):
         self.model, self.decoder, self.pad_id, self.refill = model, decoder, pad_id, refill
+        self.keeps = refill
         self.device, self.slots = decoder.device, decoder.max_batch
         self.empty = True  # no row holds a sequence (the cache may be regrown)
+        self.pads = [0] * self.slots  # each position's left padding (its first token's index)
 
     def start(self, length: int) -> None:
         self.decoder.reset()
@@ -214,6 +244,13 @@ class StaticSource:
 
     def fits(self, length: int) -> bool:
         return length <= self.decoder.length
+
+    def grow(self, length: int) -> bool:
+        return self.decoder.reserve(length, keep=True)
+
+    def cached(self, position: int) -> tuple[int, int]:
+        pad = self.pads[position]
+        return pad, self.decoder.ends[position] - pad
 
     def check(self, rows: int) -> None:
         if rows > self.slots:  # it could never take its positions
@@ -225,21 +262,50 @@ class StaticSource:
     def _slots(self, adapters: list) -> list[int] | None:
         return [a or 0 for a in adapters] if self.decoder.adapters else None
 
-    def prefill(self, prompts: list[list[int]], positions: list[int], adapters: list) -> Tensor:
-        ids, attn, own, slots = shared_prompts(prompts, self.pad_id, self.device, adapters)
+    def prefill(
+        self, prompts: list[list[int]], positions: list[int], adapters: list, reuse=None
+    ) -> Tensor:
+        reuse = reuse or [0] * len(prompts)
+        new = [i for i, n in enumerate(reuse) if not n]
+        going = [i for i, n in enumerate(reuse) if n]
         self.empty = False
-        adapters = self._slots(slots)
-        return self.decoder.prefill(ids, attn, fan=own, slots=positions, adapters=adapters)
+        parts = []
+        if new:
+            fresh = [prompts[i] for i in new]
+            ids, attn, own, slots = shared_prompts(
+                fresh, self.pad_id, self.device, [adapters[i] for i in new]
+            )
+            width = ids.shape[1]
+            at = [positions[i] for i in new]
+            for p, prompt in zip(at, fresh, strict=True):
+                self.pads[p] = width - len(prompt)
+            slots = self._slots(slots)
+            parts.append(self.decoder.prefill(ids, attn, fan=own, slots=at, adapters=slots))
+        if going:
+            at = [positions[i] for i in going]
+            starts = [self.pads[p] + reuse[i] for p, i in zip(at, going, strict=True)]
+            suffixes = [prompts[i][reuse[i] :] for i in going]
+            parts.append(self.decoder.extend(at, starts, suffixes))
+        if len(parts) == 1:
+            return parts[0]
+        order = torch.tensor(new + going, device=self.device)
+        logits = torch.cat(parts)
+        return torch.empty_like(logits).index_copy_(0, order, logits)
 
     def step(self, tokens: Tensor) -> Tensor:
         return self.decoder.step(tokens)
 
     def compact(self, keep: Tensor) -> None:
         self.decoder.compact(keep)
+        kept = keep.tolist()
+        self.pads[: len(kept)] = [self.pads[p] for p in kept]
 
-    def retire(self, positions: list[int]) -> None:
-        # left rows that keep their positions stop walking the cache
-        self.decoder.retire([p for p in positions if p not in self.decoder.retired])
+    def retire(self, positions: list[int], kept=()) -> None:
+        # left rows that keep their positions stop walking the cache; kept ones stay where
+        # their sequences end
+        left = [p for p in positions if p not in self.decoder.retired]
+        self.decoder.park([p for p in left if p in kept])
+        self.decoder.retire([p for p in left if p not in kept])
 
     def load(self, slot: int | None, tensors: dict[str, Tensor], lora: LoraSpec) -> None:
         if slot is None:  # the model's own adapter, folded into the decoder's weights
