@@ -3,16 +3,19 @@ in one process (issue 36's acceptance: ≥ 85 % on one H200, 0.6B shape, a 50 ms
 
     python3 bench/gpu/multiturn.py                      # torch engine (static decode on a GPU)
     python3 bench/gpu/multiturn.py --backend vllm
-    python3 bench/gpu/multiturn.py --small --groups 4   # check the script on a CPU
+    python3 bench/gpu/multiturn.py --small --groups 4 --decode static   # check it on a CPU
 
 The same rows (--groups prompts × --group samples, --prompt-len tokens) make --turns ×
 --turn-tokens model tokens each, both through EpisodeRunner (workers/envs/episode.py): once
 as one turn of that many tokens (the single-turn path: no environment), once as --turns
 turns of --turn-tokens tokens, each turn answered after --tool-ms by a tool environment
 with --answer-tokens tokens (loss mask 0). The model is random, so turns end at their
-budget (an EOS may end a row early: the tokens counted are those made). The two variants
-alternate, --reps times after a warm-up round; each row is the median of the model's
-tokens a second (the environment's not counted), and the ratio is multi over single.
+budget (an EOS may end a row early: the tokens counted are those made). On the torch
+engine the multi-turn episodes run twice: with each turn's cache kept for the next (the
+engine's default: a turn prefills the answer only) and prefilled whole each turn (the
+engine before it kept them). The variants alternate, --reps times after a warm-up round;
+each row is the median of the model's tokens a second (the environment's not counted),
+and each ratio is a multi-turn variant's over single-turn.
 --trace (torch engine) also prints, for each variant's timed rounds, the `generate` calls a
 round made and their rows, and the engine's prefills: tokens and seconds a round (each
 prefill timed between two device synchronisations, which slows the round a little).
@@ -46,14 +49,14 @@ class Trace:
         self.prefill: dict[str, list[float]] = {}  # variant → [tokens, seconds]
         prefill = source.prefill
 
-        def timed(prompts, *a, **kw):
+        def timed(prompts, positions, adapters, reuse=None):
             sync()
             t0 = time.perf_counter()
-            logits = prefill(prompts, *a, **kw)
+            logits = prefill(prompts, positions, adapters, reuse)
             sync()
-            if self.variant is not None:
+            if self.variant is not None:  # the tokens computed (a kept cache's are not)
                 made = self.prefill.setdefault(self.variant, [0, 0.0])
-                made[0] += sum(map(len, prompts))
+                made[0] += sum(map(len, prompts)) - sum(reuse or ())
                 made[1] += time.perf_counter() - t0
             return logits
 
@@ -135,7 +138,14 @@ class SlowTool:
 def part_multiturn(model_dir, args, out) -> dict:
     budget = args.turns * args.turn_tokens
     spec = parse_spec(
-        base_spec(model_dir, **{"rollout.backend": args.backend, "rollout.max_new_tokens": budget})
+        base_spec(
+            model_dir,
+            **{
+                "rollout.backend": args.backend,
+                "rollout.max_new_tokens": budget,
+                **({"rollout.decode": args.decode} if args.decode else {}),
+            },
+        )  # fmt: skip
     )
     backend = make_backend(spec, model_dir)
     loop = asyncio.new_event_loop()
@@ -152,14 +162,18 @@ def part_multiturn(model_dir, args, out) -> dict:
         for _ in range(args.groups)
     ]
     renderer = FixedAnswers([5] * args.answer_tokens)
-    variants = {  # name → (environment, turns, tokens a turn)
-        "single-turn": (None, 1, budget),
-        f"{args.turns} turns, {args.tool_ms:g} ms tool": (
-            SlowTool(args.tool_ms / 1000), args.turns, args.turn_tokens,
-        ),
-    }  # fmt: skip
+    tool = SlowTool(args.tool_ms / 1000)
+    multi = f"{args.turns} turns, {args.tool_ms:g} ms tool"
+    variants = {  # name → (environment, turns, tokens a turn, caches kept)
+        "single-turn": (None, 1, budget, True),
+        multi: (tool, args.turns, args.turn_tokens, True),
+    }
+    if args.backend == "torch":
+        variants[f"{multi}, prefilled whole"] = (tool, args.turns, args.turn_tokens, False)
 
-    def episodes(env, turns: int, tokens: int, rep: int) -> int:
+    def episodes(env, turns: int, tokens: int, keeps: bool, rep: int) -> int:
+        if args.backend == "torch":
+            backend.engine.rows.keeps = keeps and backend.engine.source.keeps
         runner = EpisodeRunner(backend, renderer, env, EpisodeLimits(turns, None, 600.0))
         if trace is not None:
             trace.queue(runner.queue)
@@ -179,12 +193,12 @@ def part_multiturn(model_dir, args, out) -> dict:
     times: dict[str, list[float]] = {k: [] for k in variants}
     made: dict[str, list[int]] = {k: [] for k in variants}
     for rep in range(args.reps + 1):
-        for name, (env, turns, tokens) in variants.items():
+        for name, (env, turns, tokens, keeps) in variants.items():
             if trace is not None:
                 trace.variant = name if rep else None
             sync()
             t0 = time.perf_counter()
-            n = episodes(env, turns, tokens, rep)
+            n = episodes(env, turns, tokens, keeps, rep)
             sync()
             if rep:  # the first round warms up (compiles, captures graphs)
                 times[name].append(time.perf_counter() - t0)
@@ -194,10 +208,17 @@ def part_multiturn(model_dir, args, out) -> dict:
         k: statistics.median(n / t for n, t in zip(made[k], times[k], strict=True))
         for k in variants
     }
-    single, multi = rows.values()
-    table([("variant", "model tokens/s"), *((k, f"{v:,.0f}") for k, v in rows.items())])
-    print(f"multi-turn / single-turn: {multi / single:.3f} at {args.groups * args.group} rows")
-    result = {"tok_s": rows, "ratio": multi / single, "times": times, "tokens": made}
+    single = rows["single-turn"]
+    table(
+        [("variant", "model tokens/s", "of single-turn"),
+         *((k, f"{v:,.0f}", f"{v / single:.3f}") for k, v in rows.items())]
+    )  # fmt: skip
+    print(
+        f"multi-turn / single-turn: {rows[multi] / single:.3f} at {args.groups * args.group} rows"
+    )
+    ratios = {k: v / single for k, v in rows.items() if k != "single-turn"}
+    result = {"tok_s": rows, "ratio": rows[multi] / single, "ratios": ratios, "times": times,
+              "tokens": made}  # fmt: skip
     if trace is not None:
         result["trace"] = trace.report(args.reps, times)
     return result
@@ -213,6 +234,7 @@ if __name__ == "__main__":
     ap.add_argument("--turn-tokens", type=int, default=64)
     ap.add_argument("--answer-tokens", type=int, default=32)
     ap.add_argument("--tool-ms", type=float, default=50.0)
+    ap.add_argument("--decode", choices=["static", "dynamic"], help="torch: rollout.decode")
     ap.add_argument("--trace", action="store_true", help="generate calls and prefills a round")
     args = ap.parse_args()
     if args.trace and args.backend != "torch":

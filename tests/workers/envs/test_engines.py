@@ -117,7 +117,8 @@ async def test_kept_caches_give_the_episodes_of_whole_prefills(calc_dir, togethe
     prefilling every turn whole, and the turns after the first go on from kept caches. One
     by one (a batch of one row, kept across idle waits); all at once (kept rows beside
     decoding ones, compacted and grown); and in fewer slots than episodes (kept positions
-    taken by waiting groups: those episodes' turns are prefilled whole)."""
+    taken by the groups waiting in front of the episodes' next turns, which are then
+    prefilled whole)."""
     policy = LoraPolicy(spec_for(calc_dir, "torch"), calc_dir)
     update = await LocalExecutor(policy).adapter_update(with_probe=True)
     env = Calculator()
@@ -151,7 +152,7 @@ async def test_kept_caches_give_the_episodes_of_whole_prefills(calc_dir, togethe
             await backend.close()
     later_turns = sum(max(0, e.states[0].model_turns - 1) for e in out[True])
     assert later_turns >= N // 4  # the greedy model calls the tool in many episodes
-    assert went_on[False] == 0 and went_on[True] > 0
+    assert went_on[False] == 0
     if slots >= N:  # no kept position is needed by another group
         assert went_on[True] >= later_turns * 3 // 4
     equal = 0

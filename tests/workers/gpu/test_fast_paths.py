@@ -258,3 +258,57 @@ def test_a_grown_cache_captures_its_graphs_again(model_dir):
     ]
     asyncio.run(grown.close())
     asyncio.run(fresh.close())
+
+
+def test_kept_caches_go_on_with_the_trainer_forwards_logprobs(model_dir):
+    """Multi-turn on the GPU path (CUDA graphs, steps run ahead of the host, bf16): each
+    turn's rows keep their caches and the next turn (its prompt: the row's sequence and an
+    answer) is prefilled from where the cache ends. Its sampled logprobs match a trainer
+    forward of the whole sequence (token_mult_prob_error ≤ 1.05), and the turns after the
+    first went on from kept caches."""
+    spec = make_spec(model_dir)
+    policy = LoraPolicy(spec, model_dir)
+    backend = TorchBackend(spec, model_dir)
+    assert backend.overlap and backend.decoder.graphs
+    adapter = random_adapter(policy)
+    policy.load_adapter_tensors(adapter, 1)
+    assert asyncio.run(backend.load_adapter(AdapterUpdate(1, tensors=adapter))) == 1
+    went_on = []
+    extend = backend.decoder.extend
+
+    def counted(slots, *args):
+        went_on.append(len(slots))
+        return extend(slots, *args)
+
+    backend.decoder.extend = counted
+    params = SamplingParams(temperature=0.9, max_new_tokens=24)
+    g = torch.Generator().manual_seed(5)
+    rows, turns = 12, 3
+    reqs = [
+        GroupRequest(f"r{i}", torch.randint(3, VOCAB, (10 + i,), generator=g).tolist(), 1,
+                     100 + i, params, continued=True)
+        for i in range(rows)
+    ]  # fmt: skip
+    made = []
+    for turn in range(turns):
+        results = asyncio.run(backend.generate(reqs))
+        made += [
+            TrainSample(r.prompt_ids, s.token_ids, s.logprobs, s.versions, 0.0)
+            for r in results
+            for s in r.samples
+        ]
+        reqs = [
+            GroupRequest(f"r{i}-t{turn + 1}",
+                         r.prompt_ids + r.samples[0].token_ids
+                         + torch.randint(3, VOCAB, (5,), generator=g).tolist(),
+                         1, 1000 * (turn + 1) + i, params, continued=turn + 2 < turns)
+            for i, r in enumerate(results)
+        ]  # fmt: skip
+    assert sum(went_on) >= (turns - 1) * rows * 3 // 4
+    batch = collate(made, policy.tokenizer.pad_token_id).to(torch.device("cuda"))
+    policy.model.eval()
+    with torch.no_grad():
+        lp_trainer, _ = policy.token_logprobs(batch)
+    err = token_mult_prob_error(batch.lp_roll, lp_trainer, batch.mask)
+    assert err <= 1.05, f"token_mult_prob_error {err:.4f}"
+    asyncio.run(backend.close())
