@@ -43,7 +43,8 @@ class Trace:
     """Where a round's time goes (--trace): the turn queue's `generate` calls and the step
     source's prefills, counted per variant from the first timed round on."""
 
-    def __init__(self, source):
+    def __init__(self, source, rows):
+        self.rows = rows  # the engine's batch (its live rows, counted each step)
         self.variant: str | None = None  # None while warming up
         self.calls: dict[str, list[int]] = {}  # variant → rows of each generate call
         self.prefill: dict[str, list[float]] = {}  # variant → [tokens, seconds]
@@ -61,6 +62,17 @@ class Trace:
             return logits
 
         source.prefill = timed
+        step = source.step
+        self.steps: dict[str, list[int]] = {}  # variant → [steps, live rows summed over them]
+
+        def counted(tokens):
+            if self.variant is not None:
+                made = self.steps.setdefault(self.variant, [0, 0])
+                made[0] += 1
+                made[1] += sum(r is not None for r in self.rows.live)
+            return step(tokens)
+
+        source.step = counted
 
     def queue(self, queue) -> None:
         run = queue._run
@@ -74,16 +86,19 @@ class Trace:
 
     def report(self, rounds: int, times: dict[str, list[float]]) -> dict:
         rows = [("variant", "calls/round", "rows/call", "prefill tok/round", "prefill s/round",
-                 "of the round")]  # fmt: skip
+                 "of the round", "steps/round", "live rows/step")]  # fmt: skip
         out = {}
         for name, calls in self.calls.items():
             tokens, seconds = self.prefill.get(name, [0, 0.0])
             share = seconds / sum(times[name])
             per_call = statistics.median(calls)
-            cells = (len(calls) / rounds, per_call, tokens / rounds, seconds / rounds, share)
-            formats = (".1f", ".0f", ",.0f", ".3f", ".0%")
+            steps, live = self.steps.get(name, [0, 0])
+            cells = (len(calls) / rounds, per_call, tokens / rounds, seconds / rounds, share,
+                     steps / rounds, live / max(1, steps))  # fmt: skip
+            formats = (".1f", ".0f", ",.0f", ".3f", ".0%", ".0f", ".0f")
             rows.append((name, *(f"{v:{f}}" for v, f in zip(cells, formats, strict=True))))
-            out[name] = {"calls": calls, "prefill_tokens": tokens, "prefill_s": seconds}
+            out[name] = {"calls": calls, "prefill_tokens": tokens, "prefill_s": seconds,
+                         "steps": steps, "live_rows": live}  # fmt: skip
         table(rows)
         return out
 
@@ -155,7 +170,7 @@ def part_multiturn(model_dir, args, out) -> dict:
     )
     loop.run_until_complete(backend.load_adapter(update))
     del policy
-    trace = Trace(backend.engine.source) if args.trace else None
+    trace = Trace(backend.engine.source, backend.engine.rows) if args.trace else None
     g = torch.Generator().manual_seed(0)
     examples = [
         Example(torch.randint(3, args.vocab, (args.prompt_len,), generator=g).tolist(), "")

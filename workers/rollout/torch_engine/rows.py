@@ -134,7 +134,9 @@ class Rows:
         self.live: list[Row | None] = []
         self.done: list[Group] = []  # groups whose samples have all ended, to hand back
         self.kept: dict[int, Kept] = {}  # free positions whose caches are kept
-        self._index: dict[tuple[int, int], set[int]] = {}  # (length, last token) → kept
+        # the kept positions by their sequences' length, then sequence (several rows may
+        # hold one sequence)
+        self._index: dict[int, dict[tuple[int, ...], set[int]]] = {}
         self.turn = 0  # decode turns so far (each record of a step's tokens)
         self._plan: tuple | None = None  # the noise plan of the positions as they are
         self._moved = 0  # bumped whenever a position changes hands (invalidates the plan)
@@ -266,30 +268,31 @@ class Rows:
     # ---------------------------------------------------------------- kept caches
 
     def _keep(self, p: int, g: Group, j: int) -> None:
-        seq = tuple(g.sequence(j))
-        self.kept[p] = Kept(g.adapter, g.adapter.version, seq, self.turn)
-        self._index.setdefault((len(seq), seq[-1]), set()).add(p)
+        k = Kept(g.adapter, g.adapter.version, tuple(g.sequence(j)), self.turn)
+        self.kept[p] = k
+        self._index.setdefault(len(k.sequence), {}).setdefault(k.sequence, set()).add(p)
 
     def _drop(self, p: int) -> None:
         k = self.kept.pop(p)
-        key = (len(k.sequence), k.sequence[-1])
-        self._index[key].discard(p)
-        if not self._index[key]:
-            del self._index[key]
+        same = self._index[len(k.sequence)]
+        same[k.sequence].discard(p)
+        if not same[k.sequence]:
+            del same[k.sequence]
+            if not same:
+                del self._index[len(k.sequence)]
 
     def _continues(self, g: Group, j: int) -> int | None:
         """The kept position whose sequence row (g, j)'s starts with (same adapter and
-        version), if any."""
+        version; the longest such), if any."""
         if not self.kept:
             return None
         seq = g.sequence(j)
-        for n, last in self._index:
-            if n > len(seq) or seq[n - 1] != last:
+        for n in sorted(self._index, reverse=True):
+            if n > len(seq):
                 continue
-            head = tuple(seq[:n])
-            for p in self._index[(n, last)]:
+            for p in self._index[n].get(tuple(seq[:n]), ()):
                 k = self.kept[p]
-                if k.sequence == head and k.adapter is g.adapter and k.version == g.adapter.version:
+                if k.adapter is g.adapter and k.version == g.adapter.version:
                     return p
         return None
 
@@ -358,7 +361,7 @@ class Rows:
             self.kept, self._index = {}, {}
             for i, k in kept:  # the kept caches move with their positions
                 self.kept[i] = k
-                self._index.setdefault((len(k.sequence), k.sequence[-1]), set()).add(i)
+                self._index.setdefault(len(k.sequence), {}).setdefault(k.sequence, set()).add(i)
             self._moved += 1
             return keep
         return None
