@@ -31,6 +31,10 @@ _RESUME_STRIDE = 1_000_003
 # Decode turns a kept cache waits for its continuation: about a second of decoding on a GPU,
 # longer than a tool call should take; a longer wait prefills the episode anew.
 _KEEP_TURNS = 64
+# A prefill into a running batch costs about as much for one row as for a hundred (an eager
+# forward: about 20 ms on an H200 at 0.6B, some three decode steps): where most of the batch
+# decodes, fewer than an eighth of it waiting gather for up to this many turns first.
+_GATHER_TURNS = 4
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class Group:
         self.gen = torch.Generator(device=device).manual_seed(req.seed + _RESUME_STRIDE * already)
         self.todo = [j for j, s in enumerate(self.samples) if s.finish_reason is None]
         self.live = 0  # its rows in the batch now
+        self.since: int | None = None  # the decode turn it was first found waiting at
 
     def sequence(self, j: int) -> list[int]:
         """Sample j's prompt and every token it holds (what its row is prefilled with)."""
@@ -200,6 +205,12 @@ class Rows:
         if running:
             rows = sum(len(g.todo) for g in waiting)
             if room < max(len(waiting[0].todo), min(slots // 8, rows)):
+                return []
+            for g in waiting:
+                g.since = self.turn if g.since is None else g.since
+            live = len(self.live) - self.live.count(None)
+            young = self.turn - waiting[0].since < _GATHER_TURNS
+            if rows < slots // 8 and live >= slots // 2 and young:
                 return []
         chosen, taken = [], 0
         width = left = 0
