@@ -513,15 +513,12 @@ class StaticDecoder:
 
     def park(self, slots: list[int]) -> None:
         """Rows that have finished and keep their caches for a continuation (`extend`): they
-        stop advancing where they are, and their padding is moved up to their index, so
-        that a step reads none of their cache (only the throwaway key and value it writes
-        at the index after the sequence, which the continuation overwrites). The caller
-        keeps each row's padding for `extend`."""
+        stop advancing where they are. Each step still writes a throwaway key and value at
+        the index after a parked row's sequence, which its continuation overwrites; its
+        positions go on counting towards the attention extent."""
         if not slots:
             return
-        index = torch.tensor(slots, device=self.device)
-        self.advance[index] = 0
-        self.pad[index] = self.t[index]
+        self.advance[torch.tensor(slots, device=self.device)] = 0
         self.retired.update(slots)
 
     # ---------------------------------------------------------------- prefill
@@ -627,14 +624,12 @@ class StaticDecoder:
         return logits[fan]
 
     @torch.no_grad()
-    def extend(
-        self, slots: list[int], pads: list[int], starts: list[int], suffixes: list[list[int]]
-    ) -> Tensor:
+    def extend(self, slots: list[int], starts: list[int], suffixes: list[list[int]]) -> Tensor:
         """Parked rows go on (a multi-turn episode's next turn): the row at batch position
-        slots[i], its sequence from cache index pads[i] (its left padding when it was
-        prefilled) up to starts[i] (exclusive), gets suffixes[i] (at least one token)
-        written from there, attending to its own cache, and decodes on under its adapter.
-        Returns each row's last logits ([R, vocab])."""
+        slots[i] holds its sequence up to cache index starts[i] (exclusive); suffixes[i]
+        (at least one token) is written from there, attending to the row's own cache, and
+        the row decodes on under its adapter, padding and positions as they were. Returns
+        each row's last logits ([R, vocab])."""
         r, lens = len(slots), [len(s) for s in suffixes]
         width = max(lens)
         need = max(s + width for s in starts)
@@ -643,8 +638,7 @@ class StaticDecoder:
         into = torch.tensor(slots, device=self.device)
         ids = torch.tensor([s + [0] * (width - len(s)) for s in suffixes], device=self.device)
         at = torch.tensor(starts, device=self.device)[:, None] + self.arange[:width]  # [R, W]
-        pad = torch.tensor(pads, device=self.device)
-        self.pad[into] = pad
+        pad = self.pad[into]
         pos = at - pad[:, None]
         cos, sin = self.cos[pos].flatten(0, 1)[:, None], self.sin[pos].flatten(0, 1)[:, None]
         # each query sees its row's sequence up to itself; the right padding past a

@@ -31,10 +31,6 @@ _RESUME_STRIDE = 1_000_003
 # Decode turns a kept cache waits for its continuation: about a second of decoding on a GPU,
 # longer than a tool call should take; a longer wait prefills the episode anew.
 _KEEP_TURNS = 64
-# A prefill into a running batch costs about as much for one row as for a hundred (an eager
-# forward: about 20 ms on an H200 at 0.6B, some three decode steps): where most of the batch
-# decodes, fewer than an eighth of it waiting gather for up to this many turns first.
-_GATHER_TURNS = 4
 
 
 @dataclass(frozen=True)
@@ -95,7 +91,6 @@ class Group:
         self.gen = torch.Generator(device=device).manual_seed(req.seed + _RESUME_STRIDE * already)
         self.todo = [j for j, s in enumerate(self.samples) if s.finish_reason is None]
         self.live = 0  # its rows in the batch now
-        self.since: int | None = None  # the decode turn it was first found waiting at
 
     def sequence(self, j: int) -> list[int]:
         """Sample j's prompt and every token it holds (what its row is prefilled with)."""
@@ -139,9 +134,7 @@ class Rows:
         self.live: list[Row | None] = []
         self.done: list[Group] = []  # groups whose samples have all ended, to hand back
         self.kept: dict[int, Kept] = {}  # free positions whose caches are kept
-        # the kept positions by their sequences' length, then sequence (several rows may
-        # hold one sequence)
-        self._index: dict[int, dict[tuple[int, ...], set[int]]] = {}
+        self._index: dict[tuple[int, int], set[int]] = {}  # (length, last token) → kept
         self.turn = 0  # decode turns so far (each record of a step's tokens)
         self._plan: tuple | None = None  # the noise plan of the positions as they are
         self._moved = 0  # bumped whenever a position changes hands (invalidates the plan)
@@ -205,12 +198,6 @@ class Rows:
         if running:
             rows = sum(len(g.todo) for g in waiting)
             if room < max(len(waiting[0].todo), min(slots // 8, rows)):
-                return []
-            for g in waiting:
-                g.since = self.turn if g.since is None else g.since
-            live = len(self.live) - self.live.count(None)
-            young = self.turn - waiting[0].since < _GATHER_TURNS
-            if rows < slots // 8 and live >= slots // 2 and young:
                 return []
         chosen, taken = [], 0
         width = left = 0
@@ -279,31 +266,30 @@ class Rows:
     # ---------------------------------------------------------------- kept caches
 
     def _keep(self, p: int, g: Group, j: int) -> None:
-        k = Kept(g.adapter, g.adapter.version, tuple(g.sequence(j)), self.turn)
-        self.kept[p] = k
-        self._index.setdefault(len(k.sequence), {}).setdefault(k.sequence, set()).add(p)
+        seq = tuple(g.sequence(j))
+        self.kept[p] = Kept(g.adapter, g.adapter.version, seq, self.turn)
+        self._index.setdefault((len(seq), seq[-1]), set()).add(p)
 
     def _drop(self, p: int) -> None:
         k = self.kept.pop(p)
-        same = self._index[len(k.sequence)]
-        same[k.sequence].discard(p)
-        if not same[k.sequence]:
-            del same[k.sequence]
-            if not same:
-                del self._index[len(k.sequence)]
+        key = (len(k.sequence), k.sequence[-1])
+        self._index[key].discard(p)
+        if not self._index[key]:
+            del self._index[key]
 
     def _continues(self, g: Group, j: int) -> int | None:
         """The kept position whose sequence row (g, j)'s starts with (same adapter and
-        version; the longest such), if any."""
+        version), if any."""
         if not self.kept:
             return None
         seq = g.sequence(j)
-        for n in sorted(self._index, reverse=True):
-            if n > len(seq):
+        for n, last in self._index:
+            if n > len(seq) or seq[n - 1] != last:
                 continue
-            for p in self._index[n].get(tuple(seq[:n]), ()):
+            head = tuple(seq[:n])
+            for p in self._index[(n, last)]:
                 k = self.kept[p]
-                if k.adapter is g.adapter and k.version == g.adapter.version:
+                if k.sequence == head and k.adapter is g.adapter and k.version == g.adapter.version:
                     return p
         return None
 
@@ -372,7 +358,7 @@ class Rows:
             self.kept, self._index = {}, {}
             for i, k in kept:  # the kept caches move with their positions
                 self.kept[i] = k
-                self._index.setdefault(len(k.sequence), {}).setdefault(k.sequence, set()).add(i)
+                self._index.setdefault((len(k.sequence), k.sequence[-1]), set()).add(i)
             self._moved += 1
             return keep
         return None

@@ -283,10 +283,9 @@ class StaticSource:
             parts.append(self.decoder.prefill(ids, attn, fan=own, slots=at, adapters=slots))
         if going:
             at = [positions[i] for i in going]
-            pads = [self.pads[p] for p in at]
-            starts = [pad + reuse[i] for pad, i in zip(pads, going, strict=True)]
+            starts = [self.pads[p] + reuse[i] for p, i in zip(at, going, strict=True)]
             suffixes = [prompts[i][reuse[i] :] for i in going]
-            parts.append(self.decoder.extend(at, pads, starts, suffixes))
+            parts.append(self.decoder.extend(at, starts, suffixes))
         if len(parts) == 1:
             return parts[0]
         order = torch.tensor(new + going, device=self.device)
