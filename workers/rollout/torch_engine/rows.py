@@ -167,8 +167,8 @@ class Rows:
         one_adapter: bool,
         fits: Callable[[int], bool],
         refill: bool,
-        grow: Callable[[int], bool] = lambda length: False,
-        cached: Callable[[int], tuple[int, int]] | None = None,
+        grow: Callable[[int], bool],
+        cached: Callable[[int], tuple[int, int]],
     ) -> list[Group]:
         """The next admissible groups that fit the batch now, in order: whole groups into
         free positions (or, into an empty batch, up to `slots` rows: at least one group).
@@ -225,7 +225,7 @@ class Rows:
         return len(g.sequence(j)) + (0 if p is None else cached(p)[0])
 
     def admit(
-        self, groups: list[Group], slots: int = 0, cached=None
+        self, groups: list[Group], slots: int, cached: Callable[[int], tuple[int, int]]
     ) -> tuple[list[int], list[Row], list[int]]:
         """Give `groups` batch positions: a row that continues a kept cache takes its
         position; the others free ones first, then past the last live row (up to `slots`),
@@ -249,7 +249,7 @@ class Rows:
                 p = taken[i]
             elif free:
                 p = free.pop(0)
-            elif len(self.live) < max(slots, 1) or not oldest:
+            elif len(self.live) < slots or not oldest:
                 p = len(self.live)
                 self.live.append(None)
             else:
@@ -293,10 +293,9 @@ class Rows:
                     return p
         return None
 
-    def forget(self, adapter: Adapter | None = None) -> None:
-        """Let go of the kept caches (`adapter`'s only, if given); an empty batch then
-        forgets its positions."""
-        for p in [p for p, k in self.kept.items() if adapter is None or k.adapter is adapter]:
+    def forget(self) -> None:
+        """Let go of the kept caches; an empty batch then forgets its positions."""
+        for p in list(self.kept):
             self._drop(p)
         self.trim()
 
