@@ -282,3 +282,27 @@ def test_a_parked_row_goes_on_from_its_cache_with_its_whole_sequences_logits(att
         logits = decoder.step(tokens)
         torch.testing.assert_close(logits, reference_rows(model, seqs), atol=1e-5, rtol=1e-5)
         tokens = logits.argmax(-1)
+
+
+def test_rows_too_near_the_caches_end_for_a_shared_width_go_on_one_by_one():
+    """Suffixes are padded to one width; where that would write past the cache's end for
+    the row that starts latest, each row is extended at its own width instead, and every
+    row still gets its whole sequence's logits."""
+    model = lora_model("llama")
+    decoder = StaticDecoder(model, max_batch=4, graphs=False)
+    ids, attn = prompts()
+    decoder.reserve(64)
+    logits, seqs = greedy_steps(decoder, ids, attn, 3)
+    decoder.park([1])  # row 1 ends its turn early, row 0 near the cache's end
+    for _ in range(37):
+        tokens = logits.argmax(-1)
+        seqs[0] = seqs[0] + [tokens[0].item()]
+        logits = decoder.step(tokens)
+    decoder.park([0])
+    held = [decoder.ends[p] for p in (0, 1)]
+    answers = [[7] * (64 - held[0]), list(range(3, 23))]  # row 0's fills the cache
+    assert held[0] + len(answers[1]) > decoder.length
+    first = decoder.extend([0, 1], held, answers)
+    want = reference_rows(model, [seqs[0] + answers[0], seqs[1] + answers[1]])
+    torch.testing.assert_close(first, want, atol=1e-5, rtol=1e-5)
+    assert decoder.ends[:2] == [64, held[1] + 20]
