@@ -385,6 +385,8 @@ class StaticDecoder:
         self.device = self.embed.weight.device
         self.dtype = self.embed.weight.dtype
         self.graphs = graphs and self.device.type == "cuda"
+        # continuations' prefills as graphs too (off: eager, as before; a benchmark's A/B)
+        self.graph_extend = self.graphs
         if attention == "auto":  # the Triton kernel where it runs (a GPU), else SDPA
             fast = decode_works(self.device, self.dtype, self.n_heads, self.n_kv, self.head_dim)
             attention = "triton" if fast else "sdpa"
@@ -666,7 +668,7 @@ class StaticDecoder:
             lens + lens[:1] * more,
             slots + slots[:1] * more,
         )
-        if self.graphs:
+        if self.graph_extend:
             key = ("extend", rows, width, extent)
             if key not in self._graphs:
                 inputs = tuple(torch.tensor(h, device=self.device) for h in host)
