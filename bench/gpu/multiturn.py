@@ -13,11 +13,9 @@ with --answer-tokens tokens (loss mask 0). The model is random, so turns end at 
 budget (an EOS may end a row early: the tokens counted are those made). On the torch
 engine the multi-turn episodes run twice: with each turn's cache kept for the next (the
 engine's default: a turn prefills the answer only) and prefilled whole each turn (the
-engine before it kept them), and on a GPU once more with kept caches but each
-continuation's prefill run eager instead of replayed as a CUDA graph. The variants
-alternate, --reps times after a warm-up round; each row is the median of the model's
-tokens a second (the environment's not counted), and each ratio is a multi-turn
-variant's over single-turn.
+engine before it kept them). The variants alternate, --reps times after a warm-up round;
+each row is the median of the model's tokens a second (the environment's not counted),
+and each ratio is a multi-turn variant's over single-turn.
 --trace (torch engine) also prints, for each variant's timed rounds, the `generate` calls a
 round made and their rows, and the engine's prefills: tokens and seconds a round (each
 prefill timed between two device synchronisations, which slows the round a little).
@@ -185,17 +183,12 @@ def part_multiturn(model_dir, args, out) -> dict:
         "single-turn": (None, 1, budget, True),
         multi: (tool, args.turns, args.turn_tokens, True),
     }
-    decoder = getattr(backend.engine.source, "decoder", None)
     if args.backend == "torch":
         variants[f"{multi}, prefilled whole"] = (tool, args.turns, args.turn_tokens, False)
-    if decoder is not None and decoder.graphs:  # kept caches, each continuation eager
-        variants[f"{multi}, eager extensions"] = (tool, args.turns, args.turn_tokens, True)
 
-    def episodes(name: str, env, turns: int, tokens: int, keeps: bool, rep: int) -> int:
+    def episodes(env, turns: int, tokens: int, keeps: bool, rep: int) -> int:
         if args.backend == "torch":
             backend.engine.rows.keeps = keeps and backend.engine.source.keeps
-        if decoder is not None:
-            decoder.graph_extend = decoder.graphs and not name.endswith("eager extensions")
         runner = EpisodeRunner(backend, renderer, env, EpisodeLimits(turns, None, 600.0))
         if trace is not None:
             trace.queue(runner.queue)
@@ -220,7 +213,7 @@ def part_multiturn(model_dir, args, out) -> dict:
                 trace.variant = name if rep else None
             sync()
             t0 = time.perf_counter()
-            n = episodes(name, env, turns, tokens, keeps, rep)
+            n = episodes(env, turns, tokens, keeps, rep)
             sync()
             if rep:  # the first round warms up (compiles, captures graphs)
                 times[name].append(time.perf_counter() - t0)

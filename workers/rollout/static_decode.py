@@ -319,11 +319,6 @@ def _bucket(n: int, cap: int) -> int:
     return min(cap, max(_MIN_BUCKET, 1 << (n - 1).bit_length()))
 
 
-def _extent(n: int, cap: int) -> int:
-    """A power-of-two multiple of _EXTENT_STEP positions holding n (at most `cap`)."""
-    return min(cap, _EXTENT_STEP << (-(-n // _EXTENT_STEP) - 1).bit_length())
-
-
 class StaticDecoder:
     """Prefill and decode steps of `model` over a KV cache of fixed shape.
 
@@ -385,8 +380,6 @@ class StaticDecoder:
         self.device = self.embed.weight.device
         self.dtype = self.embed.weight.dtype
         self.graphs = graphs and self.device.type == "cuda"
-        # continuations' prefills as graphs too (off: eager, as before; a benchmark's A/B)
-        self.graph_extend = self.graphs
         if attention == "auto":  # the Triton kernel where it runs (a GPU), else SDPA
             fast = decode_works(self.device, self.dtype, self.n_heads, self.n_kv, self.head_dim)
             attention = "triton" if fast else "sdpa"
@@ -403,8 +396,7 @@ class StaticDecoder:
         # each row's next cache index, on the host (the attention extent) and the device
         self.ends = [0] * max_batch
         self.retired: set[int] = set()
-        # decode steps by (rows, extent), extensions by ("extend", rows, width, extent)
-        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, Tensor, tuple]] = {}
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self._pool = None
         self.t = torch.zeros(max_batch, dtype=torch.long, device=self.device)
         self.pad = torch.zeros(max_batch, dtype=torch.long, device=self.device)
@@ -637,71 +629,30 @@ class StaticDecoder:
         slots[i] holds its sequence up to cache index starts[i] (exclusive); suffixes[i]
         (at least one token) is written from there, attending to the row's own cache, and
         the row decodes on under its adapter, padding and positions as they were. Returns
-        each row's last logits ([R, vocab]).
-
-        The rows are padded to a bucket of rows (copies of the first row: the same values
-        written to the same cache positions) and the suffixes to a bucket of widths, and
-        attention reads a power-of-two multiple of _EXTENT_STEP positions, so that on a GPU
-        an extension is a CUDA graph replay per (rows, width, extent): eager, a 28-layer
-        extension cost about 20 ms of kernel launches whatever its rows, and a round of
-        tool answers arrives in tens of them."""
+        each row's last logits ([R, vocab])."""
         r, lens = len(slots), [len(s) for s in suffixes]
+        width = max(lens)
         need = max(s + n for s, n in zip(starts, lens, strict=True))
         if need > self.length:
             raise RuntimeError(f"a continuation to {need} exceeds the cache ({self.length})")
-        if max(starts) + max(lens) > self.length:  # one row's padding would pass the end
+        if max(starts) + width > self.length:  # a shorter suffix's padding would pass the end
             return torch.cat(
                 [
                     self.extend([p], [s], [x])
                     for p, s, x in zip(slots, starts, suffixes, strict=True)
                 ]
             )
-        rows = _bucket(r, self.max_batch)
-        width = _bucket(max(lens), self.length)
-        if max(starts) + width > self.length:  # no room for the bucket: the exact width
-            width = max(lens)
-        extent = _extent(max(starts) + width, self.length)
-        more = rows - r
-        host = (
-            [s + [0] * (width - len(s)) for s in suffixes + suffixes[:1] * more],
-            starts + starts[:1] * more,
-            lens + lens[:1] * more,
-            slots + slots[:1] * more,
-        )
-        if self.graph_extend:
-            key = ("extend", rows, width, extent)
-            if key not in self._graphs:
-                inputs = tuple(torch.tensor(h, device=self.device) for h in host)
-                self._capture(key, lambda: self._extend(*inputs, extent), inputs)
-            graph, out, inputs = self._graphs[key]
-            for buf, h in zip(inputs, host, strict=True):
-                buf.copy_(torch.tensor(h), non_blocking=True)
-            graph.replay()
-            logits = out[:r]
-        else:
-            logits = self._extend(*(torch.tensor(h, device=self.device) for h in host), extent)[:r]
+        need = max(starts) + width
         into = torch.tensor(slots, device=self.device)
-        ends = [s + n for s, n in zip(starts, lens, strict=True)]
-        self.t[into] = torch.tensor(ends, device=self.device)
-        self.advance[into] = 1
-        for p, e in zip(slots, ends, strict=True):
-            self.ends[p] = e
-        self.retired.difference_update(slots)
-        return logits
-
-    def _extend(self, ids: Tensor, starts: Tensor, lens: Tensor, into: Tensor, extent: int):
-        """`extend`'s forward on device tensors of fixed shapes (a graph's inputs): ids
-        [R, W] right-padded suffixes, each row's start, suffix length and batch position;
-        writes the keys and values, returns each row's last logits."""
-        r, width = ids.shape
-        at = starts[:, None] + self.arange[:width]  # [R, W]
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in suffixes], device=self.device)
+        at = torch.tensor(starts, device=self.device)[:, None] + self.arange[:width]  # [R, W]
         pad = self.pad[into]
         pos = at - pad[:, None]
         cos, sin = self.cos[pos].flatten(0, 1)[:, None], self.sin[pos].flatten(0, 1)[:, None]
         # each query sees its row's sequence up to itself; the right padding past a
         # suffix writes keys beyond it that no query of the row reads (decode overwrites)
-        span = self.arange[:extent]
-        mask = (span >= pad[:, None, None]) & (span <= at[:, :, None])  # [R, W, extent]
+        span = self.arange[:need]
+        mask = (span >= pad[:, None, None]) & (span <= at[:, :, None])  # [R, W, need]
         mask = mask.unsqueeze(1)
         x = self.embed(ids).flatten(0, 1)  # [R·W, H]
         route = self._route(self.adapter_of[into].repeat_interleave(width))
@@ -711,12 +662,19 @@ class StaticDecoder:
             self.k[i][into[:, None], :, at] = k
             self.v[i][into[:, None], :, at] = v
             a = F.scaled_dot_product_attention(
-                q.transpose(1, 2), self.k[i][into, :, :extent], self.v[i][into, :, :extent],
+                q.transpose(1, 2), self.k[i][into, :, :need], self.v[i][into, :, :need],
                 attn_mask=mask, scale=self.scale, enable_gqa=self.n_heads != self.n_kv,
             )  # fmt: skip
             a = a.transpose(1, 2).flatten(2).flatten(0, 1)
             x = _attn_out_mlp(a, x, *layer.attn_out_mlp(route))
-        x = x.view(r, width, -1)[torch.arange(r, device=self.device), lens - 1]
+        ends = [s + n for s, n in zip(starts, lens, strict=True)]
+        self.t[into] = torch.tensor(ends, device=self.device)
+        self.advance[into] = 1
+        for p, e in zip(slots, ends, strict=True):
+            self.ends[p] = e
+        self.retired.difference_update(slots)
+        last = torch.tensor(lens, device=self.device) - 1
+        x = x.view(r, width, -1)[torch.arange(r, device=self.device), last]
         return self.head(_norm(x, self.norm))
 
     # ---------------------------------------------------------------- decode
@@ -786,30 +744,26 @@ class StaticDecoder:
     def _replay(self, n: int, extent: int) -> Tensor:
         key = (n, extent)
         if key not in self._graphs:
-            self._capture(key, lambda: self._step(n, extent))
-        graph, out, _ = self._graphs[key]
+            # warm up on a side stream (cuBLAS picks its kernels), then capture; rows past
+            # the live ones compute on stale inputs and are never read
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                self._step(n, extent)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: in an async run the trainer's thread launches and allocates
+            # while this one captures; in the default global mode its unsafe calls (a sync,
+            # a cudaMalloc) would fail or invalidate this capture. Only this thread's own
+            # unsafe calls are refused during it.
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                out = self._step(n, extent)
+            self._graphs[key] = (graph, out)
+        graph, out = self._graphs[key]
         graph.replay()
         return out
-
-    def _capture(self, key: tuple, run, inputs: tuple = ()) -> None:
-        """Capture `run()` (reading the decoder's buffers and `inputs`) as the graph for
-        `key`. It runs once first on a side stream (cuBLAS picks its kernels); rows past
-        the live ones compute on stale inputs and are never read."""
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            run()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: in an async run the trainer's thread launches and allocates
-        # while this one captures; in the default global mode its unsafe calls (a sync,
-        # a cudaMalloc) would fail or invalidate this capture. Only this thread's own
-        # unsafe calls are refused during it.
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            out = run()
-        self._graphs[key] = (graph, out, inputs)
 
     @torch.no_grad()
     def compact(self, keep: Tensor) -> None:

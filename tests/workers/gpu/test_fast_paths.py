@@ -19,11 +19,9 @@ from workers.grpo import token_mult_prob_error
 from workers.policy import LoraPolicy, TrainSample, chunked_token_logprobs, collate, fused_logprobs
 from workers.policy.fused_logprobs import fused_token_logprobs
 from workers.rollout import GroupRequest, SamplingParams, decode_attention
-from workers.rollout.static_decode import StaticDecoder
 from workers.rollout.torch_engine import TorchBackend
 from workers.spec import parse_spec
 
-from ..rollout.test_static_decode import lora_model, prompts
 from .small_qwen3 import build_small_qwen3
 
 pytestmark = pytest.mark.gpu
@@ -316,33 +314,3 @@ def test_kept_caches_go_on_with_the_trainer_forwards_logprobs(model_dir):
     batch = collate(made, policy.tokenizer.pad_token_id).to(torch.device("cuda"))
     assert_matches_trainer(policy, batch)
     asyncio.run(backend.close())
-
-
-def test_captured_extensions_equal_the_eager_ones():
-    """A continuation's prefill (`StaticDecoder.extend`) replays a CUDA graph per (rows,
-    width, extent) bucket: its logits, and the steps after it, equal the same decoder's
-    eager extension (float32), for one row and for several of different suffix lengths
-    and starts, each bucket captured once."""
-    model = lora_model("qwen3").cuda()
-    decoders = [
-        StaticDecoder(model, max_batch=8, graphs=g, attention="sdpa") for g in (True, False)
-    ]
-    ids, attn = (t.cuda() for t in prompts())
-    for d in decoders:
-        d.reserve(ids.shape[1] + 40)
-    logits = [d.prefill(ids, attn) for d in decoders]
-    for parked, answers in (([1], [[5, 6, 7]]), ([0, 2], [[8, 9], list(range(10, 22))])):
-        for _ in range(3):
-            tokens = logits[1].argmax(-1)
-            logits = [d.step(tokens) for d in decoders]
-        for d in decoders:
-            d.park(parked)
-        held = [decoders[1].ends[p] for p in parked]
-        first = [d.extend(parked, held, answers) for d in decoders]
-        torch.testing.assert_close(first[0], first[1], atol=1e-4, rtol=1e-4)
-        tokens = logits[1].argmax(-1)
-        tokens[parked] = first[1].argmax(-1)
-        logits = [d.step(tokens) for d in decoders]
-        torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=1e-4)
-    captured = [k for k in decoders[0]._graphs if k[0] == "extend"]
-    assert len(captured) == 2 and not decoders[1]._graphs
