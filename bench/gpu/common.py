@@ -290,7 +290,11 @@ def time_adapter_sync(executor, backend, reps: int, loop=None) -> dict:
         t0 = time.perf_counter()
         update = arun(executor.adapter_update(with_probe=backend.needs_probe))
         t1 = time.perf_counter()
+        # as a run publishes: behind a pause (an engine that cannot label its tokens with
+        # versions, vLLM 0.26, refuses a load while its gate is open)
+        arun(backend.pause("wait"))
         acked = arun(backend.load_adapter(update))
+        arun(backend.resume())
         sync()
         t2 = time.perf_counter()
         assert acked == v, (acked, v)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import importlib.metadata
 import time
 from pathlib import Path
 
@@ -195,7 +196,7 @@ def part_rollout(model_dir: Path, args, out: Path) -> dict:
         startup = None
         if variant.startswith("vllm"):
             backend, startup = start_vllm(model_dir, args, variant, out)
-            name = f"vLLM {backend._vllm.__version__}, {variant}"
+            name = f"vLLM {importlib.metadata.version('vllm')}, {variant}"
             decode = "vllm"
         else:
             backend, decode = torch_variant(model_dir, spec, variant, default_config)
