@@ -632,9 +632,9 @@ class StaticDecoder:
         each row's last logits ([R, vocab])."""
         r, lens = len(slots), [len(s) for s in suffixes]
         width = max(lens)
-        need = max(s + n for s, n in zip(starts, lens, strict=True))
-        if need > self.length:
-            raise RuntimeError(f"a continuation to {need} exceeds the cache ({self.length})")
+        end = max(s + n for s, n in zip(starts, lens, strict=True))
+        if end > self.length:
+            raise RuntimeError(f"a continuation to {end} exceeds the cache ({self.length})")
         if max(starts) + width > self.length:  # a shorter suffix's padding would pass the end
             return torch.cat(
                 [
