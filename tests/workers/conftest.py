@@ -24,6 +24,10 @@ torch.set_num_threads(int(os.environ.get("PADDOCK_TEST_THREADS", "1")))
 
 @pytest.fixture(scope="session")
 def paddock_home() -> Path:
+    return _home()
+
+
+def _home() -> Path:
     home = Path(os.environ.get("PADDOCK_HOME", REPO / ".paddock" / "test"))
     home.mkdir(parents=True, exist_ok=True)
     return home
@@ -49,6 +53,41 @@ CHAT_TEST_RECIPE = TinyModelSpec(
 def chat_dir(paddock_home: Path) -> Path:
     """The reasoning task's chat model (byte-level BPE, chat template, two EOS ids)."""
     return tiny_model_dir(CHAT_TEST_RECIPE, home=paddock_home)
+
+
+# The calculator model of examples/calculator-tools.yaml (the demo's: two layers, two heads
+# of 32): warmed up to call the tool, its last steps teaching it to skip the tool and guess,
+# so greedy it mostly guesses (episode success near 0) and sampled it often calls the tool.
+CALC_TEST_RECIPE = TinyModelSpec(
+    task="calculator", hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128,
+    warmup_steps=800, warmup_bias=0.6, warmup_bias_steps=150,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def calc_dir(paddock_home: Path) -> Path:
+    """The calculator environment's tool-use chat model."""
+    return tiny_model_dir(CALC_TEST_RECIPE, home=paddock_home)
+
+
+# The models each fixture builds. The ones the collected tests ask for are built before the
+# first test starts: a build takes seconds to minutes (the calculator model 200 s on a quiet
+# 2-core machine, over 500 s on a loaded one), and inside the setup of the first test that
+# needs it, it would count against that test's timeout.
+MODEL_FIXTURES = {
+    "tiny_dir": TinyModelSpec(),
+    "chat_dir": CHAT_TEST_RECIPE,
+    "calc_dir": CALC_TEST_RECIPE,
+}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    wanted = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    recipes = [recipe for name, recipe in MODEL_FIXTURES.items() if name in wanted]
+    if recipes and not session.config.option.collectonly:
+        home = _home()
+        for recipe in recipes:
+            tiny_model_dir(recipe, home=home)
 
 
 @pytest.fixture

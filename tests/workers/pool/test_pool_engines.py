@@ -211,12 +211,31 @@ async def test_an_update_of_one_adapter_leaves_the_other_at_its_version(
         await pool.generate(stale)
 
 
+# Tries of the keep test per engine. The torch engines are held between two decode steps
+# while the pause lands, so one try always cuts rows in flight. vLLM's engine decodes in
+# its own process and cannot be held: on a loaded machine the test's process can fall
+# behind it until every row of run a has ended before the pause reaches the engine. Such a
+# try proves nothing either way (its invariants are still checked), and the test tries again.
+KEEP_TRIES = {"vllm": 3}
+
+
 async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, maker, updates):
     """Run a is updated (keep) while rows of a and b decode in one batch: b's rows run on
-    untouched at version 1; a's continue under version 3 once a resumes, each token's
+    untouched at version 1; a's continue under the new version once a resumes, each token's
     logprob that of the trainer's forward of the version it is labelled with."""
-    await update_run(pool, "a", maker.relabel(updates[SEED_A2], 2))
     await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
+    tries = KEEP_TRIES.get(backend, 1)
+    for k in range(tries):
+        if await _keep_try(backend, pool, maker, updates, k):
+            return
+    pytest.fail(f"the keep pause cut no row of run a in {tries} tries")
+
+
+async def _keep_try(backend, pool, maker, updates, k: int) -> bool:
+    """One keep pause of run a (versions old → new) amid a's and b's rows; checks what holds
+    whether or not a row of a was in flight, and says whether one was cut."""
+    old, new = 2 + 2 * k, 3 + 2 * k
+    await update_run(pool, "a", maker.relabel(updates[SEED_A2], old))
     lane, n = pool.lanes["a"], KEEP_N[backend]
 
     def streamed() -> int:  # tokens the engine has produced for run a so far
@@ -225,7 +244,7 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
         return lane.tokens_streamed
 
     reqs = [
-        PoolRequest(run, GroupRequest(f"keep-{run}{i}", maker.ids(p), n, 7 + i, LONG))
+        PoolRequest(run, GroupRequest(f"keep{k}-{run}{i}", maker.ids(p), n, 7 + i, LONG))
         for i, p in enumerate(PROMPTS)
         for run in ("a", "b")
     ]
@@ -242,8 +261,7 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
         async with asyncio.timeout(120):
             while not enough() and not task.done():
                 await asyncio.sleep(0.01)
-    assert not task.done(), "generation finished before the test could interrupt it"
-    await update_run(pool, "a", maker.relabel(updates[SEED_A3], 3), mode="keep")
+    await update_run(pool, "a", maker.relabel(updates[SEED_A3], new), mode="keep")
     if held is not None:
         held.release()
     results = await task
@@ -251,12 +269,11 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
     a, b = split(reqs, results, "a"), split(reqs, results, "b")
     assert versions(b) == {1}
     a_versions = [s.versions for r in a for s in r.samples]
-    assert all(v == sorted(v) and set(v) <= {2, 3} for v in a_versions)
-    assert any(2 in v and 3 in v for v in a_versions), "the keep pause cut no row of run a"
+    assert all(v == sorted(v) and set(v) <= {old, new} for v in a_versions)
     lp = {seed: maker.logprobs(seed, a, LONG.temperature) for seed in (SEED_A2, SEED_A3)}
     a_samples = [s for r in a for s in r.samples if s.token_ids]
     by_label = [
-        [lp[SEED_A2 if v == 2 else SEED_A3][i][t] for t, v in enumerate(s.versions)]
+        [lp[SEED_A2 if v == old else SEED_A3][i][t] for t, v in enumerate(s.versions)]
         for i, s in enumerate(a_samples)
     ]
     assert mean_exp_diff([s.logprobs for s in a_samples], by_label) <= 1.01
@@ -264,6 +281,7 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, m
     assert mean_exp_diff(b_samples, maker.logprobs(SEED_B, b, LONG.temperature)) <= 1.01
     if backend == "trtllm":  # the engine's own pause would have cut b's rows too
         assert not pool.engine.llm._paused and pool.engine.llm.submitted_while_paused == 0
+    return any(old in v and new in v for v in a_versions)
 
 
 async def test_admission_is_refused_beyond_max_loras_and_unload_frees_the_slot(
