@@ -153,15 +153,19 @@ def _run(
     return phase
 
 
-def count_prompts(spec: RunSpec, grants: Grants | None = None) -> Prompts:
+def count_prompts(
+    spec: RunSpec, grants: Grants | None = None, log: Callable[[str], None] | None = None
+) -> Prompts:
     """The training prompts tokenized as the run will, against data.max_prompt_tokens (its
-    files read within the run's roots, under the platform)."""
+    files read within the run's roots, under the platform; the tiny model's build, if it
+    is the first use, logged to `log`)."""
     guard = grants.paths if grants is not None else None
     prompts = Prompts(limit=spec.data.max_prompt_tokens)
     if spec.data.task == "environment":
         return prompts  # the environment makes its prompts: nothing to count here
     try:
-        task = load_task(spec.data, load_tokenizer(model_dir_for(spec, guard)), guard=guard)
+        model_dir = model_dir_for(spec, guard, log)  # a tiny model is built here if need be
+        task = load_task(spec.data, load_tokenizer(model_dir), guard=guard)
     except ValueError as exc:  # overlong_prompts: error refuses the data at its first one
         prompts.error = str(exc)
         return prompts
@@ -186,7 +190,7 @@ def preflight(
     out = Path(out)
     say = log or (lambda _: None)
     say("pre-flight: the training prompts")
-    prompts = count_prompts(spec, grants)
+    prompts = count_prompts(spec, grants, say)
     sync, async_, update = Phase(), Phase(), Phase()
     if prompts.error is None and not (prompts.total and prompts.over == prompts.total):
         say(f"pre-flight: {steps} sync steps")

@@ -27,6 +27,23 @@ MetricsHook = Callable[[int, dict[str, float]], None]
 EventHook = Callable[[Event], None]
 
 
+def _line(message: str, level: LogLevel) -> str:
+    return f"[{level}] {message}"
+
+
+def early_log(on_event: EventHook | None, progress: bool) -> Callable[[str], None]:
+    """Info lines as the emitter sends them, for what a run does before its emitter exists
+    (building the tiny model: minutes on a fresh PADDOCK_HOME, before the first step)."""
+
+    def log(message: str) -> None:
+        if on_event is not None:
+            on_event(LogEvent.now(message))
+        if progress:
+            print(_line(message, "info"), file=sys.stderr, flush=True)
+
+    return log
+
+
 class Emitter:
     def __init__(
         self,
@@ -98,7 +115,7 @@ class Emitter:
     def log(self, message: str, level: LogLevel = "info") -> None:
         self._event(LogEvent.now(message, level))
         if self._bar is not None and level != "debug":
-            self._bar.write(f"[{level}] {message}", file=sys.stderr)
+            self._bar.write(_line(message, level), file=sys.stderr)
 
     def status(self, state: ReportedState, detail: str = "") -> None:
         # total_steps lets a viewer draw progress and an ETA from the metric steps.

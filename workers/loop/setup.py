@@ -26,7 +26,7 @@ from .buffer import TrajectoryBuffer
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .control import ControlSource, StaticControl
 from .driver import Driver, Outcome
-from .events import Emitter, EventHook, MetricsHook
+from .events import Emitter, EventHook, MetricsHook, early_log
 from .executor import StreamExecutor
 from .mirrors import open_mirrors
 from .rollout_context import RolloutContext
@@ -46,9 +46,12 @@ from .types import RunState, TrainerExecutor
 SWITCH_INTERVAL_S = 0.0002
 
 
-def model_dir_for(spec: RunSpec, guard: PathGuard | None = None) -> Path:
+def model_dir_for(
+    spec: RunSpec, guard: PathGuard | None = None, log: Callable[[str], None] | None = None
+) -> Path:
     """The model's directory: `model.path` (with `guard`, under the platform: it and every
-    file in it inside the run's roots), else the tiny model, built under PADDOCK_HOME."""
+    file in it inside the run's roots), else the tiny model, built under PADDOCK_HOME (its
+    build's progress to `log`: minutes, once, for the demos' chat models)."""
     if spec.model.path:
         path = Path(guard.check(spec.model.path, "model.path") if guard else spec.model.path)
         if not (path / "config.json").is_file():
@@ -56,7 +59,7 @@ def model_dir_for(spec: RunSpec, guard: PathGuard | None = None) -> Path:
                 f"model.path {path} is not a Hugging Face model directory (no config.json)"
             )
         return path
-    return tiny_model_dir(spec.model.tiny)
+    return tiny_model_dir(spec.model.tiny, log=log)
 
 
 def local_devices(spec: RunSpec, gpus: int) -> tuple[torch.device, torch.device]:
@@ -150,7 +153,7 @@ async def _run_training(
     if spec.train.threads:
         torch.set_num_threads(spec.train.threads)
     torch.manual_seed(spec.seed)
-    model_dir = model_dir_for(spec, grants.paths)
+    model_dir = model_dir_for(spec, grants.paths, early_log(on_event, progress))
     tokenizer = load_tokenizer(model_dir)
     env, renderer, limits, tool_format = await episode_setup(
         spec, tokenizer, model_dir, spec.data.chat_template_kwargs, grants

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -81,6 +82,7 @@ def warm_up_chat(
     biased: list[tuple[list[int], list[int]]],
     pad_id: int,
     spec: TinyModelSpec,
+    on_step: Callable[[int], None] | None = None,
 ) -> None:
     """As the character model's warm-up (clean targets, then a fraction `warmup_bias` of
     biased ones for the last `warmup_bias_steps`), with each batch sorted by length and cut
@@ -108,6 +110,8 @@ def warm_up_chat(
             )
             (loss / n_labels).backward()  # the batch's token mean, over its micro-batches
         opt.step()
+        if on_step is not None:
+            on_step(step + 1)
     model.eval()
 
 
@@ -184,7 +188,9 @@ def _calculator_task() -> tuple[list[str], str, object]:
     return corpus, TOOLS_CHAT_TEMPLATE, rows
 
 
-def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
+def build_chat_model(
+    spec: TinyModelSpec, out: Path, on_step: Callable[[int], None] | None = None
+) -> dict:
     """Train the tokenizer, build and warm up the model, save both into `out`. Returns
     facts for paddock_recipe.json."""
     corpus, template, rows = (_calculator_task if spec.task == "calculator" else _reasoning_task)()
@@ -199,7 +205,7 @@ def build_chat_model(spec: TinyModelSpec, out: Path) -> dict:
         bos_token_id=eos[1], eos_token_id=eos, pad_token_id=tok.pad_token_id
     )
     clean, biased = rows(tok)
-    warm_up_chat(model, clean, biased, tok.pad_token_id, spec)
+    warm_up_chat(model, clean, biased, tok.pad_token_id, spec, on_step)
     out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)

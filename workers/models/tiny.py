@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 from ..data.examples import Example
 from ..data.tasks import arithmetic_examples, reverse_examples
 from ..spec import TinyModelSpec
+from .build_progress import BuildProgress, Log
 from .chat_model import build_chat_model, chat_recipe
 from .qwen2 import pad_rows, qwen2_config
 from .tokenizer import CHARSET, build_char_tokenizer
@@ -44,26 +46,45 @@ def recipe_hash(spec: TinyModelSpec) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def tiny_model_dir(spec: TinyModelSpec | None = None, home: Path | None = None) -> Path:
-    """Return the directory of the tiny model for `spec`, building it first if needed."""
+def tiny_model_dir(
+    spec: TinyModelSpec | None = None, home: Path | None = None, log: Log | None = None
+) -> Path:
+    """Return the directory of the tiny model for `spec`, building it first if needed.
+    `log` gets lines on a build: its start, its progress with the time left, its end (and
+    that it waits when another process builds the same model)."""
     spec = spec or TinyModelSpec()
+    say = log or (lambda _: None)
     root = (home or paddock_home()) / "models"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"tiny-{recipe_hash(spec)}"
     if (final / "config.json").exists():
         return final
     with open(root / f"{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        try:  # released when the file closes
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"model: another process is building {final.name}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / "config.json").exists():  # another process built it while we waited
             return final
+        what = f"model: building {final.name}"
+        say(
+            f"{what} (the tiny {spec.task} model, {spec.warmup_steps} warm-up steps; once, "
+            f"under {root})"
+        )
         tmp = root / f"{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        build_tiny_model(spec, tmp)
+        t0 = time.perf_counter()
+        build_tiny_model(spec, tmp, BuildProgress(what, spec.warmup_steps, say))
         tmp.rename(final)  # atomic: readers never see a half-written directory
+        say(f"model: built {final.name} in {time.perf_counter() - t0:.0f} s")
     return final
 
 
-def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
+def build_tiny_model(
+    spec: TinyModelSpec, out: Path, on_step: Callable[[int], None] | None = None
+) -> None:
+    """Build the model of `spec` into `out`; `on_step(done)` after each warm-up step."""
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
     # One thread: the same recipe gives the same bits on any machine (reduction order), and
@@ -72,9 +93,9 @@ def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
     torch.set_num_threads(1)
     try:
         if spec.task in CHAT_TASKS:
-            facts = {"chat_build": build_chat_model(spec, out)}
+            facts = {"chat_build": build_chat_model(spec, out, on_step)}
         else:
-            _build_char_model(spec, out)
+            _build_char_model(spec, out, on_step)
             facts = {"build": _BUILD_VERSION}
     finally:
         torch.set_num_threads(threads)
@@ -86,13 +107,18 @@ def build_tiny_model(spec: TinyModelSpec, out: Path) -> None:
     )
 
 
-def _build_char_model(spec: TinyModelSpec, out: Path) -> None:
+def _build_char_model(
+    spec: TinyModelSpec, out: Path, on_step: Callable[[int], None] | None
+) -> None:
     tok = build_char_tokenizer()
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(qwen2_config(spec, tok))
     split = arithmetic_examples if spec.task == "arithmetic" else reverse_examples
     train, _held_out = split()
-    warm_up(model, tok, train, spec.warmup_steps, spec.warmup_bias, spec.warmup_bias_steps)
+    warm_up(
+        model, tok, train, spec.warmup_steps, spec.warmup_bias, spec.warmup_bias_steps,
+        on_step=on_step,
+    )  # fmt: skip
     out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
@@ -127,6 +153,7 @@ def warm_up(
     bias_steps: int = 0,
     batch_size: int = 128,
     lr: float = 3e-3,
+    on_step: Callable[[int], None] | None = None,
 ) -> None:
     """Supervised warm-up: learn the task on clean targets, then, for the last `bias_steps`,
     on targets of which a fraction `bias` is the systematic mistake. The model keeps the
@@ -147,4 +174,6 @@ def warm_up(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if on_step is not None:
+            on_step(step + 1)
     model.eval()
