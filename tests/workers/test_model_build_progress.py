@@ -4,6 +4,7 @@ PADDOCK_HOME logs its build before its first step."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import threading
 
@@ -13,6 +14,7 @@ from workers.events import LogEvent, MetricEvent
 from workers.models import recipe_hash, tiny_model_dir
 from workers.models.build_progress import BuildProgress, about, time_left
 from workers.models.tiny import build_tiny_model
+from workers.pool.driver import PoolDriver
 from workers.spec import TinyModelSpec
 from workers.train import train
 
@@ -76,13 +78,24 @@ def test_a_build_behind_another_process_says_it_waits_then_builds(tmp_path):
     assert tiny_model_dir(SMALL, tmp_path, log) == root / name and lines == []  # built: silent
 
 
+@pytest.mark.parametrize("where", ["solo", "pool"])
 def test_a_run_on_a_fresh_home_logs_the_build_before_its_first_step(
-    make_spec, tmp_path, monkeypatch
+    make_spec, tmp_path, monkeypatch, where
 ):
     monkeypatch.setenv("PADDOCK_HOME", str(tmp_path / "home"))
     events: list = []
     spec = make_spec("train.steps=1", model={"tiny": SMALL.model_dump()})
-    train(spec, out_dir=tmp_path / "run", on_event=events.append, progress=False)
+    if where == "solo":
+        train(spec, out_dir=tmp_path / "run", on_event=events.append, progress=False)
+    else:  # a pool of one: the pool's first member hears of the shared model's build
+
+        async def pooled():
+            pool = PoolDriver()
+            pool.admit("a", spec, tmp_path / "run", on_event=events.append)
+            await pool.wait()
+            await pool.close()
+
+        asyncio.run(pooled())
     logs = [e.message for e in events if isinstance(e, LogEvent)]
     name = f"tiny-{recipe_hash(SMALL)}"
     assert logs[0].startswith(f"model: building {name} ") and logs[1].startswith(

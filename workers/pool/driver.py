@@ -34,7 +34,7 @@ from ..events import Event, StatusEvent
 from ..grants import Grants
 from ..loop.control import ControlSource, StaticControl
 from ..loop.driver import Outcome
-from ..loop.events import EventHook, MetricsHook
+from ..loop.events import EventHook, MetricsHook, early_log
 from ..loop.setup import local_devices, model_dir_for, run_training
 from ..names import TERMINAL_RUN_STATES
 from ..policy import LoraPolicy
@@ -107,8 +107,8 @@ class PoolDriver:
 
     # ---------------------------------------------------------------- the shared parts
 
-    def _start(self, spec: RunSpec) -> None:
-        model_dir = model_dir_for(spec)
+    def _start(self, spec: RunSpec, log: Callable[[str], None]) -> None:
+        model_dir = model_dir_for(spec, log=log)  # a tiny model's build: to the first member
         trainer_device, engine_device = local_devices(spec, torch.cuda.device_count())
         # the policy's own adapter is a placeholder no member trains (rank 1): each member
         # gets one of its own (add_adapter), made and dropped as it joins and leaves
@@ -175,7 +175,7 @@ class PoolDriver:
             )
         self.check(run_id, spec)
         if self.trainer is None:
-            self._start(spec)
+            self._start(spec, early_log(on_event, progress))
         member = Member(run_id, spec, Path(out), control or StaticControl(), grants)
         w = weight if weight is not None else spec.resources.pool_weight
         self.trainer_gate.join(run_id, w)
