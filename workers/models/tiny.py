@@ -68,10 +68,8 @@ def tiny_model_dir(
         if (final / "config.json").exists():  # another process built it while we waited
             return final
         what = f"model: building {final.name}"
-        say(
-            f"{what} (the tiny {spec.task} model, {spec.warmup_steps} warm-up steps; once, "
-            f"under {root})"
-        )
+        # no path in the line: a run's log is read by its team, the worker's disk is not theirs
+        say(f"{what} (the tiny {spec.task} model, {spec.warmup_steps} warm-up steps; once)")
         tmp = root / f"{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
