@@ -48,6 +48,9 @@ class Platform:
     def states(self, run: int) -> list[str]:
         return [e["state"] for e in self.events[run] if e["type"] == "status"]
 
+    def ended(self, run: int) -> bool:
+        return any(s in ("succeeded", "aborted", "failed") for s in self.states(run))
+
     def handle(self, method: str, path: str, auth: str, body: dict) -> tuple[int, dict]:
         """Each answer built with the platform's own models (workers/job_replies.py)."""
         code, answer = self._answer(path, auth, body)
@@ -70,7 +73,10 @@ class Platform:
                                  else f"boot-{r}-{d}")
                     for r in sorted(self.listed) for d in [self.dispatch[r]]
                 ]  # fmt: skip
-                return 200, PoolMembers(members=members, stop=not self.listed)
+                # stop once every run has ended: a run between two dispatches (13, unlisted
+                # until its checkpoint arrives) is still to come back to this pool
+                ended = all(self.ended(r) for r in self.specs)
+                return 200, PoolMembers(members=members, stop=not self.listed and ended)
             if kind == "runs" and verb == "bootstrap":
                 d = self.dispatch[ident]
                 if auth != f"Bearer boot-{ident}-{d}" or (ident, d) in self.bootstrapped:
@@ -99,8 +105,7 @@ class Platform:
 
     def script(self, run: int) -> None:
         """What the platform decides as events come in."""
-        states = self.states(run)
-        if any(s in ("succeeded", "aborted", "failed") for s in states):
+        if self.ended(run):
             self.listed.discard(run)  # ended: no longer a member
         if run == 12 and self.steps(run) and max(self.steps(run)) >= 1:
             self.desired[12] = "aborted"
