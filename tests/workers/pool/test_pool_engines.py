@@ -163,9 +163,21 @@ async def reference(backend: str, tiny_dir: Path, maker: AdapterMaker, updates, 
         await single.close()
 
 
+@pytest.fixture(scope="module")
+def hold_dir(backend: str, tmp_path_factory) -> Path | None:
+    """Where the test and the vLLM pool's engine core meet to hold it (vllm_hold.py)."""
+    return tmp_path_factory.mktemp("vllm-hold") if backend == "vllm" else None
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def pool(backend: str, tiny_dir: Path, reference):
-    engine = make_pool_engine(spec_of(tiny_dir, backend), tiny_dir, capacity=2)
+async def pool(backend: str, tiny_dir: Path, reference, hold_dir):
+    if backend == "vllm":
+        from .vllm_hold import installed
+
+        with installed(hold_dir):
+            engine = make_pool_engine(spec_of(tiny_dir, backend), tiny_dir, capacity=2)
+    else:
+        engine = make_pool_engine(spec_of(tiny_dir, backend), tiny_dir, capacity=2)
     assert engine.batches_adapters == (backend != "torch")  # the PEFT forward: one at a time
     yield engine
     await engine.close()
@@ -211,30 +223,14 @@ async def test_an_update_of_one_adapter_leaves_the_other_at_its_version(
         await pool.generate(stale)
 
 
-# Tries of the keep test per engine. The torch engines are held between two decode steps
-# while the pause lands, so one try always cuts rows in flight. vLLM's engine decodes in
-# its own process and cannot be held: on a loaded machine the test's process can fall
-# behind it until every row of run a has ended before the pause reaches the engine. Such a
-# try proves nothing either way (its invariants are still checked), and the test tries again.
-KEEP_TRIES = {"vllm": 3}
-
-
-async def test_keep_on_one_run_cuts_and_continues_only_its_rows(backend, pool, maker, updates):
+async def test_keep_on_one_run_cuts_and_continues_only_its_rows(
+    backend, pool, maker, updates, hold_dir
+):
     """Run a is updated (keep) while rows of a and b decode in one batch: b's rows run on
     untouched at version 1; a's continue under the new version once a resumes, each token's
     logprob that of the trainer's forward of the version it is labelled with."""
     await update_run(pool, "b", maker.relabel(updates[SEED_B], 1))
-    tries = KEEP_TRIES.get(backend, 1)
-    for k in range(tries):
-        if await _keep_try(backend, pool, maker, updates, k):
-            return
-    pytest.fail(f"the keep pause cut no row of run a in {tries} tries")
-
-
-async def _keep_try(backend, pool, maker, updates, k: int) -> bool:
-    """One keep pause of run a (versions old → new) amid a's and b's rows; checks what holds
-    whether or not a row of a was in flight, and says whether one was cut."""
-    old, new = 2 + 2 * k, 3 + 2 * k
+    old, new = 2, 3
     await update_run(pool, "a", maker.relabel(updates[SEED_A2], old))
     lane, n = pool.lanes["a"], KEEP_N[backend]
 
@@ -244,32 +240,44 @@ async def _keep_try(backend, pool, maker, updates, k: int) -> bool:
         return lane.tokens_streamed
 
     reqs = [
-        PoolRequest(run, GroupRequest(f"keep{k}-{run}{i}", maker.ids(p), n, 7 + i, LONG))
+        PoolRequest(run, GroupRequest(f"keep-{run}{i}", maker.ids(p), n, 7 + i, LONG))
         for i, p in enumerate(PROMPTS)
         for run in ("a", "b")
     ]
     start = streamed()
-    enough = lambda: streamed() - start >= 4 * n * len(PROMPTS)  # noqa: E731
-    # a's rows have a few tokens each (they decode together) before the pause cuts them: the
-    # torch engine is held there (between two decode steps, its rows in flight) until the
-    # update is done; the others decode on their own, waited for until then
-    held = Parked(pool.engine, enough) if backend in TORCH else None
+    # a's rows have a few tokens each (they decode together) before the pause cuts them:
+    # the torch engine is held there (between two decode steps, its rows in flight) until
+    # the update is done, vLLM's engine core until the pause's abort is on its way to it;
+    # the stand-in decodes on its own, waited for until then
+    held = release = None
+    if backend in TORCH:
+        held = Parked(pool.engine, lambda: streamed() - start >= 4 * n * len(PROMPTS))
+        release = held.release
+    elif backend == "vllm":
+        from .vllm_hold import HeldEngine
+
+        held = HeldEngine(hold_dir)
+        held.arm("keep", 4)
+        release = _released_after_abort(pool.engine.llm, held)
     task = asyncio.create_task(pool.generate(reqs))
     if held is not None:
         await held.reached()
     else:
         async with asyncio.timeout(120):
-            while not enough() and not task.done():
+            while streamed() - start < 4 * n * len(PROMPTS) and not task.done():
                 await asyncio.sleep(0.01)
-    await update_run(pool, "a", maker.relabel(updates[SEED_A3], new), mode="keep")
-    if held is not None:
-        held.release()
+    try:
+        await update_run(pool, "a", maker.relabel(updates[SEED_A3], new), mode="keep")
+    finally:
+        if release is not None:
+            release()
     results = await task
     assert all(s.done for r in results for s in r.samples)  # nothing was cut short for good
     a, b = split(reqs, results, "a"), split(reqs, results, "b")
     assert versions(b) == {1}
     a_versions = [s.versions for r in a for s in r.samples]
     assert all(v == sorted(v) and set(v) <= {old, new} for v in a_versions)
+    assert any(old in v and new in v for v in a_versions), "the keep pause cut no row of run a"
     lp = {seed: maker.logprobs(seed, a, LONG.temperature) for seed in (SEED_A2, SEED_A3)}
     a_samples = [s for r in a for s in r.samples if s.token_ids]
     by_label = [
@@ -281,7 +289,25 @@ async def _keep_try(backend, pool, maker, updates, k: int) -> bool:
     assert mean_exp_diff(b_samples, maker.logprobs(SEED_B, b, LONG.temperature)) <= 1.01
     if backend == "trtllm":  # the engine's own pause would have cut b's rows too
         assert not pool.engine.llm._paused and pool.engine.llm.submitted_while_paused == 0
-    return any(old in v and new in v for v in a_versions)
+
+
+def _released_after_abort(llm, held):
+    """vLLM's engine core, held, cannot take the keep pause's abort until it runs again: it
+    is released once the abort is sent (it reads it before its next step), and the spy goes
+    with the release."""
+    abort = llm.abort
+
+    async def abort_then_release(*args, **kwargs):
+        await abort(*args, **kwargs)
+        held.release()
+
+    llm.abort = abort_then_release
+
+    def release():
+        held.release()  # also where no abort was sent (the update failed first)
+        del llm.abort  # the instance's spy: the class's method again
+
+    return release
 
 
 async def test_admission_is_refused_beyond_max_loras_and_unload_frees_the_slot(
