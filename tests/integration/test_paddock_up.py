@@ -1,10 +1,10 @@
 """`paddock up` as a user runs it: a real subprocess on embedded defaults, then Ctrl-C."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -79,6 +79,15 @@ def test_paddock_up_comes_up_healthy_and_ctrl_c_leaves_no_process(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    time.sleep(1.0)
-    survivors = [p for p in family.values() if p.is_running() and p.status() != "zombie"]
-    assert not survivors, [" ".join(p.cmdline()) for p in survivors]
+
+    def survivors() -> list[str]:
+        alive = []
+        for p in family.values():
+            with contextlib.suppress(psutil.NoSuchProcess):  # it ended while asked
+                if p.is_running() and p.status() != "zombie":
+                    alive.append(" ".join(p.cmdline()))
+        return alive
+
+    with contextlib.suppress(TimeoutError):  # what is left after the wait is named below
+        wait_for(lambda: not survivors(), 30, "paddock up's processes to end")
+    assert not survivors(), survivors()

@@ -91,8 +91,8 @@ def test_a_viewer_resyncs_after_an_asgi_restart_without_gap_or_duplicate(
             asgi_server.stop()  # the viewer is cut off mid-stream; the job keeps emitting
             viewer.read(ws, lambda: False)  # what was sent before the close
         live_before = len(viewer.steps)
-        time.sleep(1.0)
-        assert list((tmp_path / "spool").rglob("*.json")), "batches spool while it is down"
+        spool = tmp_path / "spool"
+        wait_for(lambda: list(spool.rglob("*.json")), 60, "batches spooled while it is down")
         asgi_server.start()
         cut_at = dict(viewer.cursor)
         with wait_for(lambda: _try(viewer.open, cut_at), 30, "a reconnect") as ws:

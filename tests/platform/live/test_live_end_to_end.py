@@ -17,6 +17,7 @@ from paddock.experiments.states import run_transition
 from paddock.experiments.tokens import run_token_mint
 from paddock.teams.access import actor_for
 from paddock.teams.services import api_token_create
+from tests.conftest import wait_for
 from workers.report import Reporter, ReporterConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -150,15 +151,18 @@ def test_the_platform_restarted_mid_run_loses_and_duplicates_nothing(
             reporter.metric(step, values)
             time.sleep(0.01)
 
+    def emitted_past(n: int):  # the job has emitted n more points (it emits on its own)
+        return lambda: len(emitted) >= n
+
     worker = threading.Thread(target=job)
     worker.start()
     try:
-        time.sleep(1.0)
+        wait_for(emitted_past(60), 60, "the job's first points")
         asgi_server.stop()  # the platform goes away mid-run; the job keeps emitting
-        time.sleep(1.5)
-        assert list((tmp_path / "spool").rglob("*.json")), "batches spool while it is down"
+        spool = tmp_path / "spool"
+        wait_for(lambda: list(spool.rglob("*.json")), 60, "batches spooled while it is down")
         asgi_server.start()
-        time.sleep(0.5)
+        wait_for(emitted_past(len(emitted) + 60), 60, "points emitted after the restart")
     finally:
         stop.set()
         worker.join()
