@@ -96,8 +96,13 @@ def test_a_run_on_a_fresh_home_logs_the_build_before_its_first_step(
             await pool.close()
 
         asyncio.run(pooled())
+    assert_built_before_the_first_step(events)
+
+
+def assert_built_before_the_first_step(events: list, recipe: TinyModelSpec = SMALL) -> None:
+    """The run's events say the model's build started and ended before any metric."""
     logs = [e.message for e in events if isinstance(e, LogEvent)]
-    name = f"tiny-{recipe_hash(SMALL)}"
+    name = f"tiny-{recipe_hash(recipe)}"
     assert logs[0].startswith(f"model: building {name} ") and logs[1].startswith(
         f"model: built {name} in "
     )

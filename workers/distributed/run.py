@@ -18,8 +18,8 @@ from ..grants import Grants
 from ..loop.checkpoint import latest_checkpoint
 from ..loop.control import ControlSource
 from ..loop.driver import Outcome
-from ..loop.events import EventHook, MetricsHook
-from ..loop.setup import run_training
+from ..loop.events import EventHook, MetricsHook, early_log
+from ..loop.setup import model_dir_for, run_training
 from ..spec import RunSpec
 from .fleet import ActorDied, Fleet
 from .proxies import RayRolloutBackend, RayTrainerExecutor
@@ -64,6 +64,10 @@ async def run_on_ray(
     progress: bool = True,
     grants: Grants | None = None,
 ) -> Outcome:
+    # a tiny model is built here first, its progress in the run's log (minutes for the
+    # demos' chat models): the actors, on this machine, then find it built, where each
+    # would otherwise build or wait in silence
+    model_dir_for(spec, grants.paths if grants is not None else None, early_log(on_event, progress))
     started = connect()
     try:
         restarts, attempt_spec = 0, spec

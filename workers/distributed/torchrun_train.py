@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ..adapters.update import AdapterUpdate
+from ..loop.events import early_log
 from ..loop.executor import LocalExecutor
 from ..loop.setup import model_dir_for, run_training
 from ..policy import LoraPolicy, TrainSample
@@ -106,7 +107,8 @@ async def run(spec: RunSpec, out: Path, progress: bool) -> None:
     use_cuda = spec.resources.trainer_gpus > 0 and torch.cuda.is_available()
     rank, world = init_from_env(use_cuda)
     torch.manual_seed(spec.seed)
-    model_dir = model_dir_for(spec)
+    # a tiny model's build (or the wait behind another rank's) said once, by rank 0
+    model_dir = model_dir_for(spec, log=early_log(None, progress) if rank == 0 else None)
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else None
     if world > 1:
         policy: LoraPolicy = ShardedLoraPolicy(spec, model_dir, device)

@@ -5,6 +5,7 @@ same spec: loss and adapter match within fp32 tolerance, and the base was sharde
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,11 @@ import ray
 import torch
 
 from tests.workers.distributed.conftest import RAY
+from tests.workers.test_model_build_progress import SMALL, assert_built_before_the_first_step
 from workers.adapters.lora import read_adapter_dir
 from workers.events import Event
+from workers.models import recipe_hash
+from workers.models.tiny import paddock_home
 from workers.train import train
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -66,3 +70,15 @@ def test_fsdp_ranks_and_rollout_actors_match_the_in_process_run(make_spec, tmp_p
         assert lora and all(kind == "Tensor" and local == full for kind, local, full in lora)
         q_base = next(v for n, v in layout.items() if n.endswith("q_proj.base_layer.weight"))
         assert q_base[0] == "DTensor" and q_base[1][0] * 2 == q_base[2][0]
+
+
+def test_a_tiny_models_build_is_logged_before_the_fleet_starts(make_spec, tmp_path):
+    """The driver builds the tiny model first, its progress in the run's log; the actors
+    (on this machine, under the same PADDOCK_HOME) then find it built. Before, the fleet's
+    start built it in the actors, and the run's log said nothing of it."""
+    recipe = SMALL.model_copy(update={"warmup_steps": SMALL.warmup_steps + 1})  # this test's
+    shutil.rmtree(paddock_home() / "models" / f"tiny-{recipe_hash(recipe)}", ignore_errors=True)
+    events: list[Event] = []
+    spec = make_spec("train.steps=1", *RAY, model={"tiny": recipe.model_dump()})
+    train(spec, tmp_path / "run", progress=False, on_event=events.append)
+    assert_built_before_the_first_step(events, recipe)
