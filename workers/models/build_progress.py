@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 Log = Callable[[str], None]
+OnStep = Callable[[int], None]  # a warm-up's callback after each of its steps
 
 
 def about(seconds: float) -> str:

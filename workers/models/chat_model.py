@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ from ..data.reasoning import reasoning_examples, terms_of, worked_solution
 from ..envs import calculator
 from ..envs.render import ChatRenderer
 from ..spec import TinyModelSpec
+from .build_progress import OnStep
 from .chat_tokenizer import (
     CHAT_TEMPLATE,
     TOOLS_CHAT_TEMPLATE,
@@ -82,7 +82,7 @@ def warm_up_chat(
     biased: list[tuple[list[int], list[int]]],
     pad_id: int,
     spec: TinyModelSpec,
-    on_step: Callable[[int], None] | None = None,
+    on_step: OnStep | None = None,
 ) -> None:
     """As the character model's warm-up (clean targets, then a fraction `warmup_bias` of
     biased ones for the last `warmup_bias_steps`), with each batch sorted by length and cut
@@ -188,9 +188,7 @@ def _calculator_task() -> tuple[list[str], str, object]:
     return corpus, TOOLS_CHAT_TEMPLATE, rows
 
 
-def build_chat_model(
-    spec: TinyModelSpec, out: Path, on_step: Callable[[int], None] | None = None
-) -> dict:
+def build_chat_model(spec: TinyModelSpec, out: Path, on_step: OnStep | None = None) -> dict:
     """Train the tokenizer, build and warm up the model, save both into `out`. Returns
     facts for paddock_recipe.json."""
     corpus, template, rows = (_calculator_task if spec.task == "calculator" else _reasoning_task)()

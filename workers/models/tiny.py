@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -24,7 +23,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 from ..data.examples import Example
 from ..data.tasks import arithmetic_examples, reverse_examples
 from ..spec import TinyModelSpec
-from .build_progress import BuildProgress, Log
+from .build_progress import BuildProgress, Log, OnStep
 from .chat_model import build_chat_model, chat_recipe
 from .qwen2 import pad_rows, qwen2_config
 from .tokenizer import CHARSET, build_char_tokenizer
@@ -79,9 +78,7 @@ def tiny_model_dir(
     return final
 
 
-def build_tiny_model(
-    spec: TinyModelSpec, out: Path, on_step: Callable[[int], None] | None = None
-) -> None:
+def build_tiny_model(spec: TinyModelSpec, out: Path, on_step: OnStep | None = None) -> None:
     """Build the model of `spec` into `out`; `on_step(done)` after each warm-up step."""
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
@@ -105,9 +102,7 @@ def build_tiny_model(
     )
 
 
-def _build_char_model(
-    spec: TinyModelSpec, out: Path, on_step: Callable[[int], None] | None
-) -> None:
+def _build_char_model(spec: TinyModelSpec, out: Path, on_step: OnStep | None) -> None:
     tok = build_char_tokenizer()
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(qwen2_config(spec, tok))
@@ -151,7 +146,7 @@ def warm_up(
     bias_steps: int = 0,
     batch_size: int = 128,
     lr: float = 3e-3,
-    on_step: Callable[[int], None] | None = None,
+    on_step: OnStep | None = None,
 ) -> None:
     """Supervised warm-up: learn the task on clean targets, then, for the last `bias_steps`,
     on targets of which a fraction `bias` is the systematic mistake. The model keeps the
