@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 ENV = "PADDOCK_TEST_VLLM_HOLD"
 INSTALLED = Path(__file__).parent / "installed"  # the entry point's dist-info
@@ -40,10 +40,6 @@ class Hold(LogitsProcessor):
         self.rows: dict[int, list[int]] = {}  # batch index → the row's output tokens (live)
         self.done: set[str] = set()  # arms already held once
 
-    @classmethod
-    def validate_params(cls, sampling_params) -> None:
-        return None
-
     def is_argmax_invariant(self) -> bool:
         return False  # called for every step, greedy ones too (the logits go through as they are)
 
@@ -58,7 +54,7 @@ class Hold(LogitsProcessor):
             ra, rb = self.rows.pop(a, None), self.rows.pop(b, None)
             if ra is not None:
                 self.rows[b] = ra
-            if rb is not None and how.name == "SWAP":
+            if rb is not None and how is MoveDirectionality.SWAP:
                 self.rows[a] = rb
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
