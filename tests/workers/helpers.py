@@ -102,6 +102,46 @@ class Parked:
         self._go.set()
 
 
+class HeldStandIn:
+    """Holds the TensorRT-LLM stand-in's requests before their next token, from the first
+    token where `when()` holds until `release()`, as `Parked` holds the torch engine. They
+    are tasks of the test's own event loop; a held request that is aborted goes on at once
+    to end cancelled (the pause waits for that), the others stay held. A request submitted
+    while they are held (an adapter load's probe) is not held."""
+
+    def __init__(self, llm, when: Callable[[], bool]):
+        self.llm, self.when = llm, when
+        self._reached, self._go = asyncio.Event(), asyncio.Event()
+        self._before: set[asyncio.Event] = set()  # the requests decoding before the hold
+        llm.on_token = self._on_token
+
+    async def _on_token(self, cancel: asyncio.Event) -> None:
+        if self._go.is_set():
+            return
+        if not self._reached.is_set():
+            self._before.add(cancel)
+            if not self.when():
+                return
+            self._reached.set()
+        if cancel not in self._before:
+            return
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._go, cancel)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def reached(self, timeout_s: float = 120) -> None:
+        """Until a request is held (a bound for a hang, not a delay)."""
+        async with asyncio.timeout(timeout_s):
+            await self._reached.wait()
+
+    def release(self) -> None:
+        self.llm.on_token = None
+        self._go.set()
+
+
 # the other two adapters of a pool of three: other ranks, targets, algorithms, learning
 # rates, loss aggregation, temperature, lengths and micro-batching than the tests' specs
 POOL_OTHERS = (

@@ -25,7 +25,7 @@ from workers.rollout.base import GroupRequest, GroupResult
 from workers.rollout.pool_engine import PoolAdmissionError, PoolRequest
 from workers.rollout.registry import make_backend, make_pool_engine
 
-from ..helpers import Parked
+from ..helpers import HeldStandIn, Parked
 from ..rollout import trtllm_standin
 from ..rollout.conftest import borrow_tiny_vllm, engine_spec
 from .conftest import (
@@ -245,32 +245,30 @@ async def test_keep_on_one_run_cuts_and_continues_only_its_rows(
         for run in ("a", "b")
     ]
     start = streamed()
-    # a's rows have a few tokens each (they decode together) before the pause cuts them:
-    # the torch engine is held there (between two decode steps, its rows in flight) until
-    # the update is done, vLLM's engine core until the pause's abort is on its way to it;
-    # the stand-in decodes on its own, waited for until then
-    held = release = None
+    # a's rows have a few tokens each (they decode together) before the pause cuts them;
+    # each engine is held there, its rows in flight, until the update is done: the torch
+    # engine between two decode steps, the stand-in's requests before their next token
+    # (an aborted one ends at once), vLLM's engine core until the pause's abort is on its
+    # way to it
+    enough = lambda: streamed() - start >= 4 * n * len(PROMPTS)  # noqa: E731
     if backend in TORCH:
-        held = Parked(pool.engine, lambda: streamed() - start >= 4 * n * len(PROMPTS))
+        held = Parked(pool.engine, enough)
         release = held.release
-    elif backend == "vllm":
+    elif backend == "trtllm":
+        held = HeldStandIn(pool.engine.llm, enough)
+        release = held.release
+    else:
         from .vllm_hold import HeldEngine
 
         held = HeldEngine(hold_dir)
         held.arm("keep", 4)
         release = _released_after_abort(pool.engine.llm, held)
     task = asyncio.create_task(pool.generate(reqs))
-    if held is not None:
-        await held.reached()
-    else:
-        async with asyncio.timeout(120):
-            while streamed() - start < 4 * n * len(PROMPTS) and not task.done():
-                await asyncio.sleep(0.01)
+    await held.reached()
     try:
         await update_run(pool, "a", maker.relabel(updates[SEED_A3], new), mode="keep")
     finally:
-        if release is not None:
-            release()
+        release()
     results = await task
     assert all(s.done for r in results for s in r.samples)  # nothing was cut short for good
     a, b = split(reqs, results, "a"), split(reqs, results, "b")

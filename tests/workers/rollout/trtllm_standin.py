@@ -27,6 +27,7 @@ import asyncio
 import sys
 import types
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,9 @@ class AsyncLLM:
         self._decoding: dict[int, int] = {}  # lora id → requests decoding under it now
         self.max_concurrent_loras = 0
         self.tokens_out: dict[int, int] = {}  # lora id → tokens generated under it
+        # awaited by each request before its next token, with its cancel event (a test
+        # holds the requests there while it lands a pause: tests/workers/helpers.py)
+        self.on_token: Callable[[asyncio.Event], Awaitable[None]] | None = None
 
     def __await__(self):
         return self._start().__await__()
@@ -205,6 +209,8 @@ class AsyncLLM:
             ids = list(prompt_token_ids)
             while out.finish_reason is None:
                 await asyncio.sleep(0)
+                if self.on_token is not None:
+                    await self.on_token(cancel)
                 if cancel.is_set():
                     out.finish_reason = "cancelled"
                     break
